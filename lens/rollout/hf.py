@@ -1,0 +1,257 @@
+"""HFEngine: rollouts from a transformers causal LM with a plain batched sampling loop (the default on CPU).
+
+Why a hand-written loop instead of `model.generate`: the loop draws from a private `torch.Generator`
+(the trainer's global RNG state is never touched), applies exactly the temperature/top-p rule of vLLM,
+and returns the log-prob of each sampled token under the distribution it was drawn from (definition in
+lens/rollout/base.py), with no model generation-config defaults (top_k, repetition penalty) sneaking in.
+
+Prompts are left-padded into one batch (position ids follow the real tokens), decoded with a KV cache;
+a row stops at the first stop token (EOS ids of the tokenizer and generation config, plus
+`SamplingParams.stop_token_ids`) or after `max_tokens`, or when prompt + response reach `max_model_len`.
+
+Run its tests: `.venv/bin/python -m pytest tests/test_rollout.py -q -k hf`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+import torch
+from transformers import AutoModelForCausalLM, DynamicCache
+
+from lens.rollout.base import Rollouts, SamplingParams, call_seed, default_stop_ids, validate_request
+
+
+def top_p_mask(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Set logits outside the nucleus to -inf (vLLM/HF rule: sort ascending, drop tokens whose cumulative
+    probability is <= 1 - top_p, always keep the most likely one). logits: [R, V] fp32 -> [R, V] fp32."""
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, order = logits.sort(dim=-1, descending=False)
+    cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    drop = cumulative <= 1.0 - top_p
+    drop[:, -1] = False
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
+
+
+def sampling_logprobs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Log-probs of the distribution the sampler draws from: log_softmax(top_p_mask(logits / T)); raw
+    log_softmax(logits) for greedy decoding (T == 0). logits: [R, V] -> [R, V] fp32."""
+    logits = logits.float()
+    if temperature == 0:
+        return torch.log_softmax(logits, dim=-1)
+    return torch.log_softmax(top_p_mask(logits / temperature, top_p), dim=-1)
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_token_id: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Left-pad token rows. Returns ids [R, P] int64, attention mask [R, P] int64, position ids [R, P] int64
+    (0 at each row's first real token, so padding does not shift RoPE positions)."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_token_id, dtype=torch.int64)
+    mask = torch.zeros((len(rows), width), dtype=torch.int64)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.int64)
+        mask[i, width - len(row) :] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids.to(device), mask.to(device), positions.to(device)
+
+
+@contextlib.contextmanager
+def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """Run in eval mode (no dropout) and restore the caller's mode: the module may be the trainer's own."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        model.train(was_training)
+
+
+class HFEngine:
+    """Rollout engine over a transformers causal LM (any `AutoModelForCausalLM` with a KV cache).
+
+    `model` is the engine's module; `sync_weights(m)` copies `m`'s weights into it (a no-op when `m` IS the
+    engine's module, i.e. the engine shares the trainer's module). `seed` seeds the engine's private stream,
+    used for calls with `SamplingParams.seed=None`; calls with a seed are reproducible on their own.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        eos_token_ids: Sequence[int],
+        pad_token_id: int = 0,
+        seed: int = 0,
+        max_batch_size: int = 256,
+        max_model_len: int | None = None,
+    ) -> None:
+        if not eos_token_ids:
+            raise ValueError("HFEngine: eos_token_ids is empty; the tokenizer's EOS must always stop generation")
+        if max_batch_size < 1:
+            raise ValueError(f"HFEngine: max_batch_size must be >= 1, got {max_batch_size}")
+        self.model = model
+        self.eos_token_ids = tuple(int(t) for t in eos_token_ids)
+        self.pad_token_id = int(pad_token_id)
+        self.max_batch_size = int(max_batch_size)
+        self.max_model_len = int(max_model_len or model.config.max_position_embeddings)
+        self.vocab_size = int(model.config.vocab_size)
+        self._stream = torch.Generator().manual_seed(seed)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_path: str,
+        *,
+        dtype: str | torch.dtype = "float32",
+        device: str = "cpu",
+        seed: int = 0,
+        max_batch_size: int = 256,
+        max_model_len: int | None = None,
+        attn_implementation: str = "sdpa",
+    ) -> HFEngine:
+        """Load the model (and its tokenizer, for the EOS/pad ids) from a local directory or hub name."""
+        from transformers import AutoTokenizer
+
+        torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        model = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=torch_dtype, attn_implementation=attn_implementation
+        )
+        eos = default_stop_ids(model_path)
+        pad = AutoTokenizer.from_pretrained(model_path).pad_token_id
+        return cls(
+            model.to(device),
+            eos_token_ids=eos,
+            pad_token_id=eos[0] if pad is None else pad,
+            seed=seed,
+            max_batch_size=max_batch_size,
+            max_model_len=max_model_len,
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        n: int,
+        sampling: SamplingParams,
+        *,
+        return_prompt_logprobs: bool = False,
+    ) -> Rollouts:
+        """Sample n responses per prompt (prompt-major rows); see lens/rollout/base.py for the log-probs."""
+        validate_request(prompts, n, sampling, self.vocab_size)
+        too_long = [i for i, p in enumerate(prompts) if len(p) >= self.max_model_len]
+        if too_long:
+            raise ValueError(f"generate: prompts {too_long[:5]} have >= max_model_len={self.max_model_len} tokens")
+        seed = call_seed(sampling, self._stream)
+        generator = torch.Generator(self.device).manual_seed(seed)
+        stops = torch.tensor(sorted(set(self.eos_token_ids) | set(sampling.stop_token_ids)), device=self.device)
+        rows = [p for p in prompts for _ in range(n)]
+        tokens: list[list[int]] = []
+        logprobs: list[torch.Tensor] = []
+        finish: list[str] = []
+        with _eval_mode(self.model):
+            for start in range(0, len(rows), self.max_batch_size):
+                chunk = self._sample(rows[start : start + self.max_batch_size], sampling, stops, generator)
+                tokens += chunk[0]
+                logprobs += chunk[1]
+                finish += chunk[2]
+            prompt_logprobs = self.prompt_logprobs(prompts) if return_prompt_logprobs else None
+        prompt_index = torch.arange(len(prompts), dtype=torch.int64).repeat_interleave(n)
+        return Rollouts(prompt_index, tokens, logprobs, finish, prompt_logprobs)
+
+    def _sample(
+        self, rows: list[list[int]], sampling: SamplingParams, stops: torch.Tensor, generator: torch.Generator
+    ) -> tuple[list[list[int]], list[torch.Tensor], list[str]]:
+        """Decode one batch of rows; a row's response ends at its first stop token."""
+        ids, mask, positions = left_pad(rows, self.pad_token_id, self.device)
+        budget = min(sampling.max_tokens, self.max_model_len - ids.shape[1])
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, logits_to_keep=1
+        )
+        done = torch.zeros(len(rows), dtype=torch.bool, device=self.device)
+        sampled, sampled_lp = [], []
+        for step in range(budget):
+            token, lp = self._draw(out.logits[:, -1], sampling, generator)
+            token = token.masked_fill(done, self.pad_token_id)
+            sampled.append(token)
+            sampled_lp.append(lp)
+            done |= torch.isin(token, stops)
+            if bool(done.all()) or step == budget - 1:
+                break
+            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
+            positions = positions[:, -1:] + 1
+            out = self.model(
+                input_ids=token[:, None],
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=out.past_key_values,
+            )
+        return self._trim(torch.stack(sampled, 1).cpu(), torch.stack(sampled_lp, 1).cpu(), stops.cpu())
+
+    @staticmethod
+    def _draw(
+        logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One sampling step: logits [R, V] -> sampled ids [R] int64 and their sampler log-probs [R] fp32."""
+        logp = sampling_logprobs(logits, sampling.temperature, sampling.top_p)
+        if sampling.temperature == 0:
+            token = logp.argmax(dim=-1)
+        else:
+            token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+        return token, logp.gather(-1, token[:, None]).squeeze(-1)
+
+    @staticmethod
+    def _trim(
+        tokens: torch.Tensor, logprobs: torch.Tensor, stops: torch.Tensor
+    ) -> tuple[list[list[int]], list[torch.Tensor], list[str]]:
+        """Cut each row [T] after its first stop token; finish is "stop" there, "length" otherwise."""
+        out_tokens, out_lp, finish = [], [], []
+        is_stop = torch.isin(tokens, stops)
+        for row in range(tokens.shape[0]):
+            hits = is_stop[row].nonzero()
+            end = int(hits[0]) + 1 if len(hits) else tokens.shape[1]
+            out_tokens.append(tokens[row, :end].tolist())
+            out_lp.append(logprobs[row, :end].float().contiguous())
+            finish.append("stop" if len(hits) else "length")
+        return out_tokens, out_lp, finish
+
+    def prompt_logprobs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
+        """log pi(x_p | x_<p) of every prompt token (temperature 1, fp32): one forward pass per batch of
+        prompts. Returns per prompt a [P_i] tensor whose entry 0 is NaN (no context)."""
+        result: list[torch.Tensor] = []
+        with _eval_mode(self.model):
+            for start in range(0, len(prompts), self.max_batch_size):
+                batch = prompts[start : start + self.max_batch_size]
+                ids, mask, positions = left_pad(batch, self.pad_token_id, self.device)
+                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+                logp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+                for i, prompt in enumerate(batch):
+                    row = torch.full((len(prompt),), float("nan"), dtype=torch.float32)
+                    row[1:] = logp[i, logp.shape[1] - len(prompt) + 1 :].cpu()
+                    result.append(row)
+        return result
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Copy `model`'s parameters and buffers into the engine's module (names and shapes must match)."""
+        if model is self.model:
+            return
+        source, target = model.state_dict(), self.model.state_dict()
+        missing, extra = sorted(set(target) - set(source)), sorted(set(source) - set(target))
+        if missing or extra:
+            raise ValueError(f"sync_weights: state dicts differ: missing {missing[:5]}, unexpected {extra[:5]}")
+        bad = [k for k in target if source[k].shape != target[k].shape]
+        if bad:
+            raise ValueError(f"sync_weights: shape mismatch for {bad[:5]}")
+        with torch.no_grad():
+            for name, tensor in target.items():
+                tensor.copy_(source[name])
+
+    def close(self) -> None:
+        """Drop the engine's reference to its module."""
+        self.model = None  # type: ignore[assignment]

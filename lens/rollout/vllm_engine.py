@@ -1,0 +1,320 @@
+"""VLLMEngine: rollouts from vLLM's offline `LLM`, colocated with the trainer, with in-memory weight sync.
+
+Generation: token-id prompts (`TokensPrompt`), one vLLM `SamplingParams(n, temperature, top_p, max_tokens,
+seed, logprobs=0, prompt_logprobs=0 when asked)` per prompt, and `logprobs_mode="processed_logprobs"` so the
+returned log-probs follow the definition in lens/rollout/base.py (temperature-scaled, nucleus-renormalized),
+like HFEngine's. A call seed s gives prompt i's j-th sample the vLLM seed s + i*n + j (vLLM adds j itself).
+
+Weight sync (`sync_weights`), never through disk: the trainer's state dict goes to the workers through
+`collective_rpc` and is loaded with vLLM's layerwise in-place reload (initialize_layerwise_reload ->
+model.load_weights -> finalize_layerwise_reload, the machinery behind `reload_weights`). With
+tensor_parallel_size == 1 the engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0 is set), so
+the tensors are handed over by reference (tested on CPU). With more workers (GPU only, not exercised by
+the CPU tests) they travel, in chunks of `sync_chunk_mb`, through vLLM's worker RPC queue, where CPU
+tensors pickle as tensors; only the engine-core msgpack boundary, which in-process mode skips, turns
+inline tensors into lists. Afterwards the prefix cache is reset: its KV blocks were computed with the
+old weights and would otherwise be reused for repeated prompt prefixes.
+
+The CPU-backend bug found and fixed here: at load time vLLM's CPU backend prepacks every linear weight
+into a oneDNN (or AMX) handle that holds its own COPY of the weight (`dispatch_cpu_unquantized_gemm`).
+The layerwise reload re-runs that packing only for layers that received weights. With tied embeddings
+the LM head receives none (its weight is the embedding's, skipped by the loader), so the embedding
+table is updated in place but the LM head keeps multiplying by the stale packed copy, so every logit
+and log-prob is wrong (vLLM notes "tied parameters will only reflect processing from one of the parent
+layers"). A checkpoint saved by transformers omits the tied `lm_head.weight`, hence the failure of a
+reload from disk; sync_weights sends each tensor once, so it would hit the same case. Fix: after the
+reload, re-pack every CPU layer that keeps its dense weight (embeddings and LM heads: `remove_weight=False`
+in the dispatcher) from its current weight. tests/test_rollout.py shows the failure without the re-pack.
+
+Colocation on GPU: `gpu_memory_utilization` caps vLLM's share of the device; with `enable_sleep_mode`
+(the default on CUDA) `sleep()` offloads the weights and frees the KV cache while the trainer updates
+and `generate`/`sync_weights` wake it as needed. On CPU, vLLM has no sleep mode and these are no-ops.
+
+Scripts that build a VLLMEngine need an `if __name__ == "__main__":` guard (vLLM may spawn processes).
+Run its tests: `.venv/bin/python -m pytest tests/test_rollout.py -q -m vllm`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from lens.rollout.base import FINISH_REASONS, Rollouts, SamplingParams, call_seed, default_stop_ids, validate_request
+
+
+def _worker_begin_reload(worker: Any) -> list[str]:
+    """(runs in each vLLM worker) Put every layer in layerwise-reload mode; return the parameter names."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+    model = worker.model_runner.get_model()
+    names = [name for name, _ in model.named_parameters()]  # before the reload unties shared parameters
+    with set_current_vllm_config(worker.vllm_config):
+        initialize_layerwise_reload(model)
+    return names
+
+
+def _worker_load(worker: Any, weights: list[tuple[str, torch.Tensor]]) -> list[str]:
+    """(runs in each vLLM worker) Load HF-named full tensors; each worker shards them itself."""
+    from vllm.config import set_current_vllm_config
+
+    with set_current_vllm_config(worker.vllm_config):
+        return sorted(worker.model_runner.get_model().load_weights(iter(weights)))
+
+
+def _worker_finish_reload(worker: Any) -> int:
+    """(runs in each vLLM worker) Process layers still pending, then re-pack CPU layers that keep a dense
+    weight (the tied LM head, see the module docstring). Returns how many layers were re-packed."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+    from vllm.platforms import current_platform
+
+    model = worker.model_runner.get_model()
+    # vLLM warns "Failed to load weights" for every layer with only derived buffers (the RoPE cache),
+    # each sync; sync_weights checks every PARAMETER was loaded and raises otherwise, so drop the noise.
+    layerwise_log = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    quiet = _DropMessage("Failed to load weights")
+    layerwise_log.addFilter(quiet)
+    try:
+        with set_current_vllm_config(worker.vllm_config):
+            finalize_layerwise_reload(model, worker.model_config)
+            return _repack_cpu_dense_layers(model) if current_platform.is_cpu() else 0
+    finally:
+        layerwise_log.removeFilter(quiet)
+
+
+class _DropMessage(logging.Filter):
+    """Drops log records whose message contains a fixed text."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
+
+
+def _repack_cpu_dense_layers(model: torch.nn.Module) -> int:
+    """Rebuild the CPU GEMM handle (`cpu_linear`) of every layer whose dense 2-D weight is still attached,
+    from that weight's current values. Linear layers drop their weight after packing (numel 0) and were
+    re-packed by the reload itself; embeddings/LM heads keep theirs and may share it (tied)."""
+    repacked = 0
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        method = getattr(module, "quant_method", None)
+        dense = isinstance(weight, torch.Tensor) and weight.ndim == 2 and weight.numel() > 0
+        if dense and hasattr(module, "cpu_linear") and method is not None:
+            method.process_weights_after_loading(module)
+            repacked += 1
+    return repacked
+
+
+def _distinct_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The state dict with each tensor once: a tied LM head (same storage as the embedding) is not sent
+    twice; vLLM's loader skips it for tied models anyway, and the CPU re-pack refreshes it."""
+    seen: set[tuple[int, tuple[int, ...]]] = set()
+    state = {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.data_ptr(), tuple(tensor.shape))
+        if key not in seen:
+            seen.add(key)
+            state[name] = tensor.detach()
+    return state
+
+
+def _chunks(state: dict[str, torch.Tensor], max_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Split a state dict into lists of (name, tensor) of at most max_bytes each (one tensor at least)."""
+    chunk: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in state.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if chunk and size + nbytes > max_bytes:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append((name, tensor))
+        size += nbytes
+    if chunk:
+        yield chunk
+
+
+class VLLMEngine:
+    """Rollout engine over vLLM's offline `LLM` (see the module docstring for sync and colocation).
+
+    Args:
+        model_path: local HF model directory (weights, config and tokenizer) or hub name.
+        dtype: vLLM dtype ("float32" on CPU for exact log-probs; "bfloat16" on GPU).
+        seed: seeds vLLM and the engine's private stream of call seeds (for SamplingParams.seed=None).
+        max_model_len: prompt + response budget in tokens (prompts at or over it are rejected).
+        tensor_parallel_size: GPUs per engine.
+        gpu_memory_utilization: share of GPU memory vLLM may take when colocated with the trainer.
+        enable_sleep_mode: sleep/wake between phases; default True on CUDA, unsupported (False) on CPU.
+        enforce_eager: disable CUDA graphs (default True on CPU, where graphs do not exist).
+        cpu_kv_cache_gib: KV-cache size on CPU (VLLM_CPU_KVCACHE_SPACE), ignored on GPU.
+        sync_chunk_mb: bytes per RPC when weights travel to worker processes (tensor_parallel_size > 1).
+        llm_kwargs: extra keyword arguments for `vllm.LLM`.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        dtype: str = "auto",
+        seed: int = 0,
+        max_model_len: int = 4096,
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.5,
+        enable_sleep_mode: bool | None = None,
+        enforce_eager: bool | None = None,
+        cpu_kv_cache_gib: int = 1,
+        sync_chunk_mb: int = 512,
+        **llm_kwargs: Any,
+    ) -> None:
+        if tensor_parallel_size < 1:
+            raise ValueError(f"VLLMEngine: tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
+        if not 0.0 < gpu_memory_utilization <= 1.0:
+            raise ValueError(f"VLLMEngine: gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        on_cuda = torch.cuda.is_available()
+        self.in_process = tensor_parallel_size == 1
+        if self.in_process:
+            # The engine core and its single worker then live in this process: the model object is
+            # reachable and sync_weights hands tensors over by reference.
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        if not on_cuda:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kv_cache_gib)
+        from vllm import LLM
+
+        self.sleep_mode = on_cuda if enable_sleep_mode is None else bool(enable_sleep_mode and on_cuda)
+        self.llm = LLM(
+            model=model_path,
+            dtype=dtype,
+            seed=seed,
+            max_model_len=max_model_len,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enable_sleep_mode=self.sleep_mode,
+            enforce_eager=(not on_cuda) if enforce_eager is None else enforce_eager,
+            logprobs_mode="processed_logprobs",
+            **llm_kwargs,
+        )
+        self.max_model_len = max_model_len
+        self.eos_token_ids = default_stop_ids(model_path)
+        self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
+        self.sync_chunk_bytes = sync_chunk_mb * 2**20
+        self._sleeping: set[str] = set()
+        self._stream = torch.Generator().manual_seed(seed)
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        n: int,
+        sampling: SamplingParams,
+        *,
+        return_prompt_logprobs: bool = False,
+    ) -> Rollouts:
+        """Sample n responses per prompt (prompt-major rows); see lens/rollout/base.py for the log-probs."""
+        from vllm.inputs import TokensPrompt
+
+        validate_request(prompts, n, sampling, self.vocab_size)
+        too_long = [i for i, p in enumerate(prompts) if len(p) >= self.max_model_len]
+        if too_long:
+            raise ValueError(f"generate: prompts {too_long[:5]} have >= max_model_len={self.max_model_len} tokens")
+        self.wake_up()
+        # Every request gets an explicit seed (from the engine's private stream when the call has none):
+        # vLLM then samples from per-request generators, and the global RNG draws its CPU sampler makes
+        # anyway are undone by fork_rng, so the trainer's RNG state is untouched in in-process mode.
+        seed = call_seed(sampling, self._stream)
+        params = [self._params(i, n, sampling, seed, return_prompt_logprobs) for i in range(len(prompts))]
+        requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
+        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=devices):
+            outputs = self.llm.generate(requests, params, use_tqdm=False)
+        tokens, logprobs, finish = [], [], []
+        for out in outputs:
+            for completion in sorted(out.outputs, key=lambda c: c.index):
+                tokens.append(list(completion.token_ids))
+                logprobs.append(_sampled_logprobs(completion))
+                finish.append(_finish_reason(completion.finish_reason))
+        prompt_lp = [_prompt_logprobs(out) for out in outputs] if return_prompt_logprobs else None
+        prompt_index = torch.arange(len(prompts), dtype=torch.int64).repeat_interleave(n)
+        return Rollouts(prompt_index, tokens, logprobs, finish, prompt_lp)
+
+    def _params(self, index: int, n: int, sampling: SamplingParams, seed: int, prompt_logprobs: bool) -> Any:
+        """vLLM SamplingParams for prompt `index` (seeds spread so no two samples of a call share one)."""
+        import vllm
+
+        return vllm.SamplingParams(
+            n=n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=0,
+            max_tokens=sampling.max_tokens,
+            seed=seed + index * n,
+            stop_token_ids=sorted(set(self.eos_token_ids) | set(sampling.stop_token_ids)),
+            logprobs=0,
+            prompt_logprobs=0 if prompt_logprobs else None,
+            detokenize=False,
+        )
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Load `model`'s weights (HF names, full unsharded tensors) into every vLLM worker, in memory."""
+        self.wake_up(tags=["weights"])
+        state = {name: t if self.in_process else t.cpu() for name, t in _distinct_tensors(model).items()}
+        expected = set(self.llm.collective_rpc(_worker_begin_reload)[0])
+        loaded: set[str] = set()
+        for chunk in _chunks(state, self.sync_chunk_bytes):
+            loaded |= set(self.llm.collective_rpc(_worker_load, args=(chunk,))[0])
+        self.llm.collective_rpc(_worker_finish_reload)
+        self.llm.reset_prefix_cache()
+        missing = sorted(expected - loaded)
+        if missing:
+            raise ValueError(
+                f"sync_weights: the trainer's model did not provide {missing[:5]} ({len(missing)} in all); "
+                "the engine kept its old values for them, so its weights are now a mix: rebuild it"
+            )
+
+    def sleep(self, level: int = 1) -> None:
+        """Free the KV cache and offload (level 1) or drop (level 2) the weights while the trainer runs;
+        a no-op without sleep mode (always on CPU). After level 2, call sync_weights before generating."""
+        if self.sleep_mode and not self._sleeping:
+            self.llm.sleep(level=level)
+            self._sleeping = {"weights", "kv_cache"}
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Bring back what is asleep among `tags` ("weights", "kv_cache"; all when None)."""
+        waking = self._sleeping & set(tags or ("weights", "kv_cache"))
+        if waking:
+            self.llm.wake_up(tags=sorted(waking))
+            self._sleeping -= waking
+
+    def close(self) -> None:
+        """Shut the vLLM engine down and free its memory."""
+        llm, self.llm = self.llm, None
+        if llm is not None:
+            llm.llm_engine.engine_core.shutdown()
+            del llm
+
+
+def _finish_reason(reason: str | None) -> str:
+    """vLLM finish reason -> "stop" | "length"; anything else (abort, error) is a failed request."""
+    if reason not in FINISH_REASONS:
+        raise RuntimeError(f"vLLM request finished with {reason!r}, expected one of {FINISH_REASONS}")
+    return reason
+
+
+def _sampled_logprobs(completion: Any) -> torch.Tensor:
+    """Sampler log-prob of each sampled token of one vLLM CompletionOutput -> [len] fp32."""
+    values = [
+        position[token].logprob for position, token in zip(completion.logprobs, completion.token_ids, strict=True)
+    ]
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def _prompt_logprobs(output: Any) -> torch.Tensor:
+    """Prompt-token log-probs of one vLLM RequestOutput -> [P] fp32, entry 0 NaN (vLLM gives None there)."""
+    prompt = output.prompt_token_ids
+    values = [float("nan")] + [output.prompt_logprobs[p][prompt[p]].logprob for p in range(1, len(prompt))]
+    return torch.tensor(values, dtype=torch.float32)
