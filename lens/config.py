@@ -1,0 +1,541 @@
+"""One typed config tree for `lens/train.py`: dataclasses, YAML presets, dotted CLI overrides, validation.
+
+    cfg = load_config("configs/cpu_default.yaml", ["algorithm.name=grpo", "optim.lr=1e-4"])
+    cfg = parse_args(["--config", "configs/paper_qwen3-4b_lens.yaml", "--resume", "auto", "data.batch_size=64"])
+
+Precedence, lowest first: dataclass defaults (= the built-in CPU run) < values implied by
+`algorithm.name` (e.g. dapo -> clip_high 0.28, beta 0, token_mean) < the preset chain (a preset may
+name another with `base:`, resolved relative to its own directory) < CLI overrides. Override values are
+parsed as YAML (`true`, `0.5`, `[0.9, 0.95]`, `null`). Errors name the key: unknown keys (with a
+suggestion), wrong types, values out of range, batch sizes that do not divide over ranks, GPU-only
+options on CPU. Keys that the chosen algorithm ignores draw a warning when set explicitly.
+`to_dict()` / `to_yaml()` give the resolved tree saved in the run directory and in every checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import math
+import os
+import types
+import typing
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONFIG_DIR = REPO_ROOT / "configs"
+
+AlgorithmName = Literal["grpo", "grpo_ext", "dapo", "greso", "lens", "resample", "random_prune", "grad_prune"]
+PURIFYING = ("lens", "random_prune", "grad_prune")
+DYNAMIC_SAMPLING = ("dapo", "greso")
+
+# Values each algorithm implies; the preset chain and CLI may still override them, except the
+# defining ones below (random_prune *is* lens with a random scorer).
+IMPLIED: dict[str, dict[str, Any]] = {
+    "grpo_ext": {"m": 16},
+    "dapo": {"clip_high": 0.28, "beta": 0.0, "loss_agg": "token_mean"},
+    "greso": {"clip_high": 0.28, "beta": 0.0, "loss_agg": "token_mean"},
+    "random_prune": {"scorer": "random"},
+    "grad_prune": {"scorer": "grad"},
+}
+DEFINING: dict[str, dict[str, Any]] = {"random_prune": {"scorer": "random"}, "grad_prune": {"scorer": "grad"}}
+
+
+@dataclass
+class ModelConfig:
+    """Policy and reference checkpoints (HF directory or hub id; relative paths may be repo-relative)."""
+
+    path: str = "lens/tasks/assets/vartrack"
+    ref_path: str | None = None  # None: the reference is the initial policy (`path`)
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 on GPU, float32 on CPU
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class DataConfig:
+    """Training and held-out sets (built-in task name, lens.data benchmark name, or a file)."""
+
+    train: str = "vartrack"
+    eval: list[str] = field(default_factory=lambda: ["vartrack"])
+    reward: Literal["auto", "math", "choice", "vartrack", "exact"] = "auto"  # auto: the set's own verifier
+    template: str = "auto"  # auto: the tokenizer's chat template, else a plain one; or a "{problem}" string
+    system_prompt: str | None = None
+    max_prompt_len: int = 512
+    batch_size: int = 16  # prompts per optimizer step, over all ranks
+    train_size: int | None = None  # cap on training problems (built-in task: how many to generate)
+    eval_every: int = 10  # steps; 0 disables periodic evaluation
+    eval_n: int = 4  # samples per held-out prompt
+    eval_limit: int | None = None  # cap on problems per held-out set
+
+
+@dataclass
+class RolloutConfig:
+    """The sampling engine and its parameters (training and evaluation)."""
+
+    engine: Literal["hf", "vllm"] = "hf"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 48  # max response length (tokens)
+    gpu_memory_utilization: float = 0.5  # vLLM, colocated with training
+    tensor_parallel_size: int = 1  # vLLM
+
+
+@dataclass
+class DapoConfig:
+    """DAPO dynamic sampling and overlong shaping (algorithm dapo and greso)."""
+
+    gen_batch_size: int | None = None  # prompts per generation batch; None: data.batch_size
+    max_gen_batches: int = 10
+    overlong_buffer: int = 0  # L_buf tokens; 0 disables overlong shaping
+    overlong_factor: float = 1.0
+
+
+@dataclass
+class GresoConfig:
+    """GRESO pre-rollout skipping (algorithm greso)."""
+
+    alpha: float = 0.25  # target zero-variance share: alpha/3 easy, 2*alpha/3 hard
+    p_init: float = 0.5
+    p_min: float = 0.05
+    p_max: float = 0.95
+    p_step: float = 0.01
+
+
+@dataclass
+class AlgorithmConfig:
+    """The RL algorithm (see ../shared/spec/algorithm.md for every knob)."""
+
+    name: AlgorithmName = "lens"
+    m: int = 8  # rollouts per prompt
+    success_threshold: float = 1.0
+    tau: float = 0.5  # purify groups with a_bar < tau
+    gamma: float = 0.03  # share of scorable prompt tokens deleted
+    min_score: float = 0.0  # max score <= min_score: skipped_no_signal
+    scorer: Literal["interference", "surprisal", "random", "grad"] = "interference"
+    guard: bool = True
+    replace: Literal["paper", "one_to_one", "keep_failure"] = "paper"
+    weighting: Literal["lens", "uniform"] = "lens"
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    clip_c: float = 3.0
+    beta: float = 0.001
+    kl: Literal["k1", "k2", "k3"] = "k3"
+    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
+    old_logprobs: Literal["trainer", "engine"] = "trainer"
+    dapo: DapoConfig = field(default_factory=DapoConfig)
+    greso: GresoConfig = field(default_factory=GresoConfig)
+
+
+@dataclass
+class OptimConfig:
+    """AdamW, LR schedule, steps, micro-batching and the DeepSpeed ZeRO stage."""
+
+    lr: float = 2e-4
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
+    scheduler: Literal["constant", "warmup_cosine"] = "constant"
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.0  # warmup_cosine: final lr = lr * min_lr_ratio
+    steps: int = 40
+    micro_batch_size: int = 32  # rollouts per forward/backward on one rank
+    zero_stage: int = 0
+
+
+@dataclass
+class CheckpointConfig:
+    """Atomic checkpoints under <run_dir>/checkpoints."""
+
+    every: int = 20  # steps; 0: only at the end
+    keep_last: int = 2
+    resume: str = "none"  # none | auto (latest, or a fresh start) | a checkpoint directory
+
+
+@dataclass
+class LoggingConfig:
+    """metrics.jsonl is always written; these add sinks."""
+
+    tensorboard: bool = True
+    wandb_project: str | None = None  # set to log to wandb (when installed)
+    wandb_run_name: str | None = None
+
+
+@dataclass
+class Config:
+    """The whole run. Defaults are the built-in CPU run (configs/cpu_default.yaml spells them out)."""
+
+    seed: int = 0
+    run_dir: str = "runs/cpu_default"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Nested plain dict (YAML/JSON-serializable)."""
+        return dataclasses.asdict(self)
+
+    def to_yaml(self) -> str:
+        """The tree as YAML, loadable again with `load_config`."""
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write `to_yaml()` to `path` (e.g. <run_dir>/config.yaml)."""
+        Path(path).write_text(self.to_yaml())
+
+    def validate(self, *, world_size: int | None = None, cuda_available: bool | None = None) -> None:
+        """Raise ValueError naming the offending key. world_size defaults to env WORLD_SIZE (1)."""
+        world = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
+        cuda = _cuda_available() if cuda_available is None else cuda_available
+        _validate_ranges(self)
+        _validate_batches(self, world)
+        _validate_device(self, cuda)
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading
+# ----------------------------------------------------------------------------------------------
+
+
+def load_config(
+    path: str | os.PathLike | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    validate: bool = True,
+    world_size: int | None = None,
+    cuda_available: bool | None = None,
+) -> Config:
+    """Preset chain at `path` (None: built-in defaults) + dotted `key=value` overrides -> resolved Config.
+
+    `auto` values are resolved (device, model.dtype, dapo.gen_batch_size) so the saved tree says what ran.
+    """
+    raw = read_preset(path) if path is not None else {}
+    for item in overrides:
+        raw = _merge(raw, parse_override(item))
+    cfg = from_dict(raw)
+    cfg = resolve(cfg, cuda_available=_cuda_available() if cuda_available is None else cuda_available)
+    if validate:
+        cfg.validate(world_size=world_size, cuda_available=cuda_available)
+    return cfg
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    """CLI of lens/train.py: `[--config FILE] [--resume auto|none|DIR] [key.sub=value ...]`."""
+    parser = argparse.ArgumentParser(prog="lens/train.py", description="GRPO / LENS RL post-training")
+    parser.add_argument("--config", default=None, help="YAML preset (configs/*.yaml); default: the built-in CPU run")
+    parser.add_argument("--resume", default=None, help="auto (latest checkpoint or fresh), none, or a directory")
+    parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="dotted overrides, YAML-typed")
+    args = parser.parse_args(argv)
+    overrides = list(args.overrides) + ([f"checkpoint.resume={args.resume}"] if args.resume is not None else [])
+    return load_config(args.config, overrides)
+
+
+def read_preset(path: str | os.PathLike, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A preset file as a nested dict, its `base:` chain merged underneath (cycles are errors)."""
+    file = _find_preset(path)
+    if file in _chain:
+        raise ValueError(f"{file}: `base:` cycle: {' -> '.join(str(p) for p in (*_chain, file))}")
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"{file}: invalid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{file}: a preset must be a mapping of keys, got {type(data).__name__}")
+    base = data.pop("base", None)
+    data = _expand_dotted(data, str(file))
+    if base is None:
+        return data
+    if not isinstance(base, str):
+        raise ValueError(f"{file}: `base` must be a file name, got {base!r}")
+    parent = read_preset(file.parent / base if not Path(base).is_absolute() else base, (*_chain, file))
+    return _merge(parent, data)
+
+
+def _find_preset(path: str | os.PathLike) -> Path:
+    candidates = [Path(path), CONFIG_DIR / Path(path), CONFIG_DIR / f"{path}.yaml"]
+    for cand in candidates:
+        if cand.is_file():
+            return cand.resolve()
+    raise ValueError(f"--config {path}: no such preset (looked in the current directory and {CONFIG_DIR})")
+
+
+def parse_override(item: str) -> dict[str, Any]:
+    """`a.b=value` -> {"a": {"b": yaml(value)}}."""
+    key, sep, value = item.partition("=")
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ValueError(f"override {item!r}: expected key.sub=value")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError as err:
+        raise ValueError(f"override {item!r}: value is not valid YAML: {err}") from None
+    return _nest(key.split("."), parsed)
+
+
+def _nest(parts: list[str], value: Any) -> dict[str, Any]:
+    out: Any = value
+    for part in reversed(parts):
+        out = {part: out}
+    return out
+
+
+def _expand_dotted(data: dict[str, Any], where: str) -> dict[str, Any]:
+    # Presets may write `algorithm.tau: 0.3` as a shorthand for the nested form.
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if not isinstance(key, str):
+            raise ValueError(f"{where}: keys must be strings, got {key!r}")
+        nested = _expand_dotted(value, where) if isinstance(value, dict) else value
+        out = _merge(out, _nest(key.split("."), nested))
+    return out
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Building the typed tree
+# ----------------------------------------------------------------------------------------------
+
+
+def from_dict(raw: dict[str, Any]) -> Config:
+    """Typed Config from a nested dict (unknown keys and wrong types raise, naming the key)."""
+    algo_raw = raw.get("algorithm", {})
+    name = algo_raw.get("name", AlgorithmConfig.name) if isinstance(algo_raw, dict) else AlgorithmConfig.name
+    name = _coerce(name, AlgorithmName, "algorithm.name")
+    implied = {"algorithm": IMPLIED.get(name, {})}
+    _check_defining(name, raw)
+    _warn_ignored(name, raw)
+    return _build(Config, _merge(implied, raw), "")
+
+
+def _build(cls: type, raw: Any, prefix: str) -> Any:
+    if not isinstance(raw, dict):
+        raise TypeError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {raw!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in raw.items():
+        if key not in names:
+            hint = difflib.get_close_matches(str(key), names, n=1)
+            extra = f" (did you mean {prefix}{hint[0]}?)" if hint else f"; known: {', '.join(names)}"
+            raise ValueError(f"unknown config key {prefix}{key}{extra}")
+        typ = hints[key]
+        if dataclasses.is_dataclass(typ):
+            kwargs[key] = _build(typ, value, f"{prefix}{key}.")
+        else:
+            kwargs[key] = _coerce(value, typ, f"{prefix}{key}")
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, typ: Any, key: str) -> Any:
+    """Check `value` against a field type; ints widen to float, numeric strings (PyYAML reads `1e-6` as
+    a string) become floats. Raises TypeError/ValueError naming `key`."""
+    origin, args = typing.get_origin(typ), typing.get_args(typ)
+    if origin is Literal:
+        if value not in args:
+            raise ValueError(f"{key}: must be one of {', '.join(map(repr, args))}, got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _coerce(value, inner, key)
+    if origin is list:
+        if not isinstance(value, list | tuple):
+            raise TypeError(f"{key}: expected a list, got {value!r}")
+        return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
+    return _coerce_scalar(value, typ, key)
+
+
+def _coerce_scalar(value: Any, typ: type, key: str) -> Any:
+    if typ is float and isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise TypeError(f"{key}: expected a number, got {value!r}") from None
+    if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, typ) and not (typ is int and isinstance(value, bool)):
+        return value
+    raise TypeError(f"{key}: expected {typ.__name__}, got {value!r} ({type(value).__name__})")
+
+
+def _flat_items(raw: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in raw.items():
+        if isinstance(value, dict):
+            yield from _flat_items(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _check_defining(name: str, raw: dict[str, Any]) -> None:
+    algo = raw.get("algorithm", {})
+    for key, required in DEFINING.get(name, {}).items():
+        if isinstance(algo, dict) and key in algo and algo[key] != required:
+            raise ValueError(
+                f"algorithm.{key}={algo[key]!r} contradicts algorithm.name={name} (which is lens with "
+                f"{key}={required}); use algorithm.name=lens algorithm.{key}={algo[key]} instead"
+            )
+
+
+def _ignored_keys(name: str) -> set[str]:
+    purify = {"algorithm.gamma", "algorithm.min_score", "algorithm.scorer"}
+    lens_family = {"algorithm.tau", "algorithm.guard", "algorithm.replace", "algorithm.weighting"}
+    ignored = set()
+    if name not in PURIFYING:
+        ignored |= purify
+    if name not in (*PURIFYING, "resample"):
+        ignored |= lens_family
+    if name not in DYNAMIC_SAMPLING:
+        ignored.add("algorithm.dapo")
+    if name != "greso":
+        ignored.add("algorithm.greso")
+    return ignored
+
+
+def _warn_ignored(name: str, raw: dict[str, Any]) -> None:
+    # Only values that differ from the default warn: presets spell out defaults for readability.
+    ignored = _ignored_keys(name)
+    defaults = dict(_flat_items(Config().to_dict()))
+    for key, value in _flat_items(raw):
+        section = key.rsplit(".", 1)[0]
+        if (key in ignored or section in ignored) and key in defaults and value != defaults[key]:
+            warnings.warn(f"{key}={value!r} is ignored by algorithm.name={name}", UserWarning, stacklevel=4)
+
+
+def resolve(cfg: Config, *, cuda_available: bool) -> Config:
+    """Replace `auto`/None placeholders by what will run: device, model.dtype, dapo.gen_batch_size."""
+    device = cfg.device if cfg.device != "auto" else ("cuda" if cuda_available else "cpu")
+    dtype = cfg.model.dtype if cfg.model.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
+    gen = cfg.algorithm.dapo.gen_batch_size or cfg.data.batch_size
+    return dataclasses.replace(
+        cfg,
+        device=device,
+        model=dataclasses.replace(cfg.model, dtype=dtype),
+        algorithm=dataclasses.replace(cfg.algorithm, dapo=dataclasses.replace(cfg.algorithm.dapo, gen_batch_size=gen)),
+    )
+
+
+def resolve_path(path: str) -> str:
+    """A relative path that does not exist from the current directory is taken relative to the repo root
+    (so `lens/tasks/assets/vartrack` works from anywhere); anything else (hub ids) is returned as is."""
+    if Path(path).is_absolute() or Path(path).exists():
+        return path
+    candidate = REPO_ROOT / path
+    return str(candidate) if candidate.exists() else path
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation
+# ----------------------------------------------------------------------------------------------
+
+
+def _require(ok: bool, key: str, value: Any, what: str) -> None:
+    if not ok:
+        raise ValueError(f"{key}={value!r}: {what}")
+
+
+def _validate_ranges(cfg: Config) -> None:
+    a, o, r, d = cfg.algorithm, cfg.optim, cfg.rollout, cfg.data
+    _require(a.m >= 2, "algorithm.m", a.m, "need at least 2 rollouts per prompt (group advantages)")
+    _require(0.0 < a.tau <= 1.0, "algorithm.tau", a.tau, "must be in (0, 1]")
+    _require(0.0 < a.gamma <= 0.5, "algorithm.gamma", a.gamma, "must be in (0, 0.5] (paper: 0.01-0.05)")
+    _require(0.0 <= a.clip_low < 1.0, "algorithm.clip_low", a.clip_low, "must be in [0, 1)")
+    _require(a.clip_high >= 0.0, "algorithm.clip_high", a.clip_high, "must be >= 0")
+    _require(a.clip_c > 1.0, "algorithm.clip_c", a.clip_c, "dual clip needs clip_c > 1")
+    _require(a.beta >= 0.0, "algorithm.beta", a.beta, "must be >= 0")
+    _require(math.isfinite(a.min_score), "algorithm.min_score", a.min_score, "must be finite")
+    _require(a.dapo.max_gen_batches >= 1, "algorithm.dapo.max_gen_batches", a.dapo.max_gen_batches, "must be >= 1")
+    _require(
+        0 <= a.dapo.overlong_buffer < r.max_tokens,
+        "algorithm.dapo.overlong_buffer",
+        a.dapo.overlong_buffer,
+        f"must be in [0, rollout.max_tokens={r.max_tokens})",
+    )
+    _require(0.0 < a.greso.alpha < 1.0, "algorithm.greso.alpha", a.greso.alpha, "must be in (0, 1)")
+    g = a.greso
+    _require(
+        0.0 < g.p_min <= g.p_init <= g.p_max < 1.0,
+        "algorithm.greso.p_init",
+        g.p_init,
+        f"need 0 < p_min ({g.p_min}) <= p_init <= p_max ({g.p_max}) < 1",
+    )
+    _require(o.lr > 0.0, "optim.lr", o.lr, "must be > 0")
+    _require(o.weight_decay >= 0.0, "optim.weight_decay", o.weight_decay, "must be >= 0")
+    _require(len(o.betas) == 2 and all(0.0 <= b < 1.0 for b in o.betas), "optim.betas", o.betas, "need two in [0,1)")
+    _require(o.grad_clip >= 0.0, "optim.grad_clip", o.grad_clip, "must be >= 0 (0 disables clipping)")
+    _require(0 <= o.warmup_steps <= o.steps, "optim.warmup_steps", o.warmup_steps, f"must be in [0, {o.steps}]")
+    _require(0.0 <= o.min_lr_ratio <= 1.0, "optim.min_lr_ratio", o.min_lr_ratio, "must be in [0, 1]")
+    _require(o.steps >= 1, "optim.steps", o.steps, "must be >= 1")
+    _require(o.zero_stage in (0, 1, 2, 3), "optim.zero_stage", o.zero_stage, "DeepSpeed ZeRO stage is 0, 1, 2 or 3")
+    _require(r.temperature > 0.0, "rollout.temperature", r.temperature, "must be > 0")
+    _require(0.0 < r.top_p <= 1.0, "rollout.top_p", r.top_p, "must be in (0, 1]")
+    _require(r.max_tokens >= 1, "rollout.max_tokens", r.max_tokens, "must be >= 1")
+    _require(
+        0.0 < r.gpu_memory_utilization < 1.0, "rollout.gpu_memory_utilization", r.gpu_memory_utilization, "in (0, 1)"
+    )
+    _require(d.max_prompt_len >= 1, "data.max_prompt_len", d.max_prompt_len, "must be >= 1")
+    _require(d.eval_every >= 0, "data.eval_every", d.eval_every, "must be >= 0 (0 disables evaluation)")
+    _require(d.eval_n >= 1, "data.eval_n", d.eval_n, "must be >= 1")
+    _require(cfg.checkpoint.every >= 0, "checkpoint.every", cfg.checkpoint.every, "must be >= 0")
+    _require(cfg.checkpoint.keep_last >= 1, "checkpoint.keep_last", cfg.checkpoint.keep_last, "must be >= 1")
+    _require(bool(d.eval) or d.eval_every == 0, "data.eval", d.eval, "empty: set data.eval_every=0")
+
+
+def _validate_batches(cfg: Config, world: int) -> None:
+    b, m, micro = cfg.data.batch_size, cfg.algorithm.m, cfg.optim.micro_batch_size
+    _require(b >= 1, "data.batch_size", b, "must be >= 1")
+    _require(b % world == 0, "data.batch_size", b, f"does not divide over {world} ranks")
+    per_rank = b * m // world
+    _require(micro >= 1, "optim.micro_batch_size", micro, "must be >= 1")
+    _require(
+        per_rank % micro == 0,
+        "optim.micro_batch_size",
+        micro,
+        f"must divide the {per_rank} rollouts per rank (data.batch_size={b} x algorithm.m={m} / {world} ranks)",
+    )
+    gen = cfg.algorithm.dapo.gen_batch_size or b
+    if cfg.algorithm.name in DYNAMIC_SAMPLING:
+        _require(gen % world == 0, "algorithm.dapo.gen_batch_size", gen, f"does not divide over {world} ranks")
+    tp = cfg.rollout.tensor_parallel_size
+    _require(tp >= 1 and world % tp == 0, "rollout.tensor_parallel_size", tp, f"must divide the {world} ranks")
+
+
+def _validate_device(cfg: Config, cuda: bool) -> None:
+    _require(cfg.device != "cuda" or cuda, "device", cfg.device, "no CUDA device is available")
+    on_cpu = cfg.device == "cpu" or (cfg.device == "auto" and not cuda)
+    if not on_cpu:
+        return
+    _require(cfg.model.dtype != "bfloat16", "model.dtype", cfg.model.dtype, "is GPU-only here: use float32 on CPU")
+    _require(cfg.rollout.engine != "vllm", "rollout.engine", cfg.rollout.engine, "is GPU-only here: use hf on CPU")
+    _require(
+        cfg.model.attn_implementation != "flash_attention_2",
+        "model.attn_implementation",
+        cfg.model.attn_implementation,
+        "needs a GPU: use sdpa",
+    )

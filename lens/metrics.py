@@ -1,0 +1,301 @@
+"""Step metrics and their sinks: success bins, response statistics, stage timers, metrics.jsonl,
+TensorBoard, wandb (when configured and installed) and a console progress line with ETA.
+
+    timer = Timer()
+    with timer("generate"):
+        rollouts = engine.generate(...)
+    row = {**success_bins(success_counts(rewards), m), **timer.metrics(), ...}
+    with MetricsLogger(run_dir, resume_step=ckpt_step, tensorboard=True) as log, Progress(steps) as bar:
+        log.log(step, row); bar.update(step, row)
+
+Success bins generalize the paper's m = 8 bins (Failure 0/8, Low 1-3, Mid 4-6, High 7-8) to any m
+with c successes out of m: Failure c = 0, Low 0 < c < m/2, Mid m/2 <= c < 7m/8, High c >= 7m/8.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+METRICS_FILE = "metrics.jsonl"
+PROGRESS_KEYS = ("reward/mean", "loss/pg", "eval/noisy", "time/step")
+BINS = ("failure", "low", "mid", "high")
+
+
+# ----------------------------------------------------------------------------------------------
+# Step metrics (pure functions)
+# ----------------------------------------------------------------------------------------------
+
+
+def success_counts(rewards: torch.Tensor, threshold: float = 1.0) -> torch.Tensor:
+    """rewards [B, m] -> successes per prompt [B] int64 (a success is reward >= threshold)."""
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be [B, m], got shape {tuple(rewards.shape)}")
+    return (rewards >= threshold).sum(dim=1)
+
+
+def success_bins(successes: torch.Tensor, m: int) -> dict[str, float]:
+    """Shares of prompts per success bin (see the module docstring); successes [B] int in [0, m]."""
+    if m < 1:
+        raise ValueError(f"m must be >= 1, got {m}")
+    c = successes.to(torch.int64)
+    if c.numel() and (int(c.min()) < 0 or int(c.max()) > m):
+        raise ValueError(f"successes must be in [0, {m}], got range [{int(c.min())}, {int(c.max())}]")
+    # Integer comparisons: 2c < m is c < m/2 and 8c >= 7m is c >= 7m/8, with no rounding.
+    failure, high = c == 0, 8 * c >= 7 * m
+    low = (c > 0) & (2 * c < m)
+    mid = ~(failure | low | high)
+    n = max(c.numel(), 1)
+    return {f"bins/{name}": float(mask.sum()) / n for name, mask in zip(BINS, (failure, low, mid, high), strict=True)}
+
+
+def zero_variance_share(rewards: torch.Tensor) -> float:
+    """Share of groups (rows of rewards [B, m]) whose rewards are all equal: no GRPO signal."""
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be [B, m], got shape {tuple(rewards.shape)}")
+    if rewards.shape[0] == 0:
+        return 0.0
+    return float((rewards == rewards[:, :1]).all(dim=1).float().mean())
+
+
+def response_length_stats(
+    lengths: Sequence[int] | torch.Tensor, max_tokens: int, finish_reasons: Sequence[str] | None = None
+) -> dict[str, float]:
+    """Mean/max response length [R] and the clip ratio: the share cut at max_tokens (finish "length"
+    when finish reasons are given, else length >= max_tokens)."""
+    lens = torch.as_tensor(lengths, dtype=torch.float64)
+    if lens.numel() == 0:
+        return {"response/len_mean": 0.0, "response/len_max": 0.0, "response/clip_ratio": 0.0}
+    if finish_reasons is not None:
+        if len(finish_reasons) != lens.numel():
+            raise ValueError(f"finish_reasons ({len(finish_reasons)}) and lengths ({lens.numel()}) differ")
+        clipped = sum(r == "length" for r in finish_reasons) / lens.numel()
+    else:
+        clipped = float((lens >= max_tokens).double().mean())
+    return {
+        "response/len_mean": float(lens.mean()),
+        "response/len_max": float(lens.max()),
+        "response/clip_ratio": clipped,
+    }
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean of values [R, T] over mask [R, T] (e.g. token entropy over response tokens); 0 if empty."""
+    count = int(mask.sum())
+    return float((values.detach().float() * mask).sum()) / count if count else 0.0
+
+
+def throughput(num_tokens: int, seconds: float) -> float:
+    """Tokens per second (0 when no time elapsed)."""
+    return num_tokens / seconds if seconds > 0 else 0.0
+
+
+# ----------------------------------------------------------------------------------------------
+# Stage timer
+# ----------------------------------------------------------------------------------------------
+
+
+class Timer:
+    """Wall-clock seconds per named stage, summed over repeated entries until `reset`.
+
+    On CUDA the device is synchronized at both ends so asynchronous kernels count to their stage.
+    """
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        _sync()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            _sync()
+            self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - start
+
+    def metrics(self, prefix: str = "time/") -> dict[str, float]:
+        """{prefix + stage: seconds}."""
+        return {f"{prefix}{k}": v for k, v in self.totals.items()}
+
+    def reset(self) -> None:
+        """Forget all totals (call at the start of a step)."""
+        self.totals.clear()
+
+
+def _sync() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+# ----------------------------------------------------------------------------------------------
+# Sinks
+# ----------------------------------------------------------------------------------------------
+
+
+def _scalar(value: Any) -> float | None:
+    # JSON has no NaN/inf: non-finite values are written as null.
+    value = float(value.item() if isinstance(value, torch.Tensor) else value)
+    return value if math.isfinite(value) else None
+
+
+def truncate_jsonl(path: Path, keep_through_step: int | None) -> None:
+    """Keep the rows of a metrics file with step <= keep_through_step (None: none), atomically."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a row torn by a kill mid-write
+            continue
+        if keep_through_step is not None and isinstance(row, dict) and row.get("step", math.inf) <= keep_through_step:
+            kept.append(line + "\n")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(kept))
+    os.replace(tmp, path)
+
+
+class MetricsLogger:
+    """One JSON object per `log(step, metrics)` in <run_dir>/metrics.jsonl, plus TensorBoard and wandb.
+
+    resume_step: the step of the checkpoint resumed from; rows (and TensorBoard events) after it are
+    dropped so a resumed run writes each step once. None: a fresh run, the file starts empty.
+    enabled=False (ranks other than 0) makes every call a no-op.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike,
+        *,
+        resume_step: int | None = None,
+        tensorboard: bool = True,
+        wandb_project: str | None = None,
+        wandb_run_name: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        enabled: bool = True,
+    ) -> None:
+        self.enabled = enabled
+        self.path = Path(run_dir) / METRICS_FILE
+        self._tb = self._wandb = None
+        if not enabled:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        truncate_jsonl(self.path, resume_step)
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            purge = resume_step + 1 if resume_step is not None else None
+            self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=purge)
+        if wandb_project:
+            self._wandb = _init_wandb(Path(run_dir), wandb_project, wandb_run_name, config)
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Append one row {"step": step, **metrics} (values as floats; non-finite as null)."""
+        if not self.enabled:
+            return
+        row = {"step": int(step), **{k: _scalar(v) for k, v in metrics.items()}}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if self._tb is not None:
+            for key, value in row.items():
+                if key != "step" and value is not None:
+                    self._tb.add_scalar(key, value, global_step=step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in row.items() if k != "step"}, step=int(step))
+
+    def close(self) -> None:
+        """Flush and close the sinks."""
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+        self._tb = self._wandb = None
+
+    def __enter__(self) -> MetricsLogger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _init_wandb(run_dir: Path, project: str, name: str | None, config: Mapping[str, Any] | None) -> Any:
+    try:
+        import wandb
+    except ImportError:
+        warnings.warn("logging.wandb_project is set but wandb is not installed: not logging to wandb", stacklevel=3)
+        return None
+    # A stable run id in the run directory makes a resumed run continue the same wandb run.
+    id_file = run_dir / "wandb_id"
+    run_id = id_file.read_text().strip() if id_file.exists() else wandb.util.generate_id()
+    id_file.write_text(run_id)
+    return wandb.init(project=project, name=name, id=run_id, resume="allow", config=dict(config or {}))
+
+
+# ----------------------------------------------------------------------------------------------
+# Console
+# ----------------------------------------------------------------------------------------------
+
+
+def format_metrics(metrics: Mapping[str, Any], keys: Sequence[str] = PROGRESS_KEYS) -> str:
+    """`reward/mean=0.412 time/step=1.53` for the keys present (4 significant digits)."""
+    parts = []
+    for key in keys:
+        if key in metrics and metrics[key] is not None:
+            parts.append(f"{key}={float(metrics[key]):.4g}")
+    return " ".join(parts)
+
+
+class Progress:
+    """A tqdm bar over optimizer steps with ETA and the key numbers of the last step (rank 0 only)."""
+
+    def __init__(
+        self, total_steps: int, *, initial: int = 0, keys: Sequence[str] = PROGRESS_KEYS, enabled: bool = True
+    ) -> None:
+        from tqdm import tqdm
+
+        self.keys = tuple(keys)
+        self._bar = tqdm(
+            total=total_steps, initial=initial, desc="lens", unit="step", dynamic_ncols=True, disable=not enabled
+        )
+
+    def update(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Advance to `step` (1-based count of finished steps) and show the key numbers."""
+        self._bar.set_postfix_str(format_metrics(metrics, self.keys), refresh=False)
+        self._bar.update(step - self._bar.n)
+
+    def write(self, line: str) -> None:
+        """Print a line above the bar (e.g. an evaluation result)."""
+        self._bar.write(line)
+
+    def close(self) -> None:
+        """Close the bar."""
+        self._bar.close()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table (e.g. the closing summary): columns padded, floats with 4 significant digits."""
+    cells = [[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row] for row in rows]
+    widths = [max([len(str(h))] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    line = "  ".join(str(h).ljust(w) for h, w in zip(headers, widths, strict=True))
+    sep = "  ".join("-" * w for w in widths)
+    body = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join([line, sep, *body])

@@ -1,0 +1,543 @@
+"""Models for the trainer: HF loading, the DeepSpeed engine, the LR schedule and the log-prob passes.
+
+    policy, ref = load_models(cfg, device)                    # after setup_distributed(device)
+    train = build_engine(policy, cfg)                         # DeepSpeed, torch AdamW client optimizer
+    logp, mask = sequence_logprobs(train.engine, prompts, responses, temperature=1.0, micro_batch_size=8)
+    train.backward(loss); grad_norm = train.step()
+
+Log-probs never materialize [n, V] logits: the decoder gives last hidden states, and
+`lens_kernels.linear_token_logprobs` / `linear_interference_scores` fuse the LM head with the
+log-softmax, on the positions that are needed only. The fused head runs *as the lm_head module*
+(its forward is swapped for the duration of the call) so DeepSpeed ZeRO-3's module hooks gather and
+release its weight exactly as for a normal forward, with gradients.
+
+DeepSpeed (facts.md): a torch AdamW client optimizer avoids the ~95 s fused-Adam JIT build; the
+shared-memory all-reduce build (~60 s) is skipped; gloo on CPU, nccl on GPU; one process works without
+torchrun (the env vars of a 1-rank group are set). Gradient accumulation is caller-owned
+(`managed_gradient_accumulation: false`): any number of `backward` calls, then one `step`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import math
+import os
+import socket
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+import lens_kernels
+from lens.config import Config, resolve_path
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+# ----------------------------------------------------------------------------------------------
+# Distributed setup and loading
+# ----------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def setup_distributed(device: str | torch.device) -> tuple[int, int]:
+    """Initialize torch.distributed through DeepSpeed (gloo on CPU, nccl on GPU) -> (rank, world_size).
+
+    Without torchrun the env vars of a one-rank group are set first. Idempotent.
+    """
+    import deepspeed
+
+    defaults = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
+    for key, value in defaults.items():
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    # `import deepspeed.comm.torch as m` binds the torch package, not the module (facts.md).
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    if not torch.distributed.is_initialized():
+        deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo", auto_mpi_discovery=False)
+    return torch.distributed.get_rank(), torch.distributed.get_world_size()
+
+
+def local_device(device: str) -> torch.device:
+    """`cuda` -> this rank's GPU (LOCAL_RANK); `cpu` -> cpu."""
+    if device == "cuda":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device(device)
+
+
+def load_model(
+    path: str,
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+    attn_implementation: str = "sdpa",
+    trainable: bool = True,
+    gradient_checkpointing: bool = False,
+) -> nn.Module:
+    """An HF causal LM from a directory or hub id. trainable=False: eval mode, no parameter grads."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        resolve_path(path), dtype=dtype, attn_implementation=attn_implementation
+    )
+    model.to(device)
+    if trainable:
+        model.train()
+        if gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.config.use_cache = False
+    else:
+        model.eval().requires_grad_(False)
+    return model
+
+
+def load_models(cfg: Config, device: torch.device) -> tuple[nn.Module, nn.Module]:
+    """(policy, frozen reference). Under ZeRO-3 both load partitioned (HF's zero.Init integration)."""
+    dtype = DTYPES[cfg.model.dtype]
+    kw = {"dtype": dtype, "device": device, "attn_implementation": cfg.model.attn_implementation}
+    with _zero3_loading(cfg):
+        policy = load_model(cfg.model.path, gradient_checkpointing=cfg.model.gradient_checkpointing, **kw)
+        ref = load_model(cfg.model.ref_path or cfg.model.path, trainable=False, **kw)
+    return policy, ref
+
+
+@contextlib.contextmanager
+def _zero3_loading(cfg: Config) -> Iterator[None]:
+    # transformers partitions weights at load time while an HfDeepSpeedConfig with stage 3 is alive;
+    # otherwise every rank would first hold the whole model.
+    if cfg.optim.zero_stage != 3:
+        yield
+        return
+    from transformers.integrations import HfDeepSpeedConfig
+
+    keep_alive = HfDeepSpeedConfig(deepspeed_config(cfg))
+    try:
+        yield
+    finally:
+        del keep_alive
+
+
+# ----------------------------------------------------------------------------------------------
+# DeepSpeed engine and schedule
+# ----------------------------------------------------------------------------------------------
+
+
+def deepspeed_config(cfg: Config, world_size: int | None = None) -> dict[str, Any]:
+    """The DeepSpeed config dict for `cfg` (ZeRO stage, bf16, clipping; caller-owned accumulation)."""
+    world = world_size or int(os.environ.get("WORLD_SIZE", "1"))
+    o = cfg.optim
+    bf16 = cfg.model.dtype == "bfloat16"
+    zero: dict[str, Any] = {"stage": o.zero_stage}
+    if o.zero_stage == 3:
+        zero |= {"stage3_gather_16bit_weights_on_model_save": False, "stage3_param_persistence_threshold": 1e4}
+    return {
+        "train_micro_batch_size_per_gpu": o.micro_batch_size,
+        "gradient_accumulation_steps": 1,
+        "train_batch_size": o.micro_batch_size * world,
+        "managed_gradient_accumulation": False,
+        # ZeRO-0 fp32 clips in lens (see _ClipAndRecord): DeepSpeed would clip there but drop the norm.
+        "gradient_clipping": o.grad_clip if (o.zero_stage > 0 or bf16) else 0.0,
+        "zero_optimization": zero,
+        "bf16": {"enabled": bf16},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 2**31 - 1,
+        "wall_clock_breakdown": False,
+    }
+
+
+def make_scheduler(
+    optimizer: torch.optim.Optimizer,
+    kind: str,
+    *,
+    total_steps: int,
+    warmup_steps: int = 0,
+    min_lr_ratio: float = 0.0,
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """`constant` (after an optional linear warmup) or `warmup_cosine` (linear warmup, then cosine from
+    lr to lr * min_lr_ratio at total_steps). Step s (0-based) runs at lr * factor(s)."""
+    if kind not in ("constant", "warmup_cosine"):
+        raise ValueError(f"optim.scheduler={kind!r}: expected constant or warmup_cosine")
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if kind == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+class _ClipAndRecord:
+    """Optimizer step pre-hook for ZeRO-0 fp32: grads are all-reduced when the client optimizer steps,
+    so clip there and keep the global norm (DeepSpeed's own ZeRO-0 clipping discards it)."""
+
+    def __init__(self, params: list[nn.Parameter], max_norm: float) -> None:
+        self.params, self.max_norm, self.norm = params, max_norm, float("nan")
+
+    def __call__(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        max_norm = self.max_norm if self.max_norm > 0 else float("inf")
+        self.norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+
+
+class TrainEngine:
+    """The DeepSpeed engine with lens's step contract.
+
+    Losses handed to `backward` are already normalized by global (all ranks) token counts, so the
+    gradient wanted is the SUM over ranks; DeepSpeed averages, hence the factor world_size.
+    """
+
+    def __init__(self, engine: Any, optimizer: torch.optim.Optimizer, scheduler: Any, probe: Any) -> None:
+        self.engine, self.optimizer, self.scheduler, self._probe = engine, optimizer, scheduler, probe
+        self.world_size = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+
+    @property
+    def module(self) -> nn.Module:
+        """The HF model inside the engine."""
+        return self.engine.module
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Accumulate d loss / d params (one micro-batch); call `step` after the last one."""
+        self.engine.backward(loss * self.world_size, scale_wrt_gas=False)
+
+    def step(self) -> float:
+        """All-reduce/partition grads, clip, AdamW step, LR schedule step -> global grad norm (pre-clip)."""
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm() if self._probe is None else self._probe.norm
+        return float(norm) if norm is not None else float("nan")
+
+    @property
+    def lr(self) -> float:
+        """Learning rate of the next step."""
+        return float(self.optimizer.param_groups[0]["lr"])
+
+
+def build_engine(policy: nn.Module, cfg: Config) -> TrainEngine:
+    """deepspeed.initialize with a torch AdamW client optimizer and the LR schedule of `cfg.optim`."""
+    import deepspeed
+
+    o = cfg.optim
+    params = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+    scheduler = make_scheduler(
+        optimizer, o.scheduler, total_steps=o.steps, warmup_steps=o.warmup_steps, min_lr_ratio=o.min_lr_ratio
+    )
+    ds = deepspeed_config(cfg)
+    probe = None
+    if ds["gradient_clipping"] == 0.0 and o.zero_stage == 0:
+        probe = _ClipAndRecord(params, o.grad_clip)
+        optimizer.register_step_pre_hook(probe)
+    engine, ds_optimizer, _, ds_scheduler = deepspeed.initialize(
+        model=policy, optimizer=optimizer, lr_scheduler=scheduler, config=ds
+    )
+    return TrainEngine(engine, ds_optimizer, ds_scheduler, probe)
+
+
+def wrap_reference(ref: nn.Module, cfg: Config) -> nn.Module:
+    """Under ZeRO-3 the partitioned reference needs an (optimizer-free) engine for its gather hooks."""
+    if cfg.optim.zero_stage != 3:
+        return ref
+    import deepspeed
+
+    ds = deepspeed_config(cfg)
+    ds.pop("gradient_clipping")
+    engine, *_ = deepspeed.initialize(model=ref, config=ds)
+    engine.eval()
+    return engine
+
+
+# ----------------------------------------------------------------------------------------------
+# Log-prob passes
+# ----------------------------------------------------------------------------------------------
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The HF model inside a DeepSpeed engine (or the model itself)."""
+    return getattr(model, "module", model)
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(unwrap(model).parameters()).device
+
+
+def _pad_right(seqs: Sequence[Sequence[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    # Right padding keeps positions 0..len-1 for every real token, so no position ids are needed.
+    length = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), length, dtype=torch.long)
+    attn = torch.zeros(len(seqs), length, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.as_tensor(list(s), dtype=torch.long)
+        attn[i, : len(s)] = 1
+    return ids.to(device), attn.to(device)
+
+
+def _as_forward(model: nn.Module, fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(hf_model, *args), run as the forward of `model`. Through a DeepSpeed engine its bookkeeping
+    runs too: without it ZeRO-3 does not advance its micro-step counter, and the grads of a second
+    micro-batch overwrite those of the first instead of adding to them."""
+    inner = unwrap(model)
+    if inner is model:
+        return fn(inner, *args)
+    inner.forward = functools.partial(fn, inner)
+    try:
+        return model(*args)
+    finally:
+        del inner.forward
+
+
+def _hidden_at(inner: nn.Module, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor):
+    """Last hidden states (final norm applied, no logits) at (rows, pos) -> [n, H]."""
+    out = inner.get_decoder()(input_ids=ids, attention_mask=attn, use_cache=False)
+    return out.last_hidden_state[rows, pos]
+
+
+def _token_logprobs(
+    inner: nn.Module,
+    ids: torch.Tensor,
+    attn: torch.Tensor,
+    rows: torch.Tensor,
+    pos: torch.Tensor,
+    temperature: float,
+    return_entropy: bool,
+) -> Any:
+    """log pi(ids[rows, pos + 1] | prefix) [n] (and entropy [n]) through the fused LM head."""
+    hidden = _hidden_at(inner, ids, attn, rows, pos)
+    with _fused_head(_lm_head(inner), temperature, return_entropy) as head:
+        return head(hidden, ids[rows, pos + 1])
+
+
+def _lm_head(model: nn.Module) -> nn.Module:
+    head = unwrap(model).get_output_embeddings()
+    if getattr(head, "bias", None) is not None:
+        raise ValueError("lens log-prob passes support bias-free LM heads only (lm_head.bias is set)")
+    return head
+
+
+@contextlib.contextmanager
+def _fused_head(head: nn.Module, temperature: float, return_entropy: bool) -> Iterator[nn.Module]:
+    """Make `head(hidden [n, H], targets [n])` return fused log-probs (and entropy) for the duration."""
+
+    def forward(hidden: torch.Tensor, targets: torch.Tensor) -> Any:
+        return lens_kernels.linear_token_logprobs(
+            hidden, head.weight, targets, temperature=temperature, return_entropy=return_entropy
+        )
+
+    head.forward = forward
+    try:
+        yield head
+    finally:
+        del head.forward
+
+
+@contextlib.contextmanager
+def _gathered(params: list[nn.Parameter]) -> Iterator[None]:
+    # ZeRO-3 partitioned parameters carry ds_id; gather them for a read-only use outside a forward.
+    if not any(hasattr(p, "ds_id") for p in params):
+        yield
+        return
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(params):
+        yield
+
+
+def _check_prompts(prompts: Sequence[Sequence[int]], name: str = "prompts") -> None:
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"{name}[{i}] is empty: every sequence needs at least one prompt token")
+
+
+def _response_positions(prompt_lens: list[int], resp_lens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row, position) of the hidden state predicting each response token, row-major [n] each."""
+    rows = [i for i, n in enumerate(resp_lens) for _ in range(n)]
+    pos = [p - 1 + t for p, n in zip(prompt_lens, resp_lens, strict=True) for t in range(n)]
+    return torch.tensor(rows, dtype=torch.long), torch.tensor(pos, dtype=torch.long)
+
+
+def _micro_batch_logprobs(
+    model: nn.Module,
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    width: int,
+    temperature: float,
+    return_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    device = _device(model)
+    ids, attn = _pad_right([list(p) + list(r) for p, r in zip(prompts, responses, strict=True)], device)
+    resp_lens = [len(r) for r in responses]
+    mask = (torch.arange(width).unsqueeze(0) < torch.tensor(resp_lens).unsqueeze(1)).to(device)  # [b, T]
+    logp = torch.zeros(len(prompts), width, dtype=torch.float32, device=device)
+    entropy = torch.zeros_like(logp) if return_entropy else None
+    if sum(resp_lens) == 0:
+        return logp, entropy, mask
+    rows, pos = (t.to(device) for t in _response_positions([len(p) for p in prompts], resp_lens))
+    out = _as_forward(model, _token_logprobs, ids, attn, rows, pos, temperature, return_entropy)
+    flat_logp, flat_ent = out if return_entropy else (out, None)
+    logp = logp.masked_scatter(mask, flat_logp.float())
+    if entropy is not None:
+        entropy = entropy.masked_scatter(mask, flat_ent.float())
+    return logp, entropy, mask
+
+
+def sequence_logprobs(
+    model: nn.Module,
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    *,
+    temperature: float = 1.0,
+    micro_batch_size: int = 8,
+    return_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """log pi(y_t | x, y_<t) of every response token, response r conditioned on prompts[r].
+
+    prompts, responses: R token-id lists each (prompt r must be non-empty). Returns logp [R, T] fp32
+    (T = longest response; padding 0), mask [R, T] bool (real response tokens) and, when asked, the
+    entropy [R, T] fp32 of the temperature-scaled distribution at each token. With grad when the model
+    is in training mode and grad is enabled; every micro-batch's graph is then kept until backward, so
+    the update calls this once per micro-batch. Tensors are on the model's device.
+    """
+    if len(prompts) != len(responses):
+        raise ValueError(f"prompts ({len(prompts)}) and responses ({len(responses)}) must have equal lengths")
+    if micro_batch_size < 1:
+        raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+    _check_prompts(prompts)
+    width = max((len(r) for r in responses), default=0)
+    grad = unwrap(model).training and torch.is_grad_enabled()
+    parts = []
+    with torch.set_grad_enabled(grad):
+        for s in range(0, len(prompts), micro_batch_size):
+            e = s + micro_batch_size
+            parts.append(_micro_batch_logprobs(model, prompts[s:e], responses[s:e], width, temperature, return_entropy))
+    if not parts:
+        empty = torch.zeros(0, 0)
+        return (empty, empty.bool(), empty) if return_entropy else (empty, empty.bool())
+    logp = torch.cat([p[0] for p in parts])
+    mask = torch.cat([p[2] for p in parts])
+    if return_entropy:
+        return logp, mask, torch.cat([p[1] for p in parts])
+    return logp, mask
+
+
+def _prompt_batches(
+    prompts: Sequence[Sequence[int]], micro_batch_size: int, device: torch.device
+) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Per micro-batch: (lengths, ids, attn, rows, pos) where (rows, pos) index the hidden states that
+    predict prompt tokens 1..P_i-1 (row-major) and ids[rows, pos + 1] are those tokens."""
+    if micro_batch_size < 1:
+        raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+    _check_prompts(prompts)
+    for s in range(0, len(prompts), micro_batch_size):
+        chunk = prompts[s : s + micro_batch_size]
+        lens = [len(p) for p in chunk]
+        ids, attn = _pad_right(chunk, device)
+        rows, pos = _response_positions([1] * len(chunk), [n - 1 for n in lens])
+        yield lens, ids, attn, rows.to(device), pos.to(device)
+
+
+def _split_rows(flat: torch.Tensor, lens: list[int], first: float) -> list[torch.Tensor]:
+    """Flat values of positions 1..P_i-1 -> one [P_i] fp32 CPU tensor per prompt, position 0 = first."""
+    pieces = flat.detach().float().cpu().split([n - 1 for n in lens])
+    return [torch.cat([torch.tensor([first]), piece]) for piece in pieces]
+
+
+@torch.no_grad()
+def prompt_token_logprobs(
+    model: nn.Module, prompts: Sequence[Sequence[int]], *, micro_batch_size: int = 8, temperature: float = 1.0
+) -> list[torch.Tensor]:
+    """log pi(x_p | x_<p) of every prompt token -> one [P_i] fp32 CPU tensor per prompt.
+
+    Position 0 has no prefix and holds NaN (never a log-prob; mask it out).
+    """
+    out: list[torch.Tensor] = []
+    for lens, ids, attn, rows, pos in _prompt_batches(prompts, micro_batch_size, _device(model)):
+        if rows.numel() == 0:  # only one-token prompts: nothing to predict
+            out += _split_rows(torch.zeros(0), lens, float("nan"))
+            continue
+        flat = _as_forward(model, _token_logprobs, ids, attn, rows, pos, temperature, False)
+        out += _split_rows(flat, lens, float("nan"))
+    return out
+
+
+@torch.no_grad()
+def interference_scores(
+    policy: nn.Module,
+    ref: nn.Module,
+    prompts: Sequence[Sequence[int]],
+    *,
+    micro_batch_size: int = 8,
+    temperature: float = 1.0,
+) -> list[torch.Tensor]:
+    """S(x_p) = |log pi_theta(x_p | x_<p) - log pi_ref(x_p | x_<p)| per prompt token (LENS Eq. 1).
+
+    Full-vocabulary log-softmax in fp32, one fused pass over both LM heads. Returns one [P_i] fp32 CPU
+    tensor per prompt; position 0 has no prefix and scores 0.0 (no evidence of interference).
+    """
+    if _device(policy) != _device(ref):
+        raise ValueError(f"policy ({_device(policy)}) and ref ({_device(ref)}) must be on one device")
+    out: list[torch.Tensor] = []
+    for lens, ids, attn, rows, pos in _prompt_batches(prompts, micro_batch_size, _device(policy)):
+        if rows.numel() == 0:  # only one-token prompts: nothing to score
+            out += _split_rows(torch.zeros(0), lens, 0.0)
+            continue
+        policy_hidden = _as_forward(policy, _hidden_at, ids, attn, rows, pos)  # [n, H]
+        ref_hidden = _as_forward(ref, _hidden_at, ids, attn, rows, pos)
+        pw, rw = _lm_head(policy).weight, _lm_head(ref).weight
+        with _gathered([pw, rw]):
+            scores = lens_kernels.linear_interference_scores(  # LENS Eq. (1)
+                policy_hidden, pw, ref_hidden, rw, ids[rows, pos + 1], temperature=temperature
+            )
+        out += _split_rows(scores, lens, 0.0)
+    return out
+
+
+def _embeds_logprobs(
+    inner: nn.Module,
+    embeds: torch.Tensor,
+    attn: torch.Tensor,
+    targets: torch.Tensor,
+    rows: torch.Tensor,
+    pos: torch.Tensor,
+) -> torch.Tensor:
+    """Like `_token_logprobs`, from input embeddings [b, L, H]; targets [n]."""
+    hidden = inner.get_decoder()(inputs_embeds=embeds, attention_mask=attn, use_cache=False).last_hidden_state
+    with _fused_head(_lm_head(inner), 1.0, False) as head:
+        return head(hidden[rows, pos], targets)
+
+
+def grad_token_scores(
+    model: nn.Module, prompt: Sequence[int], responses: Sequence[Sequence[int]], *, micro_batch_size: int = 8
+) -> torch.Tensor:
+    """|| d/d e_t sum_y log pi(y | x) ||_2 per prompt token t (the grad_prune ablation scorer).
+
+    e_t is the input embedding of prompt token t, shared by all responses of the group; the gradient
+    is taken w.r.t. it alone (parameter .grad is untouched). Returns [P] fp32 on CPU.
+    """
+    _check_prompts([prompt], "prompt")
+    if not responses:
+        raise ValueError("grad_token_scores needs at least one response")
+    device, plen = _device(model), len(prompt)
+    total = torch.zeros(plen, unwrap(model).config.hidden_size, device=device)
+    with torch.enable_grad():
+        for s in range(0, len(responses), micro_batch_size):
+            chunk = responses[s : s + micro_batch_size]
+            ids, attn = _pad_right([list(prompt) + list(r) for r in chunk], device)
+            rows, pos = (t.to(device) for t in _response_positions([plen] * len(chunk), [len(r) for r in chunk]))
+            if rows.numel() == 0:  # empty responses carry no likelihood
+                continue
+            embeds = unwrap(model).get_input_embeddings()(ids).detach().requires_grad_(True)  # [b, L, H]
+            logp = _as_forward(model, _embeds_logprobs, embeds, attn, ids[rows, pos + 1], rows, pos)
+            (grad,) = torch.autograd.grad(logp.sum(), embeds)
+            total += grad[:, :plen].float().sum(0)  # [P, H]: the copies of e_t across responses add up
+    return total.norm(dim=-1).cpu()

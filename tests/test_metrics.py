@@ -1,0 +1,147 @@
+"""Tests of lens.metrics: hand-computed bins and statistics, the stage timer, metrics.jsonl resume
+semantics, TensorBoard output and the console helpers.
+
+Run: `OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_metrics.py -q`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import pytest
+import torch
+
+from lens import metrics as mx
+
+
+def test_success_bins_paper_m8():
+    # c = 0..8 once each: Failure {0}, Low {1,2,3}, Mid {4,5,6}, High {7,8} (the paper's bins)
+    got = mx.success_bins(torch.arange(9), 8)
+    assert got == pytest.approx({"bins/failure": 1 / 9, "bins/low": 3 / 9, "bins/mid": 3 / 9, "bins/high": 2 / 9})
+
+
+@pytest.mark.parametrize(
+    ("m", "failure", "low", "mid", "high"),
+    [
+        (16, [0], list(range(1, 8)), list(range(8, 14)), [14, 15, 16]),  # 7m/8 = 14, m/2 = 8
+        (4, [0], [1], [2, 3], [4]),  # 7m/8 = 3.5
+        (2, [0], [], [1], [2]),
+        (5, [0], [1, 2], [3, 4], [5]),  # m/2 = 2.5, 7m/8 = 4.375
+    ],
+)
+def test_success_bins_generalize(m, failure, low, mid, high):
+    for name, members in zip(mx.BINS, (failure, low, mid, high), strict=True):
+        for c in members:
+            assert mx.success_bins(torch.tensor([c]), m)[f"bins/{name}"] == 1.0, (m, c, name)
+
+
+def test_success_counts_and_bins_from_rewards():
+    rewards = torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.5, 0.0, 1.0, 0.0]])
+    counts = mx.success_counts(rewards)
+    assert counts.tolist() == [3, 0, 4, 1]
+    assert mx.success_counts(rewards, threshold=0.5).tolist() == [3, 0, 4, 2]
+    assert mx.success_bins(counts, 4) == {"bins/failure": 0.25, "bins/low": 0.25, "bins/mid": 0.25, "bins/high": 0.25}
+    assert mx.zero_variance_share(rewards) == 0.5
+    assert mx.zero_variance_share(torch.zeros(0, 4)) == 0.0
+
+
+def test_bins_errors():
+    with pytest.raises(ValueError, match=r"successes must be in \[0, 8\]"):
+        mx.success_bins(torch.tensor([9]), 8)
+    with pytest.raises(ValueError, match=r"rewards must be \[B, m\]"):
+        mx.success_counts(torch.zeros(4))
+    assert mx.success_bins(torch.zeros(0, dtype=torch.long), 8)["bins/failure"] == 0.0
+
+
+def test_response_length_stats():
+    got = mx.response_length_stats([3, 10, 7, 10], max_tokens=10)
+    assert got == {"response/len_mean": 7.5, "response/len_max": 10.0, "response/clip_ratio": 0.5}
+    # A response ending in EOS at exactly max_tokens is not clipped when finish reasons are known.
+    got = mx.response_length_stats([3, 10, 7, 10], 10, ["stop", "stop", "stop", "length"])
+    assert got["response/clip_ratio"] == 0.25
+    with pytest.raises(ValueError, match="finish_reasons"):
+        mx.response_length_stats([1, 2], 10, ["stop"])
+    assert mx.response_length_stats([], 10)["response/len_mean"] == 0.0
+
+
+def test_masked_mean_and_throughput():
+    values = torch.tensor([[1.0, 2.0, 100.0], [3.0, 100.0, 100.0]])
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    assert mx.masked_mean(values, mask) == 2.0
+    assert mx.masked_mean(values, torch.zeros_like(mask)) == 0.0
+    assert mx.throughput(300, 1.5) == 200.0 and mx.throughput(5, 0.0) == 0.0
+
+
+def test_timer_sums_stages():
+    timer = mx.Timer()
+    for _ in range(2):
+        with timer("a"):
+            time.sleep(0.01)
+    with pytest.raises(RuntimeError), timer("b"):
+        raise RuntimeError  # a failing stage still records its time
+    got = timer.metrics()
+    assert set(got) == {"time/a", "time/b"} and 0.02 <= got["time/a"] < 1.0
+    timer.reset()
+    assert timer.metrics() == {}
+
+
+def rows(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_logger_writes_jsonl_and_tensorboard(tmp_path):
+    with mx.MetricsLogger(tmp_path, tensorboard=True) as log:
+        log.log(1, {"reward/mean": torch.tensor(0.25), "loss/pg": 1.5, "grad_norm": float("nan")})
+        log.log(2, {"reward/mean": 0.5})
+    assert rows(tmp_path / mx.METRICS_FILE) == [
+        {"step": 1, "reward/mean": 0.25, "loss/pg": 1.5, "grad_norm": None},
+        {"step": 2, "reward/mean": 0.5},
+    ]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("reward/mean")] == [(1, 0.25), (2, 0.5)]
+    assert "grad_norm" not in acc.Tags()["scalars"]  # non-finite values are not plotted
+
+
+def test_logger_resume_drops_rows_after_the_checkpoint(tmp_path):
+    with mx.MetricsLogger(tmp_path, tensorboard=False) as log:
+        for step in range(1, 6):
+            log.log(step, {"x": step})
+    with open(tmp_path / mx.METRICS_FILE, "a") as f:
+        f.write('{"step": 6, "x": ')  # torn by a kill mid-write
+    with mx.MetricsLogger(tmp_path, resume_step=3, tensorboard=False) as log:  # resumed from step 3
+        log.log(4, {"x": 40})
+    assert [(r["step"], r["x"]) for r in rows(tmp_path / mx.METRICS_FILE)] == [(1, 1), (2, 2), (3, 3), (4, 40)]
+    with mx.MetricsLogger(tmp_path, tensorboard=False) as log:  # a fresh run starts an empty file
+        log.log(1, {"x": -1})
+    assert rows(tmp_path / mx.METRICS_FILE) == [{"step": 1, "x": -1}]
+
+
+def test_logger_disabled_and_wandb_missing(tmp_path):
+    log = mx.MetricsLogger(tmp_path / "r1", enabled=False)
+    log.log(1, {"x": 1})
+    log.close()
+    assert not (tmp_path / "r1").exists()
+    with pytest.warns(UserWarning, match="wandb is not installed"):
+        log = mx.MetricsLogger(tmp_path / "r2", tensorboard=False, wandb_project="p")
+    log.log(1, {"x": 1})
+    log.close()
+    assert rows(tmp_path / "r2" / mx.METRICS_FILE) == [{"step": 1, "x": 1.0}]
+
+
+def test_console_helpers(capsys):
+    line = mx.format_metrics({"reward/mean": 0.41234, "time/step": 1.5, "other": 3.0, "loss/pg": None})
+    assert line == "reward/mean=0.4123 time/step=1.5"
+    with mx.Progress(4, initial=1, enabled=True) as bar:
+        bar.update(2, {"reward/mean": 0.5})
+        bar.update(4, {"reward/mean": 0.75})
+        assert bar._bar.n == 4
+    err = capsys.readouterr().err
+    assert "4/4" in err and "reward/mean=0.75" in err
+    table = mx.format_table(["stage", "seconds"], [["generate", 1.23456], ["update", 2]])
+    assert table.splitlines() == ["stage     seconds", "--------  -------", "generate  1.235  ", "update    2      "]
+    assert math.isfinite(len(mx.format_table(["a"], [])))
