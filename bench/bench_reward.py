@@ -1,0 +1,125 @@
+"""Benchmarks of lens/reward.py: math verification throughput on 2 workers and worst-case batch latency.
+
+Completions look like real ~400-character chain-of-thought outputs ending in `\\boxed{...}`, built from the
+gold answers of /work/shared/data/math500/test.jsonl (read through lens.data, never copied):
+- `typical`: an RL batch of 128 prompts x 8 rollouts: 40% correct in the gold's own form, 10% the gold
+  rewritten (integers as `\\frac{2n}{2}`, `\\frac{a}{b}` as `a/b`, `\\dfrac`), 40% wrong (another integer
+  for integer golds, another problem's answer otherwise), 10% answered with "The answer is ..." only;
+- `all_wrong`: the same batch with every rollout wrong: the most work for math-verify;
+- `adversarial`: the typical batch plus hanging items (`7^{123456789}`, `(10^{100})!`): the latency of a
+  whole batch is what the trainer waits for.
+
+Run: `OMP_NUM_THREADS=1 .venv/bin/python -m pytest bench/bench_reward.py -q` (about a minute). Rows go to
+bench/results/results.jsonl through bench/harness.py; `completions_per_s` is in each row.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+import harness
+import pytest
+
+from lens.data import load_benchmark
+from lens.reward import Verifier
+
+NUM_WORKERS = 2
+BATCH = 1024
+ADVERSARIAL_TIMEOUT_S = 2.0
+HANGING = [r"\boxed{7^{123456789}}", r"\boxed{(10^{100})!}", r"\boxed{10^{10^{10^{10}}}}", r"\boxed{(10^{100})!}"]
+
+FILLER = (
+    "We start by writing down what is given and what is asked. Let the unknown quantity be $x$. "
+    "From the first condition we get an equation in $x$; substituting the second condition and "
+    "simplifying both sides gives a linear relation. Checking the edge cases $x = 0$ and $x = 1$ "
+    "shows they do not satisfy the constraints, so the solution is unique. "
+)
+
+
+def _golds() -> list[str]:
+    return [p.answer for p in load_benchmark("math500").problems]
+
+
+def _other_form(gold: str) -> str:
+    """The gold rewritten as a model might: integers as `\\frac{2n}{2}`, `\\frac{a}{b}` as `a/b`, `\\dfrac`."""
+    if gold.lstrip("-").isdigit():
+        return f"\\frac{{{2 * int(gold)}}}{{2}}"
+    fraction = re.fullmatch(r"\\frac\{(\d+)\}\{(\d+)\}", gold)
+    if fraction:
+        return f"{fraction.group(1)}/{fraction.group(2)}"
+    return gold.replace("\\frac", "\\dfrac")
+
+
+def _wrong(rng: random.Random, gold: str, golds: list[str]) -> str:
+    """A wrong answer of the gold's own type: another integer for integers, another gold otherwise."""
+    if gold.lstrip("-").isdigit():
+        return str(int(gold) + rng.randint(1, 9))
+    other = rng.choice(golds)
+    return other if other != gold else other + "+1"
+
+
+def _completion(rng: random.Random, gold: str, golds: list[str], mode: str) -> str:
+    body = FILLER[: rng.randint(300, len(FILLER))]
+    if mode == "wrong":
+        return body + f"Therefore the answer is $\\boxed{{{_wrong(rng, gold, golds)}}}$."
+    if mode == "other_form":
+        return body + f"Therefore the answer is $\\boxed{{{_other_form(gold)}}}$."
+    if mode == "answer_is":
+        return body + f"The answer is ${gold}$."
+    return body + f"Therefore the answer is $\\boxed{{{gold}}}$."
+
+
+def _batch(mix: dict[str, float], n: int, seed: int, m: int = 8) -> tuple[list[str], list[str]]:
+    """n completions: n / m prompts (distinct math500 golds) with m rollouts each, modes drawn from `mix`."""
+    rng = random.Random(seed)
+    golds = _golds()
+    prompt_golds = [g for g in rng.sample(golds, n // m) for _ in range(m)]
+    modes = rng.choices(list(mix), weights=list(mix.values()), k=len(prompt_golds))
+    return [_completion(rng, g, golds, mode) for g, mode in zip(prompt_golds, modes, strict=True)], prompt_golds
+
+
+TYPICAL = {"correct": 0.4, "other_form": 0.1, "wrong": 0.4, "answer_is": 0.1}
+
+
+@pytest.fixture(scope="module")
+def verifier() -> Verifier:
+    # No verdict cache: every round pays for math-verify (a training run also gets cache hits across steps).
+    with Verifier("math", num_workers=NUM_WORKERS, cache_size=0) as v:
+        yield v
+
+
+@pytest.mark.parametrize("mix_name", ["typical", "all_wrong"])
+def test_math_throughput(benchmark, verifier: Verifier, mix_name: str) -> None:
+    mix = TYPICAL if mix_name == "typical" else {"wrong": 1.0}
+    # Fresh batches for every call (5 rounds, warm-up, peak-memory call): gold-parse caches stay cold-ish.
+    batches = iter([_batch(mix, BATCH, seed) for seed in range(10)])
+
+    def score() -> None:
+        completions, golds = next(batches)
+        verifier.score(completions, golds)
+
+    row = harness.run_case(
+        benchmark, "reward_math", f"pool{NUM_WORKERS}_{mix_name}", {"R": BATCH}, score, device="cpu", rounds=5
+    )
+    per_s = BATCH / row["median"]
+    benchmark.extra_info["completions_per_s"] = per_s
+    print(f"\nreward math {mix_name}: {per_s:.0f} completions/s on {NUM_WORKERS} workers")
+
+
+def test_adversarial_batch_latency(benchmark) -> None:
+    completions, golds = _batch(TYPICAL, 256, seed=7)
+    completions += HANGING
+    golds += ["2"] * len(HANGING)
+    with Verifier("math", num_workers=NUM_WORKERS, timeout_s=ADVERSARIAL_TIMEOUT_S, cache_size=0) as v:
+        row = harness.run_case(
+            benchmark,
+            "reward_math_adversarial",
+            f"pool{NUM_WORKERS}",
+            {"R": len(completions), "hanging": len(HANGING), "timeout_s": ADVERSARIAL_TIMEOUT_S},
+            lambda: v.score(completions, golds),
+            device="cpu",
+            rounds=3,
+            warmup=0,
+        )
+    print(f"\nreward math adversarial batch: median {row['median']:.2f} s (p80 {row['p80']:.2f} s)")

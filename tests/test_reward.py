@@ -1,0 +1,454 @@
+"""Tests of lens/reward.py: extraction, each verifier kind, the worker pool and the adversarial suite.
+
+Run: `.venv/bin/python -m pytest tests/test_reward.py -q` (about 20 s on two cores; short deadlines).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import signal
+import string
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from lens.reward import (
+    DEFAULT_MAX_CHARS,
+    MAX_ANSWER_CHARS,
+    REASONS,
+    Verifier,
+    _math_verify,
+    _normalize_math,
+    _numeric_verdict,
+    extract_boxed,
+    extract_choice,
+    extract_math_answer,
+    verify_choice,
+    verify_exact,
+    verify_math,
+    verify_text,
+    verify_vartrack,
+)
+
+DEADLINE_S = 1.0
+# Fork/kill/respawn and pipe round trips on two busy cores: generous, still far below a hang.
+SLACK_S = 1.5
+
+
+@pytest.fixture(scope="module")
+def math_verifier() -> Verifier:
+    with Verifier("math", num_workers=2, timeout_s=DEADLINE_S, max_chars=200_000) as v:
+        yield v
+
+
+# ------------------------------------------------------------------------------------------------
+# extraction
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (r"so $\boxed{\frac{1}{2}}$.", r"\frac{1}{2}"),
+        (r"\boxed{1} then \boxed{ 2 }", "2"),
+        (r"\boxed{3} and finally \boxed{4 + {5", "3"),  # the last one never closes
+        (r"\boxed{\{1,2\}}", r"\{1,2\}"),  # escaped braces are content
+        (r"\fbox{7}", "7"),
+        (r"\boxed {8}", "8"),
+        ("no box here", None),
+        ("\\boxed{" + "{" * 5000, None),
+    ],
+)
+def test_extract_boxed(text: str, expected: str | None) -> None:
+    assert extract_boxed(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (r"Thus the answer is $\frac{3}{4}$.", r"\frac{3}{4}"),
+        ("Final Answer: 42", "42"),
+        ("The final answer is: 17.", "17"),
+        ("we get 12 and then 1,000 apples", "1000"),
+        ("the ratio is -3/4", "-3/4"),
+        ("nothing numeric", None),
+        (r"\boxed{9} although the answer is 8", "9"),  # boxed wins over the fallbacks
+    ],
+)
+def test_extract_math_answer_fallbacks(text: str, expected: str | None) -> None:
+    assert extract_math_answer(text) == expected
+
+
+# ------------------------------------------------------------------------------------------------
+# math
+# ------------------------------------------------------------------------------------------------
+
+COT = "Let us compute step by step. We simplify the expression and check each case carefully. "
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold"),
+    [
+        (COT + r"So the answer is $\boxed{\dfrac{1}{2}}$.", r"\frac{1}{2}"),
+        (COT + r"$\boxed{0.5}$", r"\frac{1}{2}"),
+        (COT + r"$\boxed{1/2}$", r"\frac12"),
+        (COT + r"$\boxed{\frac{1}{2}}$", "0.5"),
+        (COT + r"$\boxed{[1, 2)}$", r"[1,2)"),
+        (COT + r"$\boxed{(-\infty, 3]}$", r"(-\infty,3]"),
+        (COT + r"$\boxed{x^2 + 2x + 1}$", r"(x+1)^2"),
+        (COT + r"$\boxed{\text{Evelyn}}$", r"\text{Evelyn}"),
+        (COT + r"$\boxed{30^\circ}$", "30"),
+        (COT + r"$\boxed{3, 5, 1}$", "1,3,5"),
+        (COT + r"first guess \boxed{3}, corrected: \boxed{4}", "4"),
+        (COT + r"The answer is $\frac{14}{3}$.", r"\frac{14}{3}"),
+        (COT + "so there are 25 ways", "25"),
+        (COT + r"$\boxed{\left( 3, \frac{\pi}{2} \right)}$", r"\left( 3, \frac{\pi}{2} \right)"),
+        (COT + r"$\boxed{{ {(3, \frac{\pi}{2})} }}$", r"\left( 3, \frac{\pi}{2} \right)"),
+    ],
+)
+def test_verify_math_correct(completion: str, gold: str) -> None:
+    assert verify_math(completion, gold) == (1.0, "correct")
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "reason"),
+    [
+        (COT + r"$\boxed{(1, 2]}$", r"[1,2)", "wrong"),
+        (COT + r"$\boxed{0.5}$", r"\frac{1}{3}", "wrong"),
+        (COT + r"$\boxed{x^2 + 1}$", r"(x+1)^2", "wrong"),
+        (COT + r"\boxed{4}, on reflection \boxed{5}", "4", "wrong"),  # the LAST box counts
+        (COT + r"$\boxed{\text{Alice}}$", r"\text{Evelyn}", "wrong"),
+        (COT + "no numbers at all", "4", "no_answer"),
+        (r"\boxed{}", "4", "no_answer"),
+    ],
+)
+def test_verify_math_incorrect(completion: str, gold: str, reason: str) -> None:
+    assert verify_math(completion, gold) == (0.0, reason)
+
+
+NUMERIC_PAIRS = [
+    ("5", "5"),
+    ("5.0", "5"),
+    ("05", "5"),
+    ("-3", "-3.00"),
+    (r"\frac{10}{2}", "5"),
+    (r"-\frac{3}{4}", "-0.75"),
+    ("3/4", r"\frac{3}{4}"),
+    ("7", "5"),
+    ("-5", "5"),
+    ("123456789012345678901234567890", "123456789012345678901234567891"),
+    ("0.5", "0.4"),
+    ("0.333333", r"\frac{1}{3}"),
+    (".5", r"\frac{1}{2}"),
+]
+
+
+def test_numeric_shortcut_agrees_with_math_verify() -> None:
+    decided = 0
+    for pred, gold in NUMERIC_PAIRS:
+        shortcut = _numeric_verdict(_normalize_math(pred), _normalize_math(gold))
+        if shortcut is not None:
+            decided += 1
+            assert shortcut == _math_verify(pred, gold, 5), (pred, gold)
+    # Unequal non-integers (0.5 vs 0.4, 0.333333 vs 1/3) are left to math-verify's rounding rules.
+    assert decided == len(NUMERIC_PAIRS) - 2
+    assert _numeric_verdict("0.333333", _normalize_math(r"\frac{1}{3}")) is None
+
+
+def test_verify_math_off_main_thread_does_not_raise() -> None:
+    # math-verify's SIGALRM raises off the main thread; verify_math then runs without its alarm.
+    out: list[tuple[float, str]] = []
+    thread = threading.Thread(target=lambda: out.append(verify_math(r"\boxed{0.5}", r"\frac12")))
+    thread.start()
+    thread.join(30)
+    assert out == [(1.0, "correct")]
+
+
+def test_length_limits() -> None:
+    assert verify_math("1" * (DEFAULT_MAX_CHARS + 1), "1") == (0.0, "too_long")
+    assert verify_math("x" * (DEFAULT_MAX_CHARS - 12) + r"\boxed{1}", "1") == (1.0, "correct")
+    long_box = "\\boxed{" + "1+" * MAX_ANSWER_CHARS + "1}"
+    assert verify_math(long_box, "1") == (0.0, "too_long")
+    assert verify_choice("C" * 20, "C", max_chars=10) == (0.0, "too_long")
+
+
+def test_untrusted_types_and_encodings() -> None:
+    assert verify_math(b"\xff\xfe \\boxed{12}", "12") == (1.0, "correct")  # type: ignore[arg-type]
+    assert verify_math("\ud800 \\boxed{12}", "12") == (1.0, "correct")
+    assert verify_math(None, "12") == (0.0, "parse_error")  # type: ignore[arg-type]
+    assert verify_vartrack(12, "1") == (0.0, "parse_error")  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------------------
+# choice, text, vartrack, exact
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        (r"Reasoning... so $\boxed{C}$", "C"),
+        (r"\boxed{\text{(B)}}", "B"),
+        (r"\boxed{d}", "D"),
+        ("Thus the answer is (C).", "C"),
+        ("The answer is J", "J"),
+        ("Answer: C", "C"),
+        ("**Answer:** E", "E"),
+        ("Answer: A, then on reflection the answer is (G)", "G"),
+        ("(H)", "H"),
+        ("  B. ", "B"),
+        ("the answer is a long story", None),
+        ("I think it is C because", None),
+        (r"\boxed{K}", None),
+    ],
+)
+def test_extract_choice(completion: str, expected: str | None) -> None:
+    assert extract_choice(completion) == expected
+
+
+def test_verify_choice() -> None:
+    assert verify_choice("so the answer is (C)", "C") == (1.0, "correct")
+    assert verify_choice(r"\boxed{C}", "(c)") == (1.0, "correct")
+    assert verify_choice(r"\boxed{B}", "C") == (0.0, "wrong")
+    assert verify_choice("I cannot decide", "C") == (0.0, "no_answer")
+    with pytest.raises(ValueError, match="one letter A-J"):
+        verify_choice(r"\boxed{C}", "Z")
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        (r"... so $\boxed{\text{Football}}$", "football", 1.0),
+        ("The answer is: Yes, unknown, no.", "yes, unknown, no", 1.0),
+        (r"\boxed{B}", "(B)", 1.0),
+        ("Answer: (b)", "(B)", 1.0),
+        ("Answer: 1210", "1210", 1.0),
+        (r"\boxed{bed}", "football", 0.0),
+        ("yes, no, no", "yes, unknown, no", 0.0),  # no answer marker at all
+    ],
+)
+def test_verify_text(completion: str, gold: str, expected: float) -> None:
+    assert verify_text(completion, gold)[0] == expected
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "verdict"),
+    [
+        ("g = 7 ; a = 7 - 7 = 0 ; # 0", "0", (1.0, "correct")),
+        ("g = 7 ; a = 7 - 7 = 0 ; #    8 trailing", "8", (1.0, "correct")),
+        ("#8", "8", (1.0, "correct")),
+        ("g = 7 ; # 3 ; # 8", "8", (0.0, "wrong")),  # only the FIRST # counts
+        ("g = 7 ; a = 7 - 7 = 0 ; # 1", "0", (0.0, "wrong")),
+        ("g = 7 ; a = 0", "0", (0.0, "no_answer")),
+        ("g = 7 ; #   ", "0", (0.0, "no_answer")),
+    ],
+)
+def test_verify_vartrack(completion: str, gold: str, verdict: tuple[float, str]) -> None:
+    assert verify_vartrack(completion, gold) == verdict
+
+
+def test_verify_exact() -> None:
+    assert verify_exact("  Paris \n", "Paris") == (1.0, "correct")
+    assert verify_exact("paris", "Paris") == (0.0, "wrong")
+    assert verify_exact("   ", "Paris") == (0.0, "no_answer")
+
+
+def test_inline_kinds_start_no_process() -> None:
+    before = len(multiprocessing.active_children())
+    with Verifier("vartrack") as v:
+        assert len(multiprocessing.active_children()) == before
+        batch = v.score(["a = 1 ; # 1", "a = 1 ; # 2", "a = 1"], ["1", "1", "1"])
+    assert batch.rewards.tolist() == [1.0, 0.0, 0.0]
+    assert batch.item_reasons == ("correct", "wrong", "no_answer")
+
+
+def test_verifier_argument_errors() -> None:
+    with pytest.raises(ValueError, match="kind"):
+        Verifier("bogus")
+    with pytest.raises(ValueError, match="num_workers"):
+        Verifier("exact", num_workers=0)
+    with pytest.raises(ValueError, match="timeout_s"):
+        Verifier("exact", timeout_s=0)
+    v = Verifier("exact")
+    with pytest.raises(ValueError, match="2 completions but 1 answers"):
+        v.score(["a", "b"], ["a"])
+    with pytest.raises(TypeError, match=r"answers\[0\]"):
+        v.score(["a"], [1])  # type: ignore[list-item]
+    v.close()
+    with pytest.raises(ValueError, match="closed"):
+        v.score(["a"], ["a"])
+
+
+# ------------------------------------------------------------------------------------------------
+# the math pool
+# ------------------------------------------------------------------------------------------------
+
+
+def test_pool_scores_like_the_plain_function(math_verifier: Verifier) -> None:
+    completions = [
+        COT + r"$\boxed{0.5}$",
+        COT + r"$\boxed{\dfrac{1}{2}}$",
+        COT + r"$\boxed{(1,2]}$",
+        COT + "no numbers",
+        COT + r"$\boxed{0.5}$",  # a duplicate (prediction, gold) pair is verified once
+    ]
+    golds = [r"\frac{1}{2}", r"\frac12", "[1,2)", "3", r"\frac{1}{3}"]
+    batch = math_verifier.score(completions, golds)
+    assert batch.rewards.dtype == torch.float32
+    assert batch.rewards.shape == (5,)
+    assert batch.rewards.tolist() == [verify_math(c, g)[0] for c, g in zip(completions, golds, strict=True)]
+    assert batch.item_reasons == ("correct", "correct", "wrong", "no_answer", "wrong")
+    assert set(batch.reasons) == set(REASONS)
+    assert sum(batch.reasons.values()) == 5
+    assert batch.reasons["correct"] == 2 and batch.reasons["wrong"] == 2 and batch.reasons["no_answer"] == 1
+    empty = math_verifier.score([], [])
+    assert empty.rewards.shape == (0,)
+
+
+def _garbage(n: int, seed: int) -> str:
+    rng = random.Random(seed)
+    alphabet = string.printable + "{}\\^_$" * 8
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+HOSTILE_GOLD = "-2"
+
+
+def _adversarial(pwned: Path) -> list[str]:
+    """Hostile completions; the gold answer for all of them is HOSTILE_GOLD, so any reward 1 is a bug."""
+    cmd = f"touch {pwned}"
+    return [
+        "10^10^10^10",
+        r"\boxed{10^10^10^10}",
+        r"\boxed{10^{10^{10^{10}}}}",
+        r"\boxed{7^{123456789}}",
+        r"\boxed{(10^{100})!}",
+        r"\boxed{10^{10^{10}}}",
+        _garbage(100_000, 0),
+        "\\boxed{" + _garbage(100_000, 1) + "}",
+        "\\boxed{" + "+".join(["1"] * 50_000) + "}",
+        "\\boxed{" + "{" * 5000 + "1" + "}" * 5000 + "}",
+        "\\boxed{" + "{" * 400 + "3" + "}" * 400 + "}",
+        "{" * 5000,
+        "\\boxed{" * 5000,
+        f"__import__('os').system('{cmd}')",
+        f"\\boxed{{__import__('os').system('{cmd}')}}",
+        f'$\\boxed{{\\text{{__import__("os").system("{cmd}")}}}}$',
+        f"The answer is eval(\"__import__('os').system('{cmd}')\")",
+        f"\\boxed{{exec(\"import os; os.system('{cmd}')\")}}",
+        f"\\boxed{{os.system('{cmd}')}}",
+        "\\boxed{().__class__.__base__.__subclasses__()}",
+        f"\\boxed{{lambda: open('{pwned}', 'w')}}",
+        "\\boxed{__import__('os').system('touch /tmp/PWNED')}",
+        b"\xff\xfe\\boxed{\xc3\x28}".decode("utf-8", "surrogateescape"),
+        "\ud800\udfff \\boxed{\udcff}",
+        r"\boxed{1 + {2",
+        r"}}}}\boxed{",
+        r"\boxed{\frac{1}{2}",
+        r"\boxed{\frac{1}{}}",
+        r"\boxed{\sqrt[}{}}",
+    ]
+
+
+def test_adversarial_items_each_within_deadline(math_verifier: Verifier, tmp_path: Path) -> None:
+    pwned = tmp_path / "PWNED"
+    tmp_pwned_existed = Path("/tmp/PWNED").exists()
+    for completion in _adversarial(pwned):
+        start = time.monotonic()
+        batch = math_verifier.score([completion], [HOSTILE_GOLD])
+        elapsed = time.monotonic() - start
+        assert elapsed < DEADLINE_S + SLACK_S, (completion[:60], elapsed)
+        assert batch.rewards.tolist() == [0.0], completion[:60]
+        assert batch.item_reasons[0] != "correct"
+    assert not pwned.exists()
+    assert Path("/tmp/PWNED").exists() == tmp_pwned_existed
+
+
+def test_hanging_inputs_time_out(math_verifier: Verifier) -> None:
+    batch = math_verifier.score([r"\boxed{7^{123456789}}", r"\boxed{(10^{100})!}"], ["2", "2"])
+    assert batch.item_reasons == ("timeout", "timeout")
+    assert batch.reasons["timeout"] == 2
+
+
+def test_mixed_batch_scores_good_items_right(math_verifier: Verifier, tmp_path: Path) -> None:
+    hostile = _adversarial(tmp_path / "PWNED")
+    good = [
+        (COT + r"$\boxed{0.5}$", r"\frac{1}{2}", 1.0),
+        (COT + r"$\boxed{\frac{2}{4}}$", "0.5", 1.0),
+        (COT + r"$\boxed{3}$", "2", 0.0),
+        (COT + r"$\boxed{[0, 1]}$", "[0,1]", 1.0),
+    ]
+    completions, golds, expected = [], [], []
+    for i, item in enumerate(hostile):
+        completions.append(item)
+        golds.append(HOSTILE_GOLD)
+        expected.append(0.0)
+        if i % 7 == 0:
+            c, g, r = good[(i // 7) % len(good)]
+            completions.append(c)
+            golds.append(g)
+            expected.append(r)
+    start = time.monotonic()
+    batch = math_verifier.score(completions, golds)
+    elapsed = time.monotonic() - start
+    assert batch.rewards.tolist() == expected
+    hung = batch.reasons["timeout"] + batch.reasons["worker_crash"]
+    # Two workers take the hanging items two at a time.
+    assert elapsed < (hung + 1) // 2 * DEADLINE_S + 2 * SLACK_S, (elapsed, batch.reasons)
+    assert not (tmp_path / "PWNED").exists()
+
+
+def _kill_busy_worker(v: Verifier, not_pid: int | None, start: float) -> int:
+    """SIGKILLs the pool's single worker once it is busy (and is not process `not_pid`); returns its pid."""
+    while time.monotonic() - start < 10:
+        worker = v._pool.workers[0]
+        if worker.task is not None and worker.proc.pid != not_pid:
+            os.kill(worker.proc.pid, signal.SIGKILL)
+            return worker.proc.pid
+        time.sleep(0.005)
+    raise AssertionError("the worker never became busy")
+
+
+def test_worker_crash_is_a_verdict_and_the_pool_recovers() -> None:
+    with Verifier("math", num_workers=1, timeout_s=30.0) as v:
+        # The worker dies while idle: the next batch still scores.
+        os.kill(v._pool.workers[0].proc.pid, signal.SIGKILL)
+        assert v.score([r"\boxed{0.5}"], [r"\frac13"]).item_reasons == ("wrong",)
+        # The worker dies in the middle of an item twice (the item is retried once on a fresh worker): the
+        # item is a worker_crash, long before its 30 s deadline.
+        out: list = []
+        thread = threading.Thread(target=lambda: out.append(v.score([r"\boxed{7^{123456789}}"], ["2"])))
+        start = time.monotonic()
+        thread.start()
+        first = _kill_busy_worker(v, None, start)
+        _kill_busy_worker(v, first, start)
+        thread.join(20)
+        assert out[0].item_reasons == ("worker_crash",)
+        assert time.monotonic() - start < 10
+        assert v.score([r"\boxed{0.5}"], [r"\frac12"]).item_reasons == ("correct",)
+
+
+def test_verdict_cache_keeps_only_deterministic_verdicts() -> None:
+    with Verifier("math", num_workers=1, timeout_s=DEADLINE_S, cache_size=2) as v:
+        v.score([r"\boxed{0.5}", r"\boxed{(1,2]}", r"\boxed{7^{123456789}}"], [r"\frac13", "[1,2)", "2"])
+        assert list(v._cache) == [("0.5", r"\frac13"), ("(1,2]", "[1,2)")]  # the timeout is not cached
+        assert v.score([r"\boxed{(1,2]}"], ["[1,2)"]).item_reasons == ("wrong",)
+        v.score([r"\boxed{x^2}"], ["y"])
+        assert list(v._cache) == [("(1,2]", "[1,2)"), ("x^2", "y")]  # least recently used evicted
+    with Verifier("math", num_workers=1, cache_size=0) as v:
+        v.score([r"\boxed{0.5}"], [r"\frac13"])
+        assert not v._cache
+
+
+def test_close_stops_workers() -> None:
+    v = Verifier("math", num_workers=2, timeout_s=DEADLINE_S)
+    procs = [w.proc for w in v._pool.workers]
+    assert all(p.is_alive() for p in procs)
+    v.close()
+    v.close()
+    assert not any(p.is_alive() for p in procs)
