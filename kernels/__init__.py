@@ -1,1 +1,40 @@
-"""Triton kernels of lens (imported as lens_kernels)."""
+"""Triton kernels of lens (imported as lens_kernels).
+
+Each public function dispatches to Triton for CUDA tensors, to the Triton interpreter for CPU tensors
+when the process runs with TRITON_INTERPRET=1, and to a memory-bounded torch path otherwise; every one
+has a pure-torch `<name>_ref` (the spec and test oracle) and a `<name>_chunked` torch path where the
+difference matters.
+"""
+
+from lens_kernels.interference import (
+    interference_scores,
+    interference_scores_chunked,
+    interference_scores_ref,
+    linear_interference_scores,
+    linear_interference_scores_chunked,
+    linear_interference_scores_ref,
+)
+from lens_kernels.linear_token_logprobs import (
+    linear_token_logprobs,
+    linear_token_logprobs_chunked,
+    linear_token_logprobs_ref,
+)
+from lens_kernels.select_tokens import select_interference_tokens, select_interference_tokens_ref
+from lens_kernels.token_logprobs import token_logprobs, token_logprobs_chunked, token_logprobs_ref
+
+__all__ = [
+    "interference_scores",
+    "interference_scores_chunked",
+    "interference_scores_ref",
+    "linear_interference_scores",
+    "linear_interference_scores_chunked",
+    "linear_interference_scores_ref",
+    "linear_token_logprobs",
+    "linear_token_logprobs_chunked",
+    "linear_token_logprobs_ref",
+    "select_interference_tokens",
+    "select_interference_tokens_ref",
+    "token_logprobs",
+    "token_logprobs_chunked",
+    "token_logprobs_ref",
+]

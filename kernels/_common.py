@@ -1,0 +1,116 @@
+"""Shared helpers of the lens_kernels modules: backend choice, input validation, chunk sizes, Triton helpers.
+
+Not a kernel itself; every kernel file imports from here so that all public functions dispatch and
+validate the same way. Backend rule (one place): CUDA tensor -> Triton; CPU tensor while the process
+was started with TRITON_INTERPRET=1 -> Triton under the interpreter; otherwise the memory-bounded
+torch path.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+# Triton reads TRITON_INTERPRET when @triton.jit decorates, i.e. at import: read it once here too, so
+# the dispatch always agrees with how the kernels were built.
+INTERPRET: bool = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+# Elements of one fp32 temporary of the chunked torch paths (16 MiB). A handful of these live at once,
+# so the chunked paths stay within ~100 MiB of extra memory whatever N and V are.
+CHUNK_ELEMS: int = 1 << 22
+
+
+def use_triton(t: torch.Tensor) -> bool:
+    """True when `t` should go through a Triton kernel (CUDA, or CPU under the interpreter)."""
+    return t.is_cuda or (INTERPRET and t.device.type == "cpu")
+
+
+def check_float_2d(fn: str, name: str, t: torch.Tensor) -> None:
+    """Raise TypeError/ValueError unless `t` is a 2-D fp16/bf16/fp32 tensor."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{fn}: `{name}` must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{fn}: `{name}` must be float16, bfloat16 or float32, got {t.dtype}")
+    if t.dim() != 2:
+        raise ValueError(f"{fn}: `{name}` must be 2-D, got shape {tuple(t.shape)}")
+
+
+def check_targets(fn: str, targets: torch.Tensor, n: int, v: int, device: torch.device) -> None:
+    """Raise unless `targets` is an int32/int64 [n] tensor on `device` with values in [0, v).
+
+    The range check reads two scalars back from the device (one sync): an out-of-range id would
+    otherwise read out of bounds in the kernels.
+    """
+    if not isinstance(targets, torch.Tensor):
+        raise TypeError(f"{fn}: `targets` must be a torch.Tensor, got {type(targets).__name__}")
+    if targets.dtype not in INDEX_DTYPES:
+        raise TypeError(f"{fn}: `targets` must be int32 or int64, got {targets.dtype}")
+    if targets.shape != (n,):
+        raise ValueError(f"{fn}: `targets` must have shape ({n},), got {tuple(targets.shape)}")
+    if targets.device != device:
+        raise ValueError(f"{fn}: `targets` is on {targets.device} but the inputs are on {device}")
+    if n > 0:
+        lo, hi = int(targets.min()), int(targets.max())
+        if lo < 0 or hi >= v:
+            raise ValueError(f"{fn}: `targets` must lie in [0, {v}), got values in [{lo}, {hi}]")
+
+
+def check_temperature(fn: str, temperature: float) -> None:
+    """Raise unless the sampling temperature is a finite number > 0."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"{fn}: `temperature` must be a float, got {type(temperature).__name__}")
+    if not math.isfinite(temperature) or temperature <= 0:
+        raise ValueError(f"{fn}: `temperature` must be finite and > 0, got {temperature}")
+
+
+def check_same_device(fn: str, **tensors: torch.Tensor) -> torch.device:
+    """Raise unless every tensor is on the same device; return that device."""
+    devices = {name: t.device for name, t in tensors.items()}
+    first = next(iter(devices.values()))
+    if any(d != first for d in devices.values()):
+        raise ValueError(f"{fn}: all inputs must be on one device, got {devices}")
+    return first
+
+
+def row_chunk(n_cols: int, budget: int = CHUNK_ELEMS) -> int:
+    """Rows per chunk so that one [rows, n_cols] fp32 temporary holds at most `budget` elements."""
+    return max(1, budget // max(1, n_cols))
+
+
+@triton.jit
+def online_lse_update(m, s, t, z, valid, WITH_ENTROPY: tl.constexpr):
+    """Fold one tile of scaled logits `z` into running (max, sum exp, sum exp*z).
+
+    Exactly one exp per element plus one per row and tile (the rescale of the running sums): the
+    tile max is taken first, then every element is exponentiated once against the new max.
+    Shapes: m, s, t [BLOCK_N] fp32; z, valid [BLOCK_N, BLOCK_V] (fp32, bool).
+    """
+    z = tl.where(valid, z, float("-inf"))
+    m_new = tl.maximum(m, tl.max(z, axis=1))
+    # Rows whose tiles were all masked so far keep m = -inf: use 0 as the pivot to avoid inf - inf.
+    pivot = tl.where(m_new == float("-inf"), 0.0, m_new)
+    scale = tl.exp(m - pivot)
+    e = tl.exp(z - pivot[:, None])
+    s = s * scale + tl.sum(e, axis=1)
+    if WITH_ENTROPY:
+        # e == 0 where z == -inf (masked or truly -inf logits): skip those to avoid 0 * -inf = nan.
+        t = t * scale + tl.sum(e * tl.where(e > 0.0, z, 0.0), axis=1)
+    return m_new, s, t
+
+
+@triton.jit
+def cast_for_store(x, dtype: tl.constexpr, FIX_BF16_ROUNDING: tl.constexpr):
+    """Cast fp32 `x` to the storage dtype. The interpreter truncates fp32 -> bf16; with
+    FIX_BF16_ROUNDING it pre-rounds the bits to nearest-even so truncation gives the GPU's result."""
+    if FIX_BF16_ROUNDING and dtype == tl.bfloat16:
+        bits = x.to(tl.int32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+        x = bits.to(tl.float32, bitcast=True)
+    return x.to(dtype)

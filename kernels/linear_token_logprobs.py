@@ -1,0 +1,426 @@
+"""Per-token log-probabilities fused with the LM head: logp = log_softmax(hidden @ weight.T / T)[targets].
+
+Never materializes the [N, V] logits. Forward (Triton): each program owns BLOCK_N rows and a slice of
+the vocabulary; it produces logits tile by tile with `tl.dot` (fp32 accumulate) and folds them into an
+online max / log-sum-exp (one exp per logit); per-slice partial sums are merged in torch ([N, splits]).
+Backward: over vocabulary chunks of bounded size, a Triton kernel recomputes the logits of the chunk
+and writes dz = d loss / d logits in the input dtype, then two matmuls give dhidden += dz @ W_c and
+dweight[c] = dz.T @ hidden; the full [N, V] gradient of the logits never exists either.
+On CPU without the interpreter, `linear_token_logprobs_chunked` does the same with torch ops.
+
+Run the tests: `.venv/bin/python -m pytest tests/kernels/test_linear_token_logprobs.py -q`.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from lens_kernels._common import (
+    CHUNK_ELEMS,
+    INTERPRET,
+    cast_for_store,
+    check_float_2d,
+    check_same_device,
+    check_targets,
+    check_temperature,
+    online_lse_update,
+    use_triton,
+)
+from lens_kernels.token_logprobs import chunk_stats, dz_from_logits_torch, dz_tile, merge_chunk_stats
+
+_FN = "linear_token_logprobs"
+# Elements of one [rows, vocab] chunk of the backward on GPU (bf16: 512 MiB); CPU uses CHUNK_ELEMS.
+_GPU_CHUNK_ELEMS = 1 << 28
+_MIN_VOCAB_CHUNK = 256
+
+
+def linear_token_logprobs_ref(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    return_entropy: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Reference: the naive path, log_softmax(hidden @ weight.T / T) in the input dtype ([N, V] logits).
+
+    hidden [N, H], weight [V, H], targets [N] -> logp [N] fp32 (and entropy [N] fp32).
+    """
+    logits = hidden @ weight.T
+    logsm = torch.log_softmax(logits / temperature, dim=-1)
+    logp = logsm.gather(1, targets.long()[:, None]).squeeze(1).float()
+    if not return_entropy:
+        return logp
+    p = logsm.exp()
+    entropy = -torch.where(p > 0, p * logsm, torch.zeros_like(p)).sum(dim=-1).float()
+    return logp, entropy
+
+
+def _chunk_sizes(n: int, v: int, budget: int) -> tuple[int, int]:
+    """(rows, cols) of one [rows, cols] logits chunk: as many rows as possible, >= 256 vocab columns."""
+    cols = min(v, max(_MIN_VOCAB_CHUNK, budget // max(n, 1)))
+    return max(1, min(n, budget // cols)), cols
+
+
+def _spans(n: int, size: int) -> list[tuple[int, int]]:
+    return [(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def chunked_forward(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Torch forward over [rows, cols] logits chunks: (logp, entropy, lse), each [N] fp32.
+
+    Vocabulary chunks are the outer loop so that each weight slice is converted to fp32 once; the
+    per-chunk statistics ([vocab chunks, N] fp32) are merged exactly at the end.
+    """
+    n, v = hidden.shape[0], weight.shape[0]
+    hf = hidden.float()
+    rows, cols = _chunk_sizes(n, v, CHUNK_ELEMS)
+    spans = _spans(v, cols)
+    lse_c = torch.empty(len(spans), n, dtype=torch.float32, device=hidden.device)
+    ent_c = torch.zeros_like(lse_c)
+    for i, (c0, c1) in enumerate(spans):
+        wf = weight[c0:c1].float()
+        for r0, r1 in _spans(n, rows):
+            z = (hf[r0:r1] @ wf.T).div_(temperature)
+            lse_c[i, r0:r1], ent_c[i, r0:r1] = chunk_stats(z, with_entropy)
+    lse, entropy = merge_chunk_stats(lse_c, ent_c, with_entropy)
+    target_z = (hf * weight[targets.long()].float()).sum(dim=1) / temperature
+    return target_z - lse, entropy, lse
+
+
+def _chunked_backward(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    lse: torch.Tensor,
+    entropy: torch.Tensor,
+    grad_logp: torch.Tensor,
+    grad_entropy: torch.Tensor | None,
+    temperature: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dhidden [N, H], dweight [V, H]) in the input dtypes, recomputing logits chunk by chunk."""
+    n, v = hidden.shape[0], weight.shape[0]
+    hf = hidden.float()
+    rows, cols = _chunk_sizes(n, v, CHUNK_ELEMS)
+    dh = torch.zeros_like(hf)
+    dw = torch.empty_like(weight)
+    for c0, c1 in _spans(v, cols):
+        wf = weight[c0:c1].float()
+        dwc = torch.zeros_like(wf)
+        for r0, r1 in _spans(n, rows):
+            z = (hf[r0:r1] @ wf.T).div_(temperature)
+            ge = None if grad_entropy is None else grad_entropy[r0:r1]
+            dz = dz_from_logits_torch(z, targets[r0:r1], c0, lse[r0:r1], entropy[r0:r1], grad_logp[r0:r1], ge)
+            dz.div_(temperature)
+            dh[r0:r1].addmm_(dz, wf)
+            dwc.addmm_(dz.T, hf[r0:r1])
+        dw[c0:c1] = dwc
+    return dh.to(hidden.dtype), dw
+
+
+class _ChunkedLinearTokenLogprobs(torch.autograd.Function):
+    """Autograd of the chunked torch path: saves only [N] statistics and recomputes the logits."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, temperature, with_entropy):
+        logp, entropy, lse = chunked_forward(hidden, weight, targets, temperature, with_entropy)
+        ctx.save_for_backward(hidden, weight, targets, lse, entropy)
+        ctx.temperature, ctx.with_entropy = temperature, with_entropy
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_entropy):
+        hidden, weight, targets, lse, entropy = ctx.saved_tensors
+        ge = grad_entropy.float() if ctx.with_entropy else None
+        dh, dw = _chunked_backward(hidden, weight, targets, lse, entropy, grad_logp.float(), ge, ctx.temperature)
+        return dh, dw, None, None, None
+
+
+@triton.jit
+def linear_logits_tile(
+    h_ptr, w_ptr, rows, row_ok, cols, col_ok, stride_h, stride_w, H: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
+    """Logits tile hidden[rows] @ weight[cols].T as [BLOCK_N, BLOCK_V] fp32 (fp32 accumulate).
+
+    UPCAST (interpreter): convert after load, tl.dot on bf16 is wrong there. IEEE: fp32 inputs use
+    full-precision dot instead of TF32, so fp32 log-probs match the fp32 reference.
+    """
+    acc = tl.zeros((BLOCK_N, BLOCK_V), tl.float32)
+    h_base = h_ptr + rows.to(tl.int64)[:, None] * stride_h
+    w_base = w_ptr + cols.to(tl.int64)[None, :] * stride_w
+    for h0 in range(0, H, BLOCK_H):
+        ks = h0 + tl.arange(0, BLOCK_H)
+        k_ok = ks < H
+        h = tl.load(h_base + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        w = tl.load(w_base + ks[:, None], mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        if UPCAST:
+            h = h.to(tl.float32)
+            w = w.to(tl.float32)
+        if IEEE:
+            acc = tl.dot(h, w, acc, input_precision="ieee")
+        else:
+            acc = tl.dot(h, w, acc)
+    return acc
+
+
+@triton.jit
+def _fwd_kernel(
+    h_ptr, w_ptr, targets_ptr, m_ptr, s_ptr, t_ptr, zt_ptr, N, stride_h, stride_w, inv_t,
+    V: tl.constexpr, H: tl.constexpr, TILES_PER_SPLIT: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, WITH_ENTROPY: tl.constexpr, UPCAST: tl.constexpr,
+    IEEE: tl.constexpr,
+):  # fmt: skip
+    """Program (row block, vocab split): partial (max, sum exp, sum exp*z, target logit) per row."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    split = tl.program_id(1)
+    row_ok = rows < N
+    tgt = tl.load(targets_ptr + rows, mask=row_ok, other=-1).to(tl.int64)
+    m = tl.full((BLOCK_N,), float("-inf"), tl.float32)
+    s = tl.zeros((BLOCK_N,), tl.float32)
+    t = tl.zeros((BLOCK_N,), tl.float32)
+    zt = tl.zeros((BLOCK_N,), tl.float32)
+    for i in range(TILES_PER_SPLIT):
+        cols = (split * TILES_PER_SPLIT + i) * BLOCK_V + tl.arange(0, BLOCK_V)
+        col_ok = cols < V
+        z = linear_logits_tile(
+            h_ptr, w_ptr, rows, row_ok, cols, col_ok, stride_h, stride_w, H, BLOCK_N, BLOCK_V, BLOCK_H, UPCAST, IEEE
+        )
+        z = z * inv_t
+        zt += tl.sum(tl.where(cols[None, :] == tgt[:, None], z, 0.0), axis=1)
+        m, s, t = online_lse_update(m, s, t, z, row_ok[:, None] & col_ok[None, :], WITH_ENTROPY)
+    out = split * N + rows
+    tl.store(m_ptr + out, m, mask=row_ok)
+    tl.store(s_ptr + out, s, mask=row_ok)
+    tl.store(t_ptr + out, t, mask=row_ok)
+    tl.store(zt_ptr + out, zt, mask=row_ok)
+
+
+@triton.jit
+def _dz_kernel(
+    h_ptr, w_ptr, targets_ptr, lse_ptr, ent_ptr, gl_ptr, ge_ptr, dz_ptr, N, C, col0, stride_h, stride_w,
+    stride_dz, inv_t, H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr,
+    WITH_ENTROPY: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
+    """dz [N, C] (already / T, in dz's dtype) of vocabulary columns col0 .. col0 + C, logits recomputed."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    local = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
+    row_ok = rows < N
+    col_ok = local < C
+    cols = col0 + local
+    z = linear_logits_tile(
+        h_ptr, w_ptr, rows, row_ok, cols, col_ok, stride_h, stride_w, H, BLOCK_N, BLOCK_V, BLOCK_H, UPCAST, IEEE
+    )
+    tgt = tl.load(targets_ptr + rows, mask=row_ok, other=-1).to(tl.int64)
+    lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
+    ent = tl.load(ent_ptr + rows, mask=row_ok, other=0.0)
+    gl = tl.load(gl_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    ge = tl.load(ge_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    dz = dz_tile(z * inv_t, cols, tgt, lse, ent, gl, ge, WITH_ENTROPY) * inv_t
+    out = dz_ptr + rows.to(tl.int64)[:, None] * stride_dz + local[None, :]
+    tl.store(out, cast_for_store(dz, dz_ptr.dtype.element_ty, UPCAST), mask=row_ok[:, None] & col_ok[None, :])
+
+
+def launch_blocks(n: int) -> tuple[int, int, int, int, int]:
+    """(BLOCK_N, BLOCK_V, BLOCK_H, num_warps, num_stages): tensor-core tiles on GPU (smem ~72 KiB with
+    3 stages of bf16), wide tiles under the interpreter whose cost is per program and per op."""
+    if INTERPRET:
+        return min(64, max(16, triton.next_power_of_2(n))), 256, 64, 4, 1
+    return 64, 128, 64, 8, 3
+
+
+def dot_flags(hidden: torch.Tensor) -> tuple[bool, bool]:
+    """(UPCAST, IEEE) constexprs: upcast under the interpreter; full-precision dot for fp32 on GPU."""
+    return INTERPRET, hidden.dtype == torch.float32 and not INTERPRET
+
+
+def num_splits(row_blocks: int, vocab_tiles: int, device: torch.device) -> int:
+    """Vocabulary splits so that the grid has ~4 programs per SM (1 split under the interpreter)."""
+    if device.type != "cuda":
+        return 1
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, min(vocab_tiles, triton.cdiv(4 * sms, row_blocks)))
+
+
+def merge_partials(
+    m: torch.Tensor, s: torch.Tensor, t: torch.Tensor, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge per-split online sums [splits, N] into (lse [N], entropy [N]) (zeros when not asked)."""
+    mx = m.amax(dim=0)
+    scale = (m - mx).exp()
+    big_s = (s * scale).sum(dim=0)
+    lse = mx + big_s.log()
+    entropy = lse - (t * scale).sum(dim=0) / big_s if with_entropy else torch.zeros_like(lse)
+    return lse, entropy
+
+
+def launch_linear_partials(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Run the fused forward kernel; returns partial (m, s, t, target logit), each [splits, N] fp32."""
+    n, h = hidden.shape
+    v = weight.shape[0]
+    bn, bv, bh, warps, stages = launch_blocks(n)
+    row_blocks, vocab_tiles = triton.cdiv(n, bn), triton.cdiv(v, bv)
+    splits = num_splits(row_blocks, vocab_tiles, hidden.device)
+    per_split = triton.cdiv(vocab_tiles, splits)
+    m, s, t, zt = (torch.zeros(splits, n, dtype=torch.float32, device=hidden.device) for _ in range(4))
+    upcast, ieee = dot_flags(hidden)
+    _fwd_kernel[(row_blocks, splits)](
+        hidden, weight, targets, m, s, t, zt, n, hidden.stride(0), weight.stride(0), 1.0 / temperature,
+        V=v, H=h, TILES_PER_SPLIT=per_split, BLOCK_N=bn, BLOCK_V=bv, BLOCK_H=bh, WITH_ENTROPY=with_entropy,
+        UPCAST=upcast, IEEE=ieee, num_warps=warps, num_stages=stages,
+    )  # fmt: skip
+    return m, s, t, zt
+
+
+@torch.library.custom_op("lens_kernels::linear_token_logprobs_fwd", mutates_args=())
+def _fwd_op(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Triton forward: hidden [N, H], weight [V, H] (unit column stride) -> (logp, entropy, lse) [N] fp32."""
+    n = hidden.shape[0]
+    if n == 0:
+        return tuple(hidden.new_zeros(0, dtype=torch.float32) for _ in range(3))
+    m, s, t, zt = launch_linear_partials(hidden, weight, targets, temperature, with_entropy)
+    lse, entropy = merge_partials(m, s, t, with_entropy)
+    return zt.sum(dim=0) - lse, entropy, lse
+
+
+@_fwd_op.register_fake
+def _(hidden, weight, targets, temperature, with_entropy):
+    return tuple(hidden.new_empty(hidden.shape[0], dtype=torch.float32) for _ in range(3))
+
+
+@torch.library.custom_op("lens_kernels::linear_token_logprobs_bwd", mutates_args=())
+def _bwd_op(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    lse: torch.Tensor,
+    entropy: torch.Tensor,
+    grad_logp: torch.Tensor,
+    grad_entropy: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton backward: (dhidden [N, H], dweight [V, H]) in the input dtypes, chunked over the vocabulary."""
+    n, h = hidden.shape
+    v = weight.shape[0]
+    dh = torch.zeros(n, h, dtype=torch.float32, device=hidden.device)
+    dw = torch.zeros_like(weight, memory_format=torch.contiguous_format)
+    if n == 0:
+        return dh.to(hidden.dtype), dw
+    budget = _GPU_CHUNK_ELEMS if hidden.is_cuda else CHUNK_ELEMS
+    rows, cols = _chunk_sizes(n, v, budget)
+    bn, bv, bh, warps, stages = launch_blocks(min(n, rows))
+    upcast, ieee = dot_flags(hidden)
+    gl, ge = grad_logp.float().contiguous(), grad_entropy.float().contiguous()
+    for c0, c1 in _spans(v, cols):
+        dwc = torch.zeros(c1 - c0, h, dtype=torch.float32, device=hidden.device)
+        for r0, r1 in _spans(n, rows):
+            dz = torch.empty(r1 - r0, c1 - c0, dtype=hidden.dtype, device=hidden.device)
+            _dz_kernel[(triton.cdiv(r1 - r0, bn), triton.cdiv(c1 - c0, bv))](
+                hidden[r0:r1], weight, targets[r0:r1], lse[r0:r1], entropy[r0:r1], gl[r0:r1], ge[r0:r1], dz,
+                r1 - r0, c1 - c0, c0, hidden.stride(0), weight.stride(0), dz.stride(0), 1.0 / temperature,
+                H=h, BLOCK_N=bn, BLOCK_V=bv, BLOCK_H=bh, WITH_ENTROPY=with_entropy, UPCAST=upcast, IEEE=ieee,
+                num_warps=warps, num_stages=stages,
+            )  # fmt: skip
+            # bf16 x bf16 matmuls accumulate in fp32 inside the GEMM; only the chunk result is rounded.
+            dh[r0:r1] += (dz @ weight[c0:c1].to(dz.dtype)).float()
+            dwc += (dz.T @ hidden[r0:r1]).float()
+        dw[c0:c1] = dwc.to(weight.dtype)
+    return dh.to(hidden.dtype), dw
+
+
+@_bwd_op.register_fake
+def _(hidden, weight, targets, lse, entropy, grad_logp, grad_entropy, temperature, with_entropy):
+    return torch.empty_like(hidden), torch.empty_like(weight, memory_format=torch.contiguous_format)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    hidden, weight, targets, temperature, with_entropy = inputs
+    _, entropy, lse = output
+    ctx.save_for_backward(hidden, weight, targets, lse, entropy)
+    ctx.temperature, ctx.with_entropy = temperature, with_entropy
+
+
+def _backward(ctx, grad_logp, grad_entropy, _grad_lse):
+    hidden, weight, targets, lse, entropy = ctx.saved_tensors
+    gl = grad_logp if grad_logp is not None else torch.zeros_like(lse)
+    ge = grad_entropy if grad_entropy is not None else torch.zeros_like(lse)
+    dh, dw = _bwd_op(hidden, weight, targets, lse, entropy, gl, ge, ctx.temperature, ctx.with_entropy)
+    return dh, dw, None, None, None
+
+
+_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _validate(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float) -> None:
+    check_float_2d(_FN, "hidden", hidden)
+    check_float_2d(_FN, "weight", weight)
+    check_same_device(_FN, hidden=hidden, weight=weight, targets=targets)
+    if hidden.shape[1] != weight.shape[1]:
+        raise ValueError(
+            f"{_FN}: `hidden` is [N, {hidden.shape[1]}] but `weight` is [V, {weight.shape[1]}]; both need the same H"
+        )
+    if hidden.dtype != weight.dtype:
+        raise TypeError(f"{_FN}: `hidden` is {hidden.dtype} but `weight` is {weight.dtype}; cast one of them")
+    if weight.shape[0] == 0:
+        raise ValueError(f"{_FN}: `weight` has an empty vocabulary dimension")
+    check_temperature(_FN, temperature)
+    check_targets(_FN, targets, hidden.shape[0], weight.shape[0], hidden.device)
+
+
+def _chunked(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float, return_entropy: bool
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    logp, entropy = _ChunkedLinearTokenLogprobs.apply(hidden, weight, targets, temperature, return_entropy)
+    return (logp, entropy) if return_entropy else logp
+
+
+def linear_token_logprobs_chunked(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    return_entropy: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The memory-bounded torch path of `linear_token_logprobs` (any device), selectable explicitly."""
+    _validate(hidden, weight, targets, temperature)
+    return _chunked(hidden, weight, targets, float(temperature), return_entropy)
+
+
+def linear_token_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    return_entropy: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """log_softmax(hidden @ weight.T / temperature)[targets] without [N, V] logits; differentiable.
+
+    Args:
+        hidden: [N, H] fp16/bf16/fp32 last hidden states (N = flattened response positions).
+        weight: [V, H] LM head weight (may be tied to the input embedding), same dtype as hidden.
+        targets: [N] int32/int64 token ids in [0, V).
+        temperature: T > 0, logits are divided by it.
+        return_entropy: also return the entropy of the token distribution per row.
+
+    Returns:
+        logp [N] fp32, or (logp [N] fp32, entropy [N] fp32). Gradients reach hidden and weight
+        in their own dtypes.
+    """
+    _validate(hidden, weight, targets, temperature)
+    if not use_triton(hidden):
+        return _chunked(hidden, weight, targets, float(temperature), return_entropy)
+    hidden = hidden if hidden.stride(1) == 1 else hidden.contiguous()
+    weight = weight if weight.stride(1) == 1 else weight.contiguous()
+    logp, entropy, _ = _fwd_op(hidden, weight, targets.contiguous(), float(temperature), return_entropy)
+    return (logp, entropy) if return_entropy else logp

@@ -1,0 +1,203 @@
+"""Top-k interference token selection for LENS purification (LENS Sec. 3, step 3b).
+
+Per prompt row: n = number of scorable tokens, k = ceil(gamma * n) clamped to n - 1 (never delete every
+scorable token), and the k scorable positions with the highest interference score S (LENS Eq. 1) are
+marked for deletion. Ties are broken uniformly at random with one `torch.rand(B, P, generator=...)`
+draw (turned into a random per-row permutation), never by position. Rows with no scorable token or
+with max S <= min_score (policy == reference, e.g. at step 0) delete nothing and are reported.
+
+Paths: `select_interference_tokens_ref` (pure torch: three stable sorts), a Triton kernel (one program
+per row sorts packed int64 keys `ordered(score) << 32 | tie_rank` with `tl.sort`; keys are unique per
+row, so the k-th largest key is an exact threshold). Both consume the same tie-break draw and agree bit
+for bit. Scores are compared as float32 (-0.0 is treated as +0.0).
+
+Run the tests: `.venv/bin/python -m pytest tests/kernels/test_select_tokens.py -q`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from lens_kernels._common import use_triton
+
+_FN = "select_interference_tokens"
+# One program sorts a whole row in registers: above this many positions the torch path is used.
+_MAX_TRITON_P = 16384
+
+
+def _validate(scores: torch.Tensor, scorable_mask: torch.Tensor, gamma: float, min_score: float) -> None:
+    """Raise TypeError/ValueError for malformed inputs (shapes, dtypes, gamma range, NaN scores)."""
+    if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
+        raise TypeError(f"{_FN}: `scores` must be a floating-point tensor, got {getattr(scores, 'dtype', scores)}")
+    if scores.dim() != 2:
+        raise ValueError(f"{_FN}: `scores` must be 2-D [B, P], got shape {tuple(scores.shape)}")
+    if not isinstance(scorable_mask, torch.Tensor) or scorable_mask.dtype != torch.bool:
+        raise TypeError(f"{_FN}: `scorable_mask` must be a bool tensor, got {getattr(scorable_mask, 'dtype', None)}")
+    if scorable_mask.shape != scores.shape:
+        raise ValueError(
+            f"{_FN}: `scorable_mask` shape {tuple(scorable_mask.shape)} != `scores` shape {tuple(scores.shape)}"
+        )
+    if scorable_mask.device != scores.device:
+        raise ValueError(f"{_FN}: `scorable_mask` is on {scorable_mask.device}, `scores` on {scores.device}")
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 < gamma <= 0.5:
+        raise ValueError(f"{_FN}: `gamma` must be a float in (0, 0.5], got {gamma!r}")
+    if not isinstance(min_score, (int, float)) or math.isnan(min_score):
+        raise ValueError(f"{_FN}: `min_score` must be a number, got {min_score!r}")
+    if torch.isnan(scores).any():
+        rows = torch.isnan(scores).any(dim=1).nonzero().flatten()[:5].tolist()
+        raise ValueError(f"{_FN}: `scores` contains NaN (rows {rows}); score the prompts in fp32")
+
+
+def _tie_break_ranks(shape: torch.Size, device: torch.device, generator: torch.Generator | None) -> torch.Tensor:
+    """One uniform draw turned into a random permutation rank per row: [B, P] int64, unique per row.
+
+    Unique ranks make the (score, rank) order total, so exactly k tokens are selected even when scores
+    tie; a stable argsort keeps the (2^-24-likely) equal draws deterministic.
+    """
+    gen_device = generator.device if generator is not None else device
+    u = torch.rand(shape, generator=generator, device=gen_device).to(device)
+    return u.argsort(dim=1, stable=True).argsort(dim=1, stable=True)
+
+
+def _deletion_counts(
+    scores: torch.Tensor, scorable_mask: torch.Tensor, gamma: float, min_score: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """k per row ([B] int64, 0 for no-signal rows) and the no-signal flag ([B] bool)."""
+    n = scorable_mask.sum(dim=1)
+    # ceil(gamma * n) in float64 with an epsilon: 0.03 * 100 is 3.0000000000000004 in binary floats.
+    k = torch.ceil(n.double() * gamma - 1e-9).long()
+    k = torch.minimum(k, n - 1).clamp(min=0)
+    best = torch.where(scorable_mask, scores, torch.full_like(scores, -math.inf)).amax(dim=1)
+    no_signal = (n == 0) | (best <= min_score)
+    return torch.where(no_signal, torch.zeros_like(k), k), no_signal
+
+
+def _select_sorted_ref(
+    scores: torch.Tensor, scorable_mask: torch.Tensor, k: torch.Tensor, tie_rank: torch.Tensor
+) -> torch.Tensor:
+    """Delete mask [B, P] bool: the first k positions in (scorable, score, tie_rank) descending order.
+
+    Three stable sorts, least significant key first, give the lexicographic order; since k <= n - 1
+    and scorable positions sort first, only scorable positions are ever selected.
+    """
+    order = tie_rank.argsort(dim=1, descending=True, stable=True)
+    s = scores.gather(1, order)
+    order = order.gather(1, s.argsort(dim=1, descending=True, stable=True))
+    m = scorable_mask.gather(1, order).to(torch.int8)
+    order = order.gather(1, m.argsort(dim=1, descending=True, stable=True))
+    positions = torch.arange(order.shape[1], device=order.device).expand_as(order).contiguous()
+    position_rank = torch.empty_like(order).scatter_(1, order, positions)
+    return position_rank < k[:, None]
+
+
+def _canonical_scores(scores: torch.Tensor) -> torch.Tensor:
+    """Scores as contiguous float32 with -0.0 mapped to +0.0 (the packed keys order -0.0 below +0.0)."""
+    s = scores.float().contiguous()
+    return torch.where(s == 0, torch.zeros_like(s), s)
+
+
+def select_interference_tokens_ref(
+    scores: torch.Tensor,
+    scorable_mask: torch.Tensor,
+    gamma: float,
+    *,
+    min_score: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Pure-torch reference of `select_interference_tokens` (same signature and result)."""
+    _validate(scores, scorable_mask, gamma, min_score)
+    s = _canonical_scores(scores)
+    tie_rank = _tie_break_ranks(s.shape, s.device, generator)
+    k, no_signal = _deletion_counts(s, scorable_mask, gamma, min_score)
+    return _select_sorted_ref(s, scorable_mask, k, tie_rank), k, no_signal
+
+
+@triton.jit
+def _select_kernel(
+    scores_ptr, mask_ptr, rank_ptr, k_ptr, out_ptr, P, stride_s, stride_m, stride_r, stride_o, BLOCK_P: tl.constexpr
+):
+    """One program per row: sort packed (ordered score, tie rank) keys, threshold at the k-th largest.
+
+    Float bits are made order-preserving as signed int32 (negative floats get their magnitude bits
+    flipped), shifted into the high word; the low word holds the unique tie rank.
+    """
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_P)
+    inb = offs < P
+    x = tl.load(scores_ptr + row * stride_s + offs, mask=inb, other=0.0).to(tl.float32)
+    scorable = tl.load(mask_ptr + row * stride_m + offs, mask=inb, other=0) != 0
+    rank = tl.load(rank_ptr + row * stride_r + offs, mask=inb, other=0).to(tl.int64)
+    bits = x.to(tl.int32, bitcast=True)
+    bits = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    key = (bits.to(tl.int64) << 32) | rank
+    key = tl.where(scorable & inb, key, -9223372036854775808)
+    ordered = tl.sort(key, descending=True)
+    k = tl.load(k_ptr + row)
+    thr = tl.max(tl.where(offs == k - 1, ordered, -9223372036854775808), axis=0)
+    delete = scorable & inb & (key >= thr) & (k > 0)
+    tl.store(out_ptr + row * stride_o + offs, delete.to(tl.int8), mask=inb)
+
+
+@torch.library.custom_op("lens_kernels::select_topk_keys", mutates_args=())
+def _select_triton(
+    scores: torch.Tensor, scorable_mask: torch.Tensor, k: torch.Tensor, tie_rank: torch.Tensor
+) -> torch.Tensor:
+    """Triton launcher: scores [B, P] fp32, scorable_mask [B, P] bool, k [B] int64, tie_rank [B, P] int64."""
+    b, p = scores.shape
+    out = torch.empty((b, p), dtype=torch.int8, device=scores.device)
+    if b > 0 and p > 0:
+        mask8 = scorable_mask.to(torch.int8)
+        _select_kernel[(b,)](
+            scores,
+            mask8,
+            tie_rank,
+            k,
+            out,
+            p,
+            scores.stride(0),
+            mask8.stride(0),
+            tie_rank.stride(0),
+            out.stride(0),
+            BLOCK_P=triton.next_power_of_2(p),
+        )
+    return out.bool()
+
+
+@_select_triton.register_fake
+def _(scores: torch.Tensor, scorable_mask: torch.Tensor, k: torch.Tensor, tie_rank: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(scores, dtype=torch.bool)
+
+
+def select_interference_tokens(
+    scores: torch.Tensor,
+    scorable_mask: torch.Tensor,
+    gamma: float,
+    *,
+    min_score: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Mark the top-k interference tokens of each prompt row for deletion.
+
+    Args:
+        scores: [B, P] float interference scores S (LENS Eq. 1); NaN is rejected.
+        scorable_mask: [B, P] bool, True on tokens that may be scored and deleted (the problem text).
+        gamma: fraction to delete, in (0, 0.5]; k = ceil(gamma * n_scorable) clamped to n_scorable - 1.
+        min_score: a row whose max scorable score is <= this is a no-signal row and is left untouched.
+        generator: RNG for the random tie-break (one torch.rand(B, P) draw); None uses the global RNG.
+
+    Returns:
+        delete_mask [B, P] bool, num_deleted [B] int64, no_signal [B] bool.
+    """
+    _validate(scores, scorable_mask, gamma, min_score)
+    s = _canonical_scores(scores)
+    tie_rank = _tie_break_ranks(s.shape, s.device, generator)
+    k, no_signal = _deletion_counts(s, scorable_mask, gamma, min_score)
+    if use_triton(s) and s.shape[1] <= _MAX_TRITON_P:
+        delete = _select_triton(s, scorable_mask, k, tie_rank)
+    else:
+        delete = _select_sorted_ref(s, scorable_mask, k, tie_rank)
+    return delete, k, no_signal

@@ -1,0 +1,387 @@
+"""Per-token log-probabilities (and entropy) from materialized logits, with backward.
+
+logp[i] = log_softmax(logits[i] / T)[targets[i]], entropy[i] = -sum_v p_iv log p_iv, both fp32.
+The Triton kernel makes one pass over the vocabulary per row with an online max / log-sum-exp: each
+logit is loaded once, converted to fp32 at once and exponentiated exactly once. The backward pass
+recomputes the probabilities from the saved log-sum-exp (one more pass, one exp per element) and
+writes d logits in the input dtype. On CPU without the interpreter a chunked torch path (rows x vocab
+chunks, never an [N, V] fp32 temporary) runs instead: `token_logprobs_chunked`.
+
+Run the tests: `.venv/bin/python -m pytest tests/kernels/test_token_logprobs.py -q`.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from lens_kernels._common import (
+    CHUNK_ELEMS,
+    INTERPRET,
+    cast_for_store,
+    check_float_2d,
+    check_same_device,
+    check_targets,
+    check_temperature,
+    online_lse_update,
+    row_chunk,
+    use_triton,
+)
+
+_FN = "token_logprobs"
+# Vocabulary columns per chunk of the torch path; rows per chunk follow from CHUNK_ELEMS.
+_VOCAB_CHUNK = 1 << 18
+
+
+def token_logprobs_ref(
+    logits: torch.Tensor, targets: torch.Tensor, *, temperature: float = 1.0, return_entropy: bool = False
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Reference: log_softmax in the dtype of `logits` (the naive [N, V] path); results cast to fp32.
+
+    logits [N, V], targets [N] -> logp [N] fp32 (and entropy [N] fp32). Pass fp32 logits for the gold
+    values; bf16 logits give the error a plain bf16 implementation makes (the tests' yardstick).
+    """
+    logsm = torch.log_softmax(logits / temperature, dim=-1)
+    logp = logsm.gather(1, targets.long()[:, None]).squeeze(1).float()
+    if not return_entropy:
+        return logp
+    p = logsm.exp()
+    entropy = -torch.where(p > 0, p * logsm, torch.zeros_like(p)).sum(dim=-1).float()
+    return logp, entropy
+
+
+def _chunks(n: int, size: int) -> list[tuple[int, int]]:
+    return [(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def chunked_forward(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Chunked torch forward: (logp, entropy, lse), each [N] fp32; temporaries <= a few CHUNK_ELEMS.
+
+    Each [rows, cols] chunk gets its own log-sum-exp (and entropy) from fused torch reductions; the
+    per-chunk statistics ([vocab chunks, N]) are merged exactly at the end (`merge_chunk_stats`).
+    """
+    n, v = logits.shape
+    cols = min(v, _VOCAB_CHUNK)
+    spans = _chunks(v, cols)
+    lse_c = torch.empty(len(spans), n, dtype=torch.float32, device=logits.device)
+    ent_c = torch.zeros_like(lse_c)
+    for r0, r1 in _chunks(n, row_chunk(cols, CHUNK_ELEMS)):
+        for i, (c0, c1) in enumerate(spans):
+            z = scaled_chunk(logits[r0:r1, c0:c1], temperature)
+            lse_c[i, r0:r1], ent_c[i, r0:r1] = chunk_stats(z, with_entropy)
+    lse, entropy = merge_chunk_stats(lse_c, ent_c, with_entropy)
+    target_z = logits.gather(1, targets.long()[:, None]).squeeze(1).float() / temperature
+    return target_z - lse, entropy, lse
+
+
+def scaled_chunk(x: torch.Tensor, temperature: float) -> torch.Tensor:
+    """x / T as fp32; a read-only view when x is fp32 and T == 1 (callers never modify it in place)."""
+    if x.dtype == torch.float32 and temperature == 1.0:
+        return x
+    return x.to(torch.float32, copy=True).div_(temperature)
+
+
+def chunk_stats(z: torch.Tensor, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-sum-exp [R], entropy of softmax within the chunk [R]) of a [R, C] fp32 chunk (not modified)."""
+    lse = torch.logsumexp(z, dim=1)
+    if not with_entropy:
+        return lse, torch.zeros_like(lse)
+    q = (z - lse[:, None]).exp_()
+    # -sum q log q; xlogy gives 0 where q == 0 (masked -inf logits) instead of 0 * -inf = nan.
+    return lse, -torch.special.xlogy(q, q).sum(dim=1)
+
+
+def merge_chunk_stats(
+    lse_c: torch.Tensor, ent_c: torch.Tensor, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact merge of per-chunk statistics [chunks, N] into (lse [N], entropy [N]).
+
+    With chunk weights w_c = exp(lse_c - lse): p = w_c q_c, so H = sum_c w_c H_c - sum_c w_c log w_c.
+    """
+    lse = torch.logsumexp(lse_c, dim=0)
+    if not with_entropy:
+        return lse, torch.zeros_like(lse)
+    w = (lse_c - lse).exp()
+    return lse, (w * ent_c).sum(dim=0) - torch.special.xlogy(w, w).sum(dim=0)
+
+
+def _chunked_backward(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    lse: torch.Tensor,
+    entropy: torch.Tensor,
+    grad_logp: torch.Tensor,
+    grad_entropy: torch.Tensor | None,
+    temperature: float,
+) -> torch.Tensor:
+    """d logits [N, V] in the logits dtype, chunk by chunk (see `_dz_from_probs` for the formula)."""
+    n, v = logits.shape
+    cols = min(v, _VOCAB_CHUNK)
+    grad = torch.empty_like(logits)
+    for r0, r1 in _chunks(n, row_chunk(cols, CHUNK_ELEMS)):
+        for c0, c1 in _chunks(v, cols):
+            z = logits[r0:r1, c0:c1].to(torch.float32, copy=True).div_(temperature)
+            ge = None if grad_entropy is None else grad_entropy[r0:r1]
+            dz = dz_from_logits_torch(z, targets[r0:r1], c0, lse[r0:r1], entropy[r0:r1], grad_logp[r0:r1], ge)
+            grad[r0:r1, c0:c1] = dz.div_(temperature)
+    return grad
+
+
+def dz_from_logits_torch(
+    z: torch.Tensor,
+    targets: torch.Tensor,
+    col0: int,
+    lse: torch.Tensor,
+    entropy: torch.Tensor,
+    grad_logp: torch.Tensor,
+    grad_entropy: torch.Tensor | None,
+) -> torch.Tensor:
+    """Gradient w.r.t. the scaled logits z of one chunk (z [R, C] fp32, consumed; columns col0..col0+C).
+
+    d logp / d z_j = [j == target] - p_j and d H / d z_j = -p_j (log p_j + H), log p_j = z_j - lse.
+    Multiply by 1 / T for the gradient w.r.t. the raw logits.
+    """
+    logp = z.sub_(lse[:, None])
+    p = logp.exp()
+    if grad_entropy is None:
+        dz = p.mul_(-grad_logp[:, None])
+    else:
+        coef = torch.where(p > 0, logp.add_(entropy[:, None]).mul_(p), torch.zeros_like(p))
+        dz = p.mul_(-grad_logp[:, None]).sub_(coef.mul_(grad_entropy[:, None]))
+    local = targets.long() - col0
+    hit = (local >= 0) & (local < z.shape[1])
+    rows = hit.nonzero().squeeze(1)
+    dz[rows, local[rows]] += grad_logp[rows]
+    return dz
+
+
+class _ChunkedTokenLogprobs(torch.autograd.Function):
+    """Autograd of the chunked torch path: saves only [N] statistics, recomputes probabilities."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, temperature, with_entropy):
+        logp, entropy, lse = chunked_forward(logits, targets, temperature, with_entropy)
+        ctx.save_for_backward(logits, targets, lse, entropy)
+        ctx.temperature, ctx.with_entropy = temperature, with_entropy
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_entropy):
+        logits, targets, lse, entropy = ctx.saved_tensors
+        ge = grad_entropy if ctx.with_entropy else None
+        grad = _chunked_backward(logits, targets, lse, entropy, grad_logp.float(), ge, ctx.temperature)
+        return grad, None, None, None
+
+
+@triton.jit
+def _fwd_kernel(
+    logits_ptr,
+    targets_ptr,
+    logp_ptr,
+    lse_ptr,
+    ent_ptr,
+    N,
+    stride_n,
+    inv_t,
+    V: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    WITH_ENTROPY: tl.constexpr,
+):
+    """BLOCK_N rows per program, one pass over V in BLOCK_V tiles (V is constexpr: static loop bound)."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < N
+    base = logits_ptr + rows.to(tl.int64)[:, None] * stride_n
+    m = tl.full((BLOCK_N,), float("-inf"), tl.float32)
+    s = tl.zeros((BLOCK_N,), tl.float32)
+    t = tl.zeros((BLOCK_N,), tl.float32)
+    for v0 in range(0, V, BLOCK_V):
+        cols = v0 + tl.arange(0, BLOCK_V)
+        valid = row_ok[:, None] & (cols[None, :] < V)
+        z = tl.load(base + cols[None, :], mask=valid, other=float("-inf")).to(tl.float32) * inv_t
+        m, s, t = online_lse_update(m, s, t, z, valid, WITH_ENTROPY)
+    s = tl.where(row_ok, s, 1.0)  # rows past N: keep log and division finite
+    lse = m + tl.log(s)
+    tgt = tl.load(targets_ptr + rows, mask=row_ok, other=0).to(tl.int64)
+    z_t = tl.load(logits_ptr + rows.to(tl.int64) * stride_n + tgt, mask=row_ok, other=0.0).to(tl.float32) * inv_t
+    tl.store(logp_ptr + rows, z_t - lse, mask=row_ok)
+    tl.store(lse_ptr + rows, lse, mask=row_ok)
+    if WITH_ENTROPY:
+        tl.store(ent_ptr + rows, lse - t / s, mask=row_ok)
+
+
+@triton.jit
+def dz_tile(z, cols, tgt, lse, ent, gl, ge, WITH_ENTROPY: tl.constexpr):
+    """Gradient w.r.t. scaled logits z [BLOCK_N, BLOCK_V] of one tile; one exp per element.
+
+    Same formula as `dz_from_logits_torch`; cols [BLOCK_V], tgt/lse/ent/gl/ge [BLOCK_N].
+    """
+    logp = z - lse[:, None]
+    p = tl.exp(logp)
+    dz = tl.where(cols[None, :] == tgt[:, None], gl[:, None], 0.0) - p * gl[:, None]
+    if WITH_ENTROPY:
+        dz -= tl.where(p > 0.0, p * (logp + ent[:, None]), 0.0) * ge[:, None]
+    return dz
+
+
+@triton.jit
+def _bwd_kernel(
+    logits_ptr,
+    targets_ptr,
+    lse_ptr,
+    ent_ptr,
+    gl_ptr,
+    ge_ptr,
+    grad_ptr,
+    N,
+    stride_n,
+    stride_gn,
+    inv_t,
+    V: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    WITH_ENTROPY: tl.constexpr,
+    FIX_BF16: tl.constexpr,
+):
+    """d logits = dz / T, tile by tile, written in the dtype of `grad_ptr`."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < N
+    rows64 = rows.to(tl.int64)
+    tgt = tl.load(targets_ptr + rows, mask=row_ok, other=0).to(tl.int64)
+    lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
+    gl = tl.load(gl_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    ent = tl.load(ent_ptr + rows, mask=row_ok, other=0.0)
+    ge = tl.load(ge_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    for v0 in range(0, V, BLOCK_V):
+        cols = v0 + tl.arange(0, BLOCK_V)
+        valid = row_ok[:, None] & (cols[None, :] < V)
+        x = tl.load(logits_ptr + rows64[:, None] * stride_n + cols[None, :], mask=valid, other=0.0)
+        dz = dz_tile(x.to(tl.float32) * inv_t, cols, tgt, lse, ent, gl, ge, WITH_ENTROPY)
+        out = grad_ptr + rows64[:, None] * stride_gn + cols[None, :]
+        tl.store(out, cast_for_store(dz * inv_t, grad_ptr.dtype.element_ty, FIX_BF16), mask=valid)
+
+
+def launch_blocks(n: int, v: int) -> tuple[int, int, int]:
+    """(BLOCK_N, BLOCK_V, num_warps): one row per program on GPU (bandwidth bound, many programs);
+    many rows and wide tiles under the interpreter, whose cost is per program and per op."""
+    if INTERPRET:
+        return min(16, triton.next_power_of_2(max(n, 1))), min(8192, triton.next_power_of_2(v)), 4
+    return 1, min(4096, triton.next_power_of_2(v)), 8
+
+
+@torch.library.custom_op("lens_kernels::token_logprobs_fwd", mutates_args=())
+def _fwd_op(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Triton launcher: logits [N, V] (unit column stride), targets [N] -> (logp, entropy, lse) [N] fp32."""
+    n, v = logits.shape
+    logp, lse, ent = (torch.zeros(n, dtype=torch.float32, device=logits.device) for _ in range(3))
+    if n > 0:
+        bn, bv, warps = launch_blocks(n, v)
+        _fwd_kernel[(triton.cdiv(n, bn),)](
+            logits, targets, logp, lse, ent, n, logits.stride(0), 1.0 / temperature,
+            V=v, BLOCK_N=bn, BLOCK_V=bv, WITH_ENTROPY=with_entropy, num_warps=warps,
+        )  # fmt: skip
+    return logp, ent, lse
+
+
+@_fwd_op.register_fake
+def _(logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool):
+    n = logits.shape[0]
+    return tuple(logits.new_empty(n, dtype=torch.float32) for _ in range(3))
+
+
+@torch.library.custom_op("lens_kernels::token_logprobs_bwd", mutates_args=())
+def _bwd_op(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    lse: torch.Tensor,
+    entropy: torch.Tensor,
+    grad_logp: torch.Tensor,
+    grad_entropy: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+) -> torch.Tensor:
+    """Triton launcher of the backward: returns d logits [N, V] in the logits dtype."""
+    n, v = logits.shape
+    grad = torch.empty_like(logits, memory_format=torch.contiguous_format)
+    if n > 0:
+        bn, bv, warps = launch_blocks(n, v)
+        _bwd_kernel[(triton.cdiv(n, bn),)](
+            logits, targets, lse, entropy, grad_logp.contiguous(), grad_entropy.contiguous(), grad,
+            n, logits.stride(0), grad.stride(0), 1.0 / temperature,
+            V=v, BLOCK_N=bn, BLOCK_V=bv, WITH_ENTROPY=with_entropy, FIX_BF16=INTERPRET, num_warps=warps,
+        )  # fmt: skip
+    return grad
+
+
+@_bwd_op.register_fake
+def _(logits, targets, lse, entropy, grad_logp, grad_entropy, temperature, with_entropy):
+    return torch.empty_like(logits, memory_format=torch.contiguous_format)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    logits, targets, temperature, with_entropy = inputs
+    _, entropy, lse = output
+    ctx.save_for_backward(logits, targets, lse, entropy)
+    ctx.temperature, ctx.with_entropy = temperature, with_entropy
+
+
+def _backward(ctx, grad_logp, grad_entropy, _grad_lse):
+    logits, targets, lse, entropy = ctx.saved_tensors
+    ge = grad_entropy if grad_entropy is not None else torch.zeros_like(lse)
+    gl = grad_logp if grad_logp is not None else torch.zeros_like(lse)
+    grad = _bwd_op(logits, targets, lse, entropy, gl, ge, ctx.temperature, ctx.with_entropy)
+    return grad, None, None, None
+
+
+_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _validate(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> None:
+    check_float_2d(_FN, "logits", logits)
+    check_same_device(_FN, logits=logits, targets=targets)
+    check_temperature(_FN, temperature)
+    check_targets(_FN, targets, logits.shape[0], logits.shape[1], logits.device)
+    if logits.shape[1] == 0:
+        raise ValueError(f"{_FN}: `logits` has an empty vocabulary dimension")
+
+
+def token_logprobs_chunked(
+    logits: torch.Tensor, targets: torch.Tensor, *, temperature: float = 1.0, return_entropy: bool = False
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The memory-bounded torch path of `token_logprobs` (any device), selectable explicitly."""
+    _validate(logits, targets, temperature)
+    return _chunked(logits, targets, temperature, return_entropy)
+
+
+def _chunked(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, return_entropy: bool
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    logp, entropy = _ChunkedTokenLogprobs.apply(logits, targets, float(temperature), return_entropy)
+    return (logp, entropy) if return_entropy else logp
+
+
+def token_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, *, temperature: float = 1.0, return_entropy: bool = False
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Log-probability of `targets` under softmax(logits / temperature), differentiable w.r.t. logits.
+
+    Args:
+        logits: [N, V] fp16/bf16/fp32 (any row stride; columns must be contiguous or are copied).
+        targets: [N] int32/int64 token ids in [0, V).
+        temperature: sampling temperature T > 0 (logits are divided by it).
+        return_entropy: also return the entropy of softmax(logits / T) per row.
+
+    Returns:
+        logp [N] fp32, or (logp [N] fp32, entropy [N] fp32) when `return_entropy`.
+    """
+    _validate(logits, targets, temperature)
+    if not use_triton(logits):
+        return _chunked(logits, targets, temperature, return_entropy)
+    logits = logits if logits.stride(1) == 1 else logits.contiguous()
+    logp, entropy, _ = _fwd_op(logits, targets.contiguous(), float(temperature), return_entropy)
+    return (logp, entropy) if return_entropy else logp

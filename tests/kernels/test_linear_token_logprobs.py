@@ -1,0 +1,132 @@
+"""Tests of lens_kernels.linear_token_logprobs: fused LM-head log-probs, forward and backward (dhidden, dweight).
+
+Triton runs under the interpreter on CPU; the chunked torch path is tested explicitly.
+Run: `.venv/bin/python -m pytest tests/kernels/test_linear_token_logprobs.py -q`.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+from kernel_checks import assert_close_fp32, assert_within_bf16_yardstick, make_targets
+
+from lens_kernels import linear_token_logprobs, linear_token_logprobs_chunked, linear_token_logprobs_ref
+
+lin = importlib.import_module("lens_kernels.linear_token_logprobs")
+# (N, H, V): N = 1, primes, H not a multiple of the H tile, V not a power of 2, one V > 64K at tiny N.
+SHAPES = [(1, 16, 7), (13, 40, 1000), (5, 72, 3001), (2, 16, 65543)]
+
+
+def _inputs(n: int, h: int, v: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, h, generator=g).to(dtype)
+    weight = (torch.randn(v, h, generator=g) * 3 / h**0.5).to(dtype)  # logits with std ~3
+    return hidden, weight, make_targets(n, v, seed)
+
+
+def _fwd_bwd(fn, hidden, weight, targets, temperature: float, seed: int) -> tuple[torch.Tensor, ...]:
+    """(logp, entropy, dhidden, dweight) of a random linear loss of logp and entropy."""
+    h, w = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+    logp, ent = fn(h, w, targets, temperature=temperature, return_entropy=True)
+    g = torch.Generator().manual_seed(seed)
+    gl, ge = torch.randn(logp.shape, generator=g), torch.randn(logp.shape, generator=g)
+    dh, dw = torch.autograd.grad((logp * gl).sum() + (ent * ge).sum(), (h, w))
+    return logp, ent, dh, dw
+
+
+NAMES = ("logp", "entropy", "dhidden", "dweight")
+
+
+@pytest.mark.parametrize("fn", [linear_token_logprobs, linear_token_logprobs_chunked], ids=["triton", "chunked"])
+@pytest.mark.parametrize(("n", "h", "v"), SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_matches_reference(fn, n: int, h: int, v: int, dtype: torch.dtype) -> None:
+    temperature = 0.7 if n % 2 else 1.0
+    hidden, weight, targets = _inputs(n, h, v, dtype, seed=n + v)
+    got = _fwd_bwd(fn, hidden, weight, targets, temperature, seed=1)
+    gold = _fwd_bwd(linear_token_logprobs_ref, hidden.float(), weight.float(), targets, temperature, seed=1)
+    assert got[2].dtype == got[3].dtype == dtype
+    if dtype == torch.float32:
+        for a, b, what in zip(got, gold, NAMES, strict=True):
+            assert_close_fp32(a, b, what)
+    else:
+        ref_bf16 = _fwd_bwd(linear_token_logprobs_ref, hidden, weight, targets, temperature, seed=1)
+        for a, b, r, what in zip(got, gold, ref_bf16, NAMES, strict=True):
+            assert_within_bf16_yardstick(a, b, r, what)
+
+
+def test_chunked_path_with_many_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Budget of 300 elements: 256-column vocab chunks and one-row row chunks, so the online merge
+    # and the dweight accumulation over row chunks are both exercised.
+    monkeypatch.setattr(lin, "CHUNK_ELEMS", 300)
+    hidden, weight, targets = _inputs(7, 24, 700, torch.float32, seed=3)
+    got = _fwd_bwd(linear_token_logprobs_chunked, hidden, weight, targets, 1.2, seed=2)
+    gold = _fwd_bwd(linear_token_logprobs_ref, hidden, weight, targets, 1.2, seed=2)
+    for a, b, what in zip(got, gold, NAMES, strict=True):
+        assert_close_fp32(a, b, what)
+
+
+def test_triton_backward_with_row_and_vocab_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lin, "CHUNK_ELEMS", 600)
+    hidden, weight, targets = _inputs(9, 32, 600, torch.float32, seed=4)
+    got = _fwd_bwd(linear_token_logprobs, hidden, weight, targets, 1.0, seed=2)
+    gold = _fwd_bwd(linear_token_logprobs_ref, hidden, weight, targets, 1.0, seed=2)
+    for a, b, what in zip(got, gold, NAMES, strict=True):
+        assert_close_fp32(a, b, what)
+
+
+def test_tied_weight_gradients_accumulate() -> None:
+    # lm_head tied to the embedding: autograd must add the head's dweight to the embedding's gradient.
+    emb = torch.nn.Embedding(50, 16)
+    ids = torch.randint(0, 50, (6,))
+    targets = torch.randint(0, 50, (6,))
+    linear_token_logprobs(emb(ids), emb.weight, targets).sum().backward()
+    got = emb.weight.grad.clone()
+    emb.weight.grad = None
+    linear_token_logprobs_ref(emb(ids), emb.weight, targets).sum().backward()
+    assert_close_fp32(got, emb.weight.grad, "tied grad")
+
+
+def test_opcheck_ops() -> None:
+    hidden, weight, targets = _inputs(5, 16, 37, torch.float32, seed=6)
+    torch.library.opcheck(lin._fwd_op, (hidden.requires_grad_(), weight.requires_grad_(), targets, 0.8, True))
+    lse = torch.logsumexp(hidden.detach() @ weight.detach().T / 0.8, dim=1)
+    g = torch.randn(5)
+    args = (hidden.detach(), weight.detach(), targets, lse, torch.rand(5), g, g, 0.8, True)
+    torch.library.opcheck(lin._bwd_op, args)
+
+
+@pytest.mark.parametrize(
+    ("hidden", "weight", "match", "err"),
+    [
+        (torch.zeros(3, 8), torch.zeros(10, 9), "same H", ValueError),
+        (torch.zeros(3, 8), torch.zeros(10, 8, dtype=torch.bfloat16), "cast", TypeError),
+        (torch.zeros(3, 8, dtype=torch.float64), torch.zeros(10, 8), "float16", TypeError),
+        (torch.zeros(3, 8), torch.zeros(0, 8), "empty vocabulary", ValueError),
+    ],
+)
+def test_invalid_inputs(hidden, weight, match, err) -> None:
+    for fn in (linear_token_logprobs, linear_token_logprobs_chunked):
+        with pytest.raises(err, match=match):
+            fn(hidden, weight, torch.zeros(3, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"\[0, 10\)"):
+        linear_token_logprobs(torch.zeros(3, 8), torch.zeros(10, 8), torch.tensor([0, 1, 10]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("n", "h", "v"), [(1, 896, 151936), (1031, 1024, 152064), (4096, 3584, 32000)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_matches_reference(n: int, h: int, v: int, dtype: torch.dtype) -> None:
+    hidden, weight, targets = (t.cuda() for t in _inputs(n, h, v, dtype, seed=7))
+    got = _fwd_bwd(linear_token_logprobs, hidden, weight, targets, 0.9, seed=1)
+    gold = _fwd_bwd(linear_token_logprobs_ref, hidden.float(), weight.float(), targets, 0.9, seed=1)
+    if dtype == torch.float32:
+        # fp32 on GPU: both sides accumulate H-long dot products in different orders (~1e-5 relative).
+        for a, b, what in zip(got, gold, NAMES, strict=True):
+            assert_close_fp32(a, b, what, tol=1e-3)
+    else:
+        ref_bf16 = _fwd_bwd(linear_token_logprobs_ref, hidden, weight, targets, 0.9, seed=1)
+        for a, b, r, what in zip(got, gold, ref_bf16, NAMES, strict=True):
+            assert_within_bf16_yardstick(a, b, r, what)

@@ -1,0 +1,150 @@
+"""Tests of lens_kernels.token_logprobs: Triton (interpreter on CPU) and the chunked torch path vs the fp32 ref.
+
+Run: `.venv/bin/python -m pytest tests/kernels/test_token_logprobs.py -q`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import pytest
+import torch
+from kernel_checks import assert_close_fp32, assert_within_bf16_yardstick, make_logits, make_targets
+
+from lens_kernels import token_logprobs, token_logprobs_chunked, token_logprobs_ref
+
+# The package re-exports a function of the same name, so fetch the module itself.
+tlp = importlib.import_module("lens_kernels.token_logprobs")
+SHAPES = [(1, 7), (13, 1000), (3, 70001)]  # N = 1, a prime, V not a power of 2 and V > 64K
+
+
+def _fwd_bwd(fn, logits: torch.Tensor, targets: torch.Tensor, temperature: float, seed: int):
+    """(logp, entropy, d logits) of a random linear loss of logp and entropy."""
+    x = logits.detach().clone().requires_grad_()
+    logp, ent = fn(x, targets, temperature=temperature, return_entropy=True)
+    g = torch.Generator().manual_seed(seed)
+    gl, ge = torch.randn(logp.shape, generator=g), torch.randn(logp.shape, generator=g)
+    (grad,) = torch.autograd.grad((logp * gl).sum() + (ent * ge).sum(), x)
+    return logp, ent, grad
+
+
+@pytest.mark.parametrize("fn", [token_logprobs, token_logprobs_chunked], ids=["triton", "chunked"])
+@pytest.mark.parametrize(("n", "v"), SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_matches_reference(fn, n: int, v: int, dtype: torch.dtype, temperature: float) -> None:
+    logits, targets = make_logits(n, v, dtype, seed=n + v), make_targets(n, v, seed=n + v)
+    got = _fwd_bwd(fn, logits, targets, temperature, seed=1)
+    gold = _fwd_bwd(token_logprobs_ref, logits.float(), targets, temperature, seed=1)
+    assert got[0].dtype == got[1].dtype == torch.float32 and got[2].dtype == dtype
+    if dtype == torch.float32:
+        for a, b, what in zip(got, gold, ("logp", "entropy", "grad"), strict=True):
+            assert_close_fp32(a, b, what)
+    else:
+        ref_bf16 = _fwd_bwd(token_logprobs_ref, logits, targets, temperature, seed=1)
+        for a, b, r, what in zip(got, gold, ref_bf16, ("logp", "entropy", "grad"), strict=True):
+            assert_within_bf16_yardstick(a, b, r, what)
+
+
+@pytest.mark.parametrize("fn", [token_logprobs, token_logprobs_chunked], ids=["triton", "chunked"])
+def test_hand_computed(fn) -> None:
+    # logits [0, ln 3] -> p = [1/4, 3/4]; T = 2 halves the logits -> p = [1, sqrt 3] / (1 + sqrt 3).
+    logits = torch.tensor([[0.0, math.log(3.0)], [0.0, 2 * math.log(3.0)]])
+    logp, ent = fn(logits, torch.tensor([1, 0]), temperature=1.0, return_entropy=True)
+    assert logp[0].item() == pytest.approx(math.log(0.75), abs=1e-6)
+    assert logp[1].item() == pytest.approx(math.log(0.1), abs=1e-6)
+    assert ent[0].item() == pytest.approx(-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)), abs=1e-6)
+    p = 1 / (1 + math.sqrt(3.0))
+    assert fn(logits[:1], torch.tensor([0]), temperature=2.0).item() == pytest.approx(math.log(p), abs=1e-6)
+
+
+@pytest.mark.parametrize("fn", [token_logprobs, token_logprobs_chunked], ids=["triton", "chunked"])
+def test_masked_vocabulary_minus_inf(fn) -> None:
+    # -inf logits (banned tokens) must contribute p = 0 and no NaN to entropy or gradient.
+    logits = make_logits(4, 33, torch.float32, seed=3)
+    logits[:, ::3] = float("-inf")
+    keep = torch.ones(33, dtype=torch.bool)
+    keep[::3] = False
+    targets = torch.tensor([1, 2, 4, 5])
+    got = _fwd_bwd(fn, logits, targets, 1.0, seed=2)
+    # Gold: the reference on the allowed columns only (the ref's own backward is NaN through 0 * -inf);
+    # banned columns must get exactly zero gradient.
+    small_targets = keep.cumsum(0)[targets] - 1
+    logp, ent, grad = _fwd_bwd(token_logprobs_ref, logits[:, keep], small_targets, 1.0, seed=2)
+    full_grad = torch.zeros_like(logits)
+    full_grad[:, keep] = grad
+    for a, b, what in zip(got, (logp, ent, full_grad), ("logp", "entropy", "grad"), strict=True):
+        assert torch.isfinite(a).all(), what
+        assert_close_fp32(a, b, what)
+
+
+def test_chunked_path_with_many_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tiny chunks force several row and vocabulary chunks and the online merge across them.
+    monkeypatch.setattr(tlp, "CHUNK_ELEMS", 64)
+    monkeypatch.setattr(tlp, "_VOCAB_CHUNK", 16)
+    logits, targets = make_logits(11, 53, torch.float32, seed=4), make_targets(11, 53, seed=4)
+    got = _fwd_bwd(token_logprobs_chunked, logits, targets, 1.3, seed=3)
+    gold = _fwd_bwd(token_logprobs_ref, logits, targets, 1.3, seed=3)
+    for a, b, what in zip(got, gold, ("logp", "entropy", "grad"), strict=True):
+        assert_close_fp32(a, b, what)
+
+
+def test_logp_only_and_strided_rows() -> None:
+    # A row-strided view (every other row) and int32 targets; logp-only backward.
+    base = make_logits(10, 37, torch.float32, seed=5)
+    logits = base[::2]
+    targets = make_targets(5, 37, seed=5).int()
+    x = logits.clone().requires_grad_()
+    logp = token_logprobs(x, targets)
+    logp.sum().backward()
+    xr = logits.clone().requires_grad_()
+    want = token_logprobs_ref(xr, targets)
+    want.sum().backward()
+    assert_close_fp32(logp, want, "logp")
+    assert_close_fp32(x.grad, xr.grad, "grad")
+
+
+def test_opcheck_ops() -> None:
+    logits = make_logits(5, 40, torch.float32, seed=6).requires_grad_()
+    targets = make_targets(5, 40, seed=6)
+    torch.library.opcheck(tlp._fwd_op, (logits, targets, 0.9, True))
+    lse = torch.logsumexp(logits.detach(), dim=1)
+    g = torch.randn(5)
+    torch.library.opcheck(tlp._bwd_op, (logits.detach(), targets, lse, torch.rand(5), g, g, 0.9, True))
+
+
+@pytest.mark.parametrize(
+    ("logits", "targets", "temperature", "err", "match"),
+    [
+        (torch.zeros(2, 5), torch.tensor([0, 5]), 1.0, ValueError, r"\[0, 5\)"),
+        (torch.zeros(2, 5), torch.tensor([0, -1]), 1.0, ValueError, "targets"),
+        (torch.zeros(2, 5), torch.tensor([0.0, 1.0]), 1.0, TypeError, "int32 or int64"),
+        (torch.zeros(2, 5), torch.tensor([0]), 1.0, ValueError, "shape"),
+        (torch.zeros(2, 5, dtype=torch.float64), torch.tensor([0, 1]), 1.0, TypeError, "float16"),
+        (torch.zeros(5), torch.tensor([0, 1]), 1.0, ValueError, "2-D"),
+        (torch.zeros(2, 5), torch.tensor([0, 1]), 0.0, ValueError, "temperature"),
+        (torch.zeros(2, 5), torch.tensor([0, 1]), float("nan"), ValueError, "temperature"),
+    ],
+)
+def test_invalid_inputs(logits, targets, temperature, err, match) -> None:
+    for fn in (token_logprobs, token_logprobs_chunked):
+        with pytest.raises(err, match=match):
+            fn(logits, targets, temperature=temperature)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("n", "v"), [(1, 151936), (997, 152064), (4096, 32000)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_matches_reference(n: int, v: int, dtype: torch.dtype) -> None:
+    logits = make_logits(n, v, dtype, seed=7).cuda()
+    targets = make_targets(n, v, seed=7).cuda()
+    got = _fwd_bwd(token_logprobs, logits, targets, 0.8, seed=1)
+    gold = _fwd_bwd(token_logprobs_ref, logits.float(), targets, 0.8, seed=1)
+    if dtype == torch.float32:
+        for a, b, what in zip(got, gold, ("logp", "entropy", "grad"), strict=True):
+            assert_close_fp32(a, b, what)
+    else:
+        ref_bf16 = _fwd_bwd(token_logprobs_ref, logits, targets, 0.8, seed=1)
+        for a, b, r, what in zip(got, gold, ref_bf16, ("logp", "entropy", "grad"), strict=True):
+            assert_within_bf16_yardstick(a, b, r, what)
