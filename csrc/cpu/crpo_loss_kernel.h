@@ -1,0 +1,116 @@
+// CPU row kernels of the CRPO loss (LENS Eq. 7): one pass over a row for the forward partial sums,
+// one pass for the gradient. Torch-free: ops_cpu.cpp runs them under at::parallel_for, and the C++
+// test target (csrc/tests) checks them on hand-computed values.
+//
+// T is the token dtype (float, c10::Half, c10::BFloat16: anything convertible to float), M the mask
+// dtype (bool or float). Loads are converted to fp32 at once and all sums are fp32 within a row; the
+// loops are written so that GCC vectorizes them (`omp simd` with -fopenmp-simd, branch-free bodies).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "../core/crpo_reduce.h"
+#include "../core/token_math.h"
+
+namespace lens::cpu {
+
+// Row pointers of the token tensors. ref is null for KlKind::none.
+template <typename T, typename M>
+struct RowInputs {
+  const T* logp;
+  const T* old_logp;
+  const T* ref_logp;
+  const M* mask;
+  int64_t len;  // T, the row length
+  float adv;
+  float weight;
+};
+
+template <KlKind K, typename T>
+inline float load_ref(const T* ref, int64_t t) {
+  if constexpr (K == KlKind::none) {
+    return 0.0f;
+  } else {
+    return static_cast<float>(ref[t]);
+  }
+}
+
+// Mask entry as a float. bool masks are read as bytes: GCC cannot vectorize a 1-bit bool -> float
+// conversion, but does vectorize uint8 -> float.
+template <typename M>
+inline float load_mask(const M* mask, int64_t t) {
+  if constexpr (std::is_same_v<M, bool>) {
+    return static_cast<float>(reinterpret_cast<const uint8_t*>(mask)[t]);
+  } else {
+    return static_cast<float>(mask[t]);
+  }
+}
+
+// Masked sums of one row (loss, pg part, kl, counts, clip counts, ratio sum and max).
+template <KlKind K, typename T, typename M>
+RowPartials crpo_row_forward(const RowInputs<T, M>& row, const CrpoHyper& h) {
+  const RowInputs<T, M> in = row;  // locals, not reads through references: see crpo_row_backward
+  const CrpoHyper hyper = h;
+  float s_loss = 0.0f, s_pg = 0.0f, s_kl = 0.0f, s_count = 0.0f;
+  float s_high = 0.0f, s_low = 0.0f, s_dual = 0.0f, s_ratio = 0.0f, m_ratio = 0.0f;
+#pragma omp simd reduction(+ : s_loss, s_pg, s_kl, s_count, s_high, s_low, s_dual, s_ratio) reduction(max : m_ratio)
+  for (int64_t t = 0; t < in.len; ++t) {
+    const float m = load_mask(in.mask, t);
+    const TokenTerms o = crpo_token<K>(static_cast<float>(in.logp[t]), static_cast<float>(in.old_logp[t]),
+                                       load_ref<K>(in.ref_logp, t), in.adv, in.weight, hyper);
+    // Masked-out tokens are selected away (not multiplied) so padding garbage cannot leak in.
+    const bool on = m != 0.0f;
+    s_loss += on ? o.loss * m : 0.0f;
+    s_pg += on ? o.pg * m : 0.0f;
+    s_kl += on ? o.kl * m : 0.0f;
+    s_count += m;
+    s_high += (on & o.clip_high) ? m : 0.0f;
+    s_low += (on & o.clip_low) ? m : 0.0f;
+    s_dual += (on & o.dual) ? m : 0.0f;
+    s_ratio += on ? o.ratio * m : 0.0f;
+    const float r = on ? o.ratio * m : 0.0f;
+    m_ratio = m_ratio > r ? m_ratio : r;
+  }
+  RowPartials p;
+  p.loss = s_loss;
+  p.pg = s_pg;
+  p.kl = s_kl;
+  p.count = s_count;
+  p.clip_high = s_high;
+  p.clip_low = s_low;
+  p.dual = s_dual;
+  p.ratio = s_ratio;
+  p.ratio_max = m_ratio;
+  return p;
+}
+
+// Sum of the row's mask (its length for the seq_mean_token_mean gradient factor).
+template <typename M>
+float mask_row_sum(const M* mask, int64_t len) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t t = 0; t < len; ++t) s += load_mask(mask, t);
+  return s;
+}
+
+// grad[t] = scale * mask[t] * d l_t / d logp, where scale already holds grad_loss and the
+// aggregation factor (lens::row_grad_scale).
+template <KlKind K, typename T, typename M>
+void crpo_row_backward(const RowInputs<T, M>& in, const CrpoHyper& h, float scale, T* __restrict__ grad) {
+  // Locals, not reads through `in` / `h`: the stores to grad could alias those, and the reloads
+  // would stop GCC from vectorizing the loop.
+  const RowInputs<T, M> row = in;
+  const CrpoHyper hyper = h;
+#pragma omp simd
+  for (int64_t t = 0; t < row.len; ++t) {
+    const float m = load_mask(row.mask, t);
+    const TokenTerms o = crpo_token<K>(static_cast<float>(row.logp[t]), static_cast<float>(row.old_logp[t]),
+                                       load_ref<K>(row.ref_logp, t), row.adv, row.weight, hyper);
+    // A product, as in the reference's autograd (0 for masked tokens with finite inputs): a select on
+    // a bool mask would mix byte and float lanes, which GCC does not vectorize.
+    grad[t] = static_cast<T>(scale * m * o.dloss);
+  }
+}
+
+}  // namespace lens::cpu
