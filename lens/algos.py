@@ -1,0 +1,421 @@
+"""The RL math of lens as pure tensor functions: advantages, importance ratios, KL, the CRPO loss.
+
+Tensors in; tensors (and a metrics dict for losses) out. No I/O, no config objects, no distributed
+calls: the trainer passes global token counts in, so the functions stay local and testable.
+Legend: N rollouts, T response tokens, G groups (prompts).
+
+Equations refer to arXiv 2601.21244 (see ../shared/spec/algorithm.md). Where lens departs from the
+paper or fixes what it leaves open:
+- advantages of a group whose weights sum to 0, or whose positively weighted rewards are all equal,
+  are 0 (the paper divides by sigma = 0 there);
+- the importance ratio is token-level and its log is clamped to [-20, 20] (PPO/verl practice);
+- the loss has verl's dual clip for negative advantages (clip_c = 3) and its clamped KL estimators.
+
+`grpo_advantages`, `weighted_group_advantages` and `crpo_loss` dispatch to the native ops of
+`lens.ops` when the extension is loaded; the `*_torch` functions are the references they are tested
+against (and the fallback).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from lens import ops
+
+LOG_RATIO_CLAMP = 20.0
+KL_CLAMP = 10.0
+KL_KINDS = ("k1", "k2", "k3")
+LOSS_AGGS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
+
+
+def _check_group_index(values: torch.Tensor, group_index: torch.Tensor, name: str) -> None:
+    if values.dim() != 1:
+        raise ValueError(f"{name} must be 1-D [N], got shape {tuple(values.shape)}")
+    if group_index.shape != values.shape:
+        raise ValueError(f"group_index must have shape {tuple(values.shape)}, got {tuple(group_index.shape)}")
+    if group_index.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"group_index must be int32/int64, got {group_index.dtype}")
+    if group_index.numel() and int(group_index.min()) < 0:
+        raise ValueError("group_index must be >= 0")
+
+
+def _use_native(*tensors: torch.Tensor) -> bool:
+    # Native kernels exist for CPU and (when built for CUDA) GPU tensors; anything else (meta tensors
+    # outside torch.compile, other devices) takes the torch path.
+    return ops.native_available() and all(t.device.type in ops.native_devices() for t in tensors)
+
+
+# ----------------------------------------------------------------------------------------------
+# Advantages
+# ----------------------------------------------------------------------------------------------
+
+
+def grpo_advantages_torch(
+    rewards: torch.Tensor, group_index: torch.Tensor, *, eps: float = 1e-6, std_normalize: bool = True
+) -> torch.Tensor:
+    """GRPO group-relative advantages with verl's numerics. Reference of `grpo_advantages`.
+
+    rewards [N], group_index [N] (group id per rollout, any order, any group sizes) -> A [N] fp32.
+    A = (r - mean_g) / (std_g + eps) with the unbiased std; a group of one gets mean 0 and std 1 as in
+    verl, i.e. its raw reward / (1 + eps).
+    """
+    _check_group_index(rewards, group_index, "rewards")
+    r = rewards.float()
+    if r.numel() == 0:
+        return r.clone()
+    idx = group_index.long()
+    num_groups = int(idx.max()) + 1
+    count = torch.zeros(num_groups, dtype=torch.float32, device=r.device).index_add_(0, idx, torch.ones_like(r))
+    total = torch.zeros(num_groups, dtype=torch.float32, device=r.device).index_add_(0, idx, r)
+    mean = total / count.clamp_min(1)
+    sq_dev = (r - mean[idx]) ** 2
+    var = torch.zeros(num_groups, dtype=torch.float32, device=r.device).index_add_(0, idx, sq_dev)
+    std = (var / (count - 1).clamp_min(1)).sqrt()
+    single = count <= 1
+    mean = torch.where(single, torch.zeros_like(mean), mean)
+    std = torch.where(single, torch.ones_like(std), std)
+    centered = r - mean[idx]
+    return centered / (std[idx] + eps) if std_normalize else centered
+
+
+def grpo_advantages(
+    rewards: torch.Tensor, group_index: torch.Tensor, *, eps: float = 1e-6, std_normalize: bool = True
+) -> torch.Tensor:
+    """GRPO advantages (see `grpo_advantages_torch`); runs the native op when it is loaded."""
+    if _use_native(rewards, group_index):
+        _check_group_index(rewards, group_index, "rewards")
+        return ops.grpo_advantages(rewards, group_index, eps=eps, std_normalize=std_normalize)
+    return grpo_advantages_torch(rewards, group_index, eps=eps, std_normalize=std_normalize)
+
+
+def lens_weights(original_success: torch.Tensor, a_bar: torch.Tensor) -> torch.Tensor:
+    """Unnormalized LENS rollout weights w~ (LENS Eq. 4).
+
+    original_success [N] bool: the rollout is in Y+ (an ORIGINAL success). a_bar [N] (or a scalar):
+    the success rate of the rollout's original prompt, broadcast per rollout.
+    Returns [N] fp32: a_bar for original successes, 1 - a_bar for purified successes P and kept
+    failures Y- minus R.
+    """
+    if original_success.dtype != torch.bool:
+        raise TypeError(f"original_success must be bool, got {original_success.dtype}")
+    a = torch.as_tensor(a_bar, dtype=torch.float32, device=original_success.device).expand(original_success.shape)
+    if bool(((a < 0) | (a > 1)).any()):
+        raise ValueError("a_bar must lie in [0, 1]")
+    return torch.where(original_success, a, 1.0 - a)
+
+
+def weighted_group_advantages_torch(
+    rewards: torch.Tensor, weights: torch.Tensor, group_index: torch.Tensor, *, eps: float = 1e-6
+) -> torch.Tensor:
+    """Weighted group-relative advantages (LENS Eq. 6). Reference of `weighted_group_advantages`.
+
+    rewards [N], weights [N] >= 0 (w~ of Eq. 4), group_index [N] -> A [N] fp32 with
+    w = w~ / sum_G w~, mu = sum w r, sigma = sqrt(sum w (r - mu)^2) (weighted population std) and
+    A = (r - mu) / (sigma + eps). A group whose weights sum to 0, or whose members with w > 0 all have
+    the same reward, gets A = 0 (no signal; the paper's formula divides by 0 there).
+    """
+    _check_group_index(rewards, group_index, "rewards")
+    if weights.shape != rewards.shape:
+        raise ValueError(f"weights must have shape {tuple(rewards.shape)}, got {tuple(weights.shape)}")
+    r, w = rewards.float(), weights.float()
+    if r.numel() == 0:
+        return r.clone()
+    if bool((w < 0).any()):
+        raise ValueError("weights must be >= 0")
+    idx = group_index.long()
+    num_groups = int(idx.max()) + 1
+    zeros = torch.zeros(num_groups, dtype=torch.float32, device=r.device)
+    w_sum = zeros.index_add(0, idx, w)
+    w_norm = w / torch.where(w_sum > 0, w_sum, torch.ones_like(w_sum))[idx]
+    mu = zeros.index_add(0, idx, w_norm * r)
+    sigma = zeros.index_add(0, idx, w_norm * (r - mu[idx]) ** 2).sqrt()
+    # "Rewards all equal among positively weighted members": compare their max and min.
+    pos = w > 0
+    r_max = torch.full_like(zeros, -math.inf).scatter_reduce(0, idx[pos], r[pos], "amax")
+    r_min = torch.full_like(zeros, math.inf).scatter_reduce(0, idx[pos], r[pos], "amin")
+    informative = (w_sum > 0) & (r_max > r_min)
+    adv = (r - mu[idx]) / (sigma[idx] + eps)
+    return torch.where(informative[idx], adv, torch.zeros_like(adv))
+
+
+def weighted_group_advantages(
+    rewards: torch.Tensor, weights: torch.Tensor, group_index: torch.Tensor, *, eps: float = 1e-6
+) -> torch.Tensor:
+    """LENS Eq. 6 advantages (see `weighted_group_advantages_torch`); native op when it is loaded."""
+    if _use_native(rewards, weights, group_index):
+        _check_group_index(rewards, group_index, "rewards")
+        return ops.weighted_group_advantages(rewards, weights, group_index, eps=eps)
+    return weighted_group_advantages_torch(rewards, weights, group_index, eps=eps)
+
+
+# ----------------------------------------------------------------------------------------------
+# Ratios, KL, loss
+# ----------------------------------------------------------------------------------------------
+
+
+def importance_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
+    """Token-level log importance ratio (LENS Eq. 5), clamped to [-20, 20].
+
+    logp [N, T]: log pi_theta(y_t | x_i, y_<t), ALWAYS conditioned on the original prompt x_i.
+    old_logp [N, T]: log pi_old(y_t | x_roll, y_<t), conditioned on the prompt that actually sampled
+    the rollout (x_i, or the purified x'_i for purified successes). Building both on the right prompt
+    is the caller's job. Returns [N, T] in fp32.
+    """
+    if logp.shape != old_logp.shape:
+        raise ValueError(f"logp {tuple(logp.shape)} and old_logp {tuple(old_logp.shape)} must match")
+    return (logp.float() - old_logp.float()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
+    """Per-token KL(pi_theta || pi_ref) estimate, with d = clamp(log pi_ref - log pi_theta, -20, 20).
+
+    k1 = -d; k2 = 0.5 d^2; k3 = exp(d) - d - 1 (low variance, non-negative); k2 and k3 are clamped to
+    <= 10 as in verl. logp, ref_logp [N, T] -> [N, T] fp32.
+    """
+    if kind not in KL_KINDS:
+        raise ValueError(f"kl kind must be one of {KL_KINDS}, got {kind!r}")
+    d = (ref_logp.float() - logp.float()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    if kind == "k1":
+        return -d
+    if kind == "k2":
+        return (0.5 * d * d).clamp(max=KL_CLAMP)
+    return (torch.exp(d) - d - 1.0).clamp(max=KL_CLAMP)
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum() / mask.sum().clamp_min(1)
+
+
+def aggregate_loss(
+    loss_mat: torch.Tensor,
+    mask: torch.Tensor,
+    agg: str = "token_mean",
+    *,
+    num_tokens: float | None = None,
+    num_seqs: float | None = None,
+) -> torch.Tensor:
+    """Reduce per-token losses [N, T] to a scalar.
+
+    token_mean: sum / D with D = num_tokens or the mask count. seq_mean_token_mean: mean over tokens per
+    sequence, summed over non-empty sequences / S with S = num_seqs or the non-empty row count.
+    seq_mean_token_sum_norm (Dr. GRPO): sum / (S * T), T = mask.shape[1]. With global num_tokens /
+    num_seqs of the whole optimizer step (all ranks), micro-batch losses add up to the full-batch loss.
+    """
+    if agg not in LOSS_AGGS:
+        raise ValueError(f"loss agg must be one of {LOSS_AGGS}, got {agg!r}")
+    m = mask.to(loss_mat.dtype)
+    lengths = m.sum(-1)
+    if agg == "token_mean":
+        denom = num_tokens if num_tokens is not None else lengths.sum().clamp_min(1)
+        return (loss_mat * m).sum() / denom
+    seqs = num_seqs if num_seqs is not None else (lengths > 0).sum().clamp_min(1)
+    if agg == "seq_mean_token_mean":
+        return ((loss_mat * m).sum(-1) / lengths.clamp_min(1)).sum() / seqs
+    return (loss_mat * m).sum() / (seqs * loss_mat.shape[-1])
+
+
+def _check_loss_inputs(logp, old_logp, ref_logp, advantages, weights, mask, clip_c, beta, kl, agg) -> None:
+    if logp.dim() != 2:
+        raise ValueError(f"logp must be [N, T], got shape {tuple(logp.shape)}")
+    for name, t in (("old_logp", old_logp), ("mask", mask), ("ref_logp", ref_logp)):
+        if t is not None and t.shape != logp.shape:
+            raise ValueError(f"{name} must have shape {tuple(logp.shape)}, got {tuple(t.shape)}")
+    for name, t in (("advantages", advantages), ("weights", weights)):
+        if t.shape != logp.shape[:1]:
+            raise ValueError(f"{name} must have shape [{logp.shape[0]}], got {tuple(t.shape)}")
+    if clip_c <= 1.0:
+        raise ValueError(f"clip_c must be > 1, got {clip_c}")
+    if beta != 0 and ref_logp is None:
+        raise ValueError("beta != 0 needs ref_logp")
+    if kl not in KL_KINDS:
+        raise ValueError(f"kl kind must be one of {KL_KINDS}, got {kl!r}")
+    if agg not in LOSS_AGGS:
+        raise ValueError(f"loss agg must be one of {LOSS_AGGS}, got {agg!r}")
+
+
+def crpo_loss_torch(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+    advantages: torch.Tensor,
+    weights: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    clip_c: float = 3.0,
+    beta: float = 0.001,
+    kl: str = "k3",
+    agg: str = "token_mean",
+    num_tokens: float | None = None,
+    num_seqs: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The CRPO objective (LENS Eq. 7) in eager torch. Reference of `crpo_loss`.
+
+    logp [N, T] (grad flows here; conditioned on the ORIGINAL prompt), old_logp [N, T] (on the prompt
+    that sampled each rollout), ref_logp [N, T] or None (reference on the original prompt),
+    advantages [N] (Eq. 6), weights [N] (w~ of Eq. 4; all ones gives GRPO), mask [N, T] (response
+    tokens). Per token: p = -min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A), dual clip
+    p = min(p, -clip_c A) for A < 0, l = w~ p + beta kl. Reduced by `aggregate_loss`.
+    Metrics (detached, over this call's tokens): pg_loss, kl, clipfrac_low/high/dual, ratio_mean/max.
+    """
+    _check_loss_inputs(logp, old_logp, ref_logp, advantages, weights, mask, clip_c, beta, kl, agg)
+    m = mask.float()
+    ratio = torch.exp(importance_log_ratio(logp, old_logp))  # LENS Eq. (5)
+    adv = advantages.float()[:, None]
+    pg1 = -adv * ratio
+    pg2 = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    pg_clipped = torch.maximum(pg1, pg2)
+    pg3 = -adv * clip_c
+    pg = torch.where(adv < 0, torch.minimum(pg_clipped, pg3), pg_clipped)  # dual clip
+    pg_mat = weights.float()[:, None] * pg  # LENS Eq. (7): w~(y) * clipped surrogate
+    kl_mat = kl_penalty(logp, ref_logp, kl) if ref_logp is not None else None
+    loss_mat = pg_mat + beta * kl_mat if beta != 0 else pg_mat
+    loss = aggregate_loss(loss_mat, m, agg, num_tokens=num_tokens, num_seqs=num_seqs)
+    with torch.no_grad():
+        pg_loss = aggregate_loss(pg_mat, m, agg, num_tokens=num_tokens, num_seqs=num_seqs)
+        metrics = {
+            "pg_loss": pg_loss.detach(),
+            "kl": _masked_mean(kl_mat, m) if kl_mat is not None else torch.zeros((), device=m.device),
+            "clipfrac_low": _masked_mean(((adv < 0) & (ratio < 1.0 - clip_low)).float(), m),
+            "clipfrac_high": _masked_mean(((adv > 0) & (ratio > 1.0 + clip_high)).float(), m),
+            "clipfrac_dual": _masked_mean(((adv < 0) & (pg_clipped > pg3)).float(), m),
+            "ratio_mean": _masked_mean(ratio, m),
+            # ratio > 0, so masked-out zeros never win the max; no tokens gives 0.
+            "ratio_max": (ratio * m).amax() if m.numel() else m.new_zeros(()),
+        }
+    return loss, {k: v.detach().float() for k, v in metrics.items()}
+
+
+def crpo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+    advantages: torch.Tensor,
+    weights: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    clip_c: float = 3.0,
+    beta: float = 0.001,
+    kl: str = "k3",
+    agg: str = "token_mean",
+    num_tokens: float | None = None,
+    num_seqs: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """CRPO / GRPO loss (LENS Eq. 7); see `crpo_loss_torch`. Fused native op when it is loaded."""
+    kwargs = dict(
+        clip_low=clip_low,
+        clip_high=clip_high,
+        clip_c=clip_c,
+        beta=beta,
+        kl=kl,
+        agg=agg,
+        num_tokens=num_tokens,
+        num_seqs=num_seqs,
+    )
+    tensors = [t for t in (logp, old_logp, ref_logp, advantages, weights, mask) if t is not None]
+    if _use_native(*tensors):
+        _check_loss_inputs(logp, old_logp, ref_logp, advantages, weights, mask, clip_c, beta, kl, agg)
+        return ops.crpo_loss(logp, old_logp, ref_logp, advantages, weights, mask, **kwargs)
+    return crpo_loss_torch(logp, old_logp, ref_logp, advantages, weights, mask, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------
+# DAPO and GRESO pieces
+# ----------------------------------------------------------------------------------------------
+
+
+def zero_variance_groups(rewards: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
+    """DAPO's dynamic-sampling test: [G] bool, True where every reward of the group is equal.
+
+    rewards [N], group_index [N] with ids 0..G-1. Such groups have zero advantages and no signal.
+    """
+    _check_group_index(rewards, group_index, "rewards")
+    idx = group_index.long()
+    num_groups = int(idx.max()) + 1 if idx.numel() else 0
+    r = rewards.float()
+    r_max = torch.full((num_groups,), -math.inf, device=r.device).scatter_reduce(0, idx, r, "amax")
+    r_min = torch.full((num_groups,), math.inf, device=r.device).scatter_reduce(0, idx, r, "amin")
+    return r_max <= r_min
+
+
+def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer_len: int, factor: float = 1.0) -> torch.Tensor:
+    """DAPO's soft overlong punishment added to the reward: [N] values in [-factor, 0].
+
+    lengths [N] response lengths. 0 up to max_len - buffer_len, then linear down to -factor at max_len:
+    r += min(-(L - (L_max - L_buf)) / L_buf, 0).
+    """
+    if not 0 < buffer_len <= max_len:
+        raise ValueError(f"overlong buffer_len must be in (0, max_len={max_len}], got {buffer_len}")
+    excess = lengths.float() - (max_len - buffer_len)
+    return factor * (-excess / buffer_len).clamp(-1.0, 0.0)
+
+
+class GresoSkipper:
+    """GRESO's probabilistic pre-rollout skipping of prompts that keep giving zero-variance groups.
+
+    Per prompt uid the history of its group outcomes (easy: all correct, hard: all wrong, mixed) is
+    kept; z is the length of the most recent run of consecutive easy (or hard) groups. A prompt is kept
+    with probability max(p ** z, floor), easy checked first, so a prompt that was easy 3 times in a row
+    is skipped with probability 1 - p_easy ** 3. After each step (once the first epoch is done) p_easy
+    and p_hard move by `step_size` toward the target zero-variance shares alpha / 3 (easy) and
+    2 alpha / 3 (hard): a share above target lowers p (skip more), below target raises it.
+    """
+
+    def __init__(
+        self,
+        *,
+        alpha: float = 0.25,
+        p_init: float = 0.5,
+        step_size: float = 0.01,
+        p_min: float = 0.05,
+        p_max: float = 0.95,
+        floor: float = 0.01,
+    ) -> None:
+        if not 0 < alpha < 1:
+            raise ValueError(f"greso alpha must be in (0, 1), got {alpha}")
+        self.alpha, self.step_size, self.p_min, self.p_max, self.floor = alpha, step_size, p_min, p_max, floor
+        self.p_easy = self.p_hard = p_init
+        self.streaks: dict[str, tuple[str, int]] = {}  # uid -> (kind of the current run, its length)
+
+    def keep_probability(self, uid: str) -> float:
+        kind, z = self.streaks.get(uid, ("mixed", 0))
+        if kind == "easy":
+            return max(self.p_easy**z, self.floor)
+        if kind == "hard":
+            return max(self.p_hard**z, self.floor)
+        return 1.0
+
+    def keep(self, uids: list[str], generator: torch.Generator | None = None) -> list[bool]:
+        """Pre-rollout decision for each prompt: True to roll it out, False to skip it this step."""
+        probs = torch.tensor([self.keep_probability(u) for u in uids], dtype=torch.float64)
+        draws = torch.rand(len(uids), generator=generator, dtype=torch.float64)
+        return (draws < probs).tolist()
+
+    def record(self, uids: list[str], group_mean_rewards: torch.Tensor, success_threshold: float = 1.0) -> None:
+        """Record the outcome of each rolled-out prompt's group (mean reward in [0, 1])."""
+        for uid, mean in zip(uids, group_mean_rewards.tolist(), strict=True):
+            kind = "easy" if mean >= success_threshold else "hard" if mean <= 0.0 else "mixed"
+            prev_kind, z = self.streaks.get(uid, ("mixed", 0))
+            self.streaks[uid] = (kind, z + 1 if kind == prev_kind and kind != "mixed" else int(kind != "mixed"))
+
+    def adapt(self, easy_share: float, hard_share: float) -> None:
+        """Move p_easy / p_hard one step toward the target zero-variance shares of this step."""
+
+        def move(p: float, share: float, target: float) -> float:
+            p = p - self.step_size if share > target else p + self.step_size if share < target else p
+            return min(max(p, self.p_min), self.p_max)
+
+        self.p_easy = move(self.p_easy, easy_share, self.alpha / 3)
+        self.p_hard = move(self.p_hard, hard_share, 2 * self.alpha / 3)
+
+    def state_dict(self) -> dict:
+        return {"p_easy": self.p_easy, "p_hard": self.p_hard, "streaks": dict(self.streaks)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.p_easy, self.p_hard = float(state["p_easy"]), float(state["p_hard"])
+        self.streaks = {k: (v[0], int(v[1])) for k, v in state["streaks"].items()}

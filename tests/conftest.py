@@ -1,0 +1,27 @@
+"""Test setup shared by the whole suite.
+
+Triton reads TRITON_INTERPRET when `@triton.jit` decorates a function, so it must be set before any
+kernel module is imported: on a machine without a GPU every Triton kernel then runs on CPU tensors
+through the interpreter. Tests marked `gpu` are skipped without CUDA.
+"""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
