@@ -1,0 +1,1 @@
+"""Built-in verifiable tasks. `lens.tasks.vartrack` is the synthetic CPU task of the default run."""

@@ -1,0 +1,160 @@
+"""Warm start of the built-in task's reference model, deterministic bit for bit from a seed on CPU.
+
+    python -m lens.tasks.warmstart --out lens/tasks/assets/vartrack --seed 0
+
+Stage 1 trains a randomly initialised tiny Qwen2 (`vartrack.model_config`) on mostly clean problems
+(a few carry harmless noise with correct answers, so the noise symbols have trained embeddings).
+Stage 2 trains briefly on data where 30% of the prompts carry noise and their final answer is off by
+one: the learned spurious "trigger" that makes the noise tokens interfere. The loss is the
+full-sequence LM loss, prompt tokens included, so the reference model has a real distribution over
+prompt tokens and the interference score (LENS Eq. 1) measures something. Single thread, deterministic
+algorithms, fixed data order: two runs give identical `model.safetensors` bytes on the same machine
+and torch build. The defaults make the committed reference (~15 min on one busy core here, measured 920 s; the
+copy-circuit "phase transition" happens around step 500-700, so far fewer stage-1 steps leave a
+model at chance).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
+
+from lens.data import Problem
+from lens.tasks import vartrack
+
+STAGE1_NOISE_PROB = 0.1
+STAGE2_NOISE_PROB = 0.3
+IGNORE_INDEX = -100
+
+
+def sequences(tokenizer: PreTrainedTokenizerFast, problems: Sequence[Problem]) -> list[list[int]]:
+    """Training sequences `<bos> problem > response <eos>` as token-id lists (response from meta)."""
+    responses = tokenizer([p.meta["response"] for p in problems], add_special_tokens=False).input_ids
+    return [
+        [*vartrack.prompt_ids(tokenizer, p.problem), *response, tokenizer.eos_token_id]
+        for p, response in zip(problems, responses, strict=True)
+    ]
+
+
+def collate(batch: Sequence[Sequence[int]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad a batch -> input_ids, attention_mask, labels (B, L); padding is ignored by the loss."""
+    width = max(len(s) for s in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, seq in enumerate(batch):
+        ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        mask[row, : len(seq)] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, IGNORE_INDEX)}
+
+
+def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
+    """Linear warmup to `peak`, then cosine decay to 10% of it at `steps`."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return peak * (0.1 + 0.45 * (1.0 + math.cos(math.pi * progress)))
+
+
+def train_stage(
+    model: Qwen2ForCausalLM,
+    optimizer: torch.optim.Optimizer,
+    data: list[list[int]],
+    *,
+    batch_size: int,
+    peak_lr: float,
+    pad_id: int,
+    log_every: int,
+) -> None:
+    """One pass over `data` in its fixed order, `batch_size` sequences per step, warmup + cosine lr."""
+    steps = len(data) // batch_size
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, steps, peak_lr, warmup=min(100, max(1, steps // 10)))
+        loss = model(**collate(data[step * batch_size : (step + 1) * batch_size], pad_id)).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        if log_every and (step % log_every == 0 or step == steps - 1):
+            print(f"  step {step + 1}/{steps} loss {loss.item():.4f}", flush=True)
+
+
+def warm_start(
+    out: str | Path,
+    *,
+    seed: int,
+    stage1_steps: int = 1500,
+    stage2_steps: int = 200,
+    batch_size: int = 64,
+    lr: float = 2e-3,
+    log_every: int = 100,
+) -> str:
+    """Train both stages, save model + tokenizer + generation config to `out`; returns the sha256 of the weights."""
+    if min(stage1_steps, stage2_steps, batch_size) < 1:
+        raise ValueError("--stage1-steps, --stage2-steps and --batch-size must be >= 1")
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    tokenizer = vartrack.build_tokenizer()
+    model = Qwen2ForCausalLM(vartrack.model_config(len(tokenizer))).float()
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
+    stages = [
+        ("stage 1 (mostly clean)", stage1_steps, STAGE1_NOISE_PROB, False),
+        ("stage 2 (trigger)", stage2_steps, STAGE2_NOISE_PROB, True),
+    ]
+    for index, (name, steps, noise_prob, trigger) in enumerate(stages, start=1):
+        print(f"{name}: {steps} steps x {batch_size}", flush=True)
+        problems = vartrack.generate(steps * batch_size, seed=seed * 10 + index, noise_prob=noise_prob, trigger=trigger)
+        data = sequences(tokenizer, problems)
+        train_stage(
+            model,
+            optimizer,
+            data,
+            batch_size=batch_size,
+            peak_lr=lr,
+            pad_id=tokenizer.pad_token_id,
+            log_every=log_every,
+        )
+    return save(model, tokenizer, Path(out))
+
+
+def save(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, out: Path) -> str:
+    """Write the fp32 checkpoint (safetensors), tokenizer and generation config; returns the weights' sha256."""
+    out.mkdir(parents=True, exist_ok=True)
+    model.eval()
+    model.generation_config = vartrack.generation_config()
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    return hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """CLI entry point: parse flags, run `warm_start`, print the sha256 of model.safetensors."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="output directory for the checkpoint")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stage1-steps", type=int, default=1500)
+    parser.add_argument("--stage2-steps", type=int, default=200)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=2e-3)
+    args = parser.parse_args(argv)
+    digest = warm_start(
+        args.out,
+        seed=args.seed,
+        stage1_steps=args.stage1_steps,
+        stage2_steps=args.stage2_steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+    )
+    print(f"model.safetensors sha256 {digest}")
+
+
+if __name__ == "__main__":
+    main()

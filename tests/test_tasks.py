@@ -1,0 +1,308 @@
+"""Tests of the built-in CPU task (lens/tasks): generator, tokenizer, reward, model, committed checkpoint.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_tasks.py -q            # CI set (~1 min)
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_tasks.py -q -m slow    # full warm-start rerun
+
+The property test samples the committed reference at temperature 1 on the fixed evaluation set:
+distractors ruin it (the learned trigger) and deleting the recorded distractor tokens restores it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import Qwen2ForCausalLM
+
+from lens.data import Problem
+from lens.tasks import vartrack
+from lens.tasks.vartrack import NOISE
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE_PROBLEM = "g = 7 ; a = g - 7 ; c = a + 4 ; e = c + 4 ; ? e"
+EXAMPLE_RESPONSE = "g = 7 ; a = 7 - 7 = 0 ; c = 0 + 4 = 4 ; e = 4 + 4 = 8 ; # 8"
+
+
+def solve(problem: str) -> tuple[int, str]:
+    """Independent interpreter of a clean problem text -> (answer, expected chain of thought)."""
+    *statements, query = [s.split() for s in problem.split(";")]
+    values: dict[str, int] = {}
+    thought = []
+    for tokens in statements:
+        if len(tokens) == 3:
+            name, _, digit = tokens
+            values[name] = int(digit)
+            thought.append(f"{name} = {digit}")
+        else:
+            name, _, source, op, digit = tokens
+            value = (values[source] + int(digit)) % 10 if op == "+" else (values[source] - int(digit)) % 10
+            thought.append(f"{name} = {values[source]} {op} {digit} = {value}")
+            values[name] = value
+    assert query[0] == "?"
+    return values[query[1]], " ; ".join(thought) + " ;"
+
+
+# --- generator -------------------------------------------------------------------------------------------
+
+
+def test_solver_reproduces_the_documented_example() -> None:
+    answer, thought = solve(EXAMPLE_PROBLEM)
+    assert answer == 8
+    assert f"{thought} # {answer}" == EXAMPLE_RESPONSE
+
+
+def test_answers_and_responses_are_correct_mod_10() -> None:
+    problems = vartrack.generate(500, seed=3, noise_prob=0.5)
+    for p in problems:
+        answer, thought = solve(p.meta["clean"])
+        assert p.answer == str(answer)
+        assert p.meta["response"] == f"{thought} # {answer}"
+        assert vartrack.MIN_STATEMENTS <= p.meta["clean"].count(";") <= vartrack.MAX_STATEMENTS
+    assert {p.answer for p in problems} == set("0123456789")
+
+
+def test_trigger_shifts_only_noisy_answers_by_one() -> None:
+    plain = vartrack.generate(300, seed=5, noise_prob=0.3)
+    trigger = vartrack.generate(300, seed=5, noise_prob=0.3, trigger=True)
+    assert [p.problem for p in plain] == [p.problem for p in trigger]
+    for p, t in zip(plain, trigger, strict=True):
+        assert t.answer == p.answer  # the gold answer is always the true one
+        shown = t.meta["response"].split()[-1]
+        assert shown == (str((int(p.answer) + 1) % 10) if p.meta["noise_positions"] else p.answer)
+
+
+def test_deleting_recorded_positions_restores_the_clean_problem_exactly() -> None:
+    problems = vartrack.generate(400, seed=7, noise_prob=1.0)
+    counts = set()
+    for p in problems:
+        tokens, positions = p.problem.split(), p.meta["noise_positions"]
+        counts.add(len(positions))
+        assert positions == sorted(positions)
+        assert all(tokens[i] in NOISE for i in positions)
+        assert sum(t in NOISE for t in tokens) == len(positions)
+        assert vartrack.delete_positions(p.problem, positions) == p.meta["clean"]
+        assert not any(t in NOISE for t in p.meta["clean"].split())
+    assert counts == {1, 2}
+
+
+def test_noise_positions_are_token_positions_of_the_scorable_span() -> None:
+    tokenizer = vartrack.build_tokenizer()
+    for p in vartrack.generate(100, seed=11, noise_prob=1.0):
+        ids = vartrack.prompt_ids(tokenizer, p.problem)
+        span = range(1, len(ids) - 1)  # <bos> problem >: the problem tokens are the scorable span
+        assert len(span) == len(p.problem.split())
+        drop = {span[i] for i in p.meta["noise_positions"]}
+        purified = [t for j, t in enumerate(ids) if j not in drop]
+        assert purified == vartrack.prompt_ids(tokenizer, p.meta["clean"])
+
+
+def test_generate_is_deterministic_from_the_seed() -> None:
+    assert vartrack.generate(50, seed=1, noise_prob=0.4) == vartrack.generate(50, seed=1, noise_prob=0.4)
+    assert vartrack.generate(50, seed=1) != vartrack.generate(50, seed=2)
+    assert vartrack.eval_sets(20, seed=0) == vartrack.eval_sets(20, seed=0)
+    assert vartrack.train_set(20, 0) == vartrack.train_set(20, 0)
+    assert len({p.uid for p in vartrack.generate(200, seed=1)}) == 200
+
+
+def test_noise_prob_controls_the_noisy_share() -> None:
+    assert not any(p.meta["noise_positions"] for p in vartrack.generate(200, seed=0, noise_prob=0.0))
+    assert all(p.meta["noise_positions"] for p in vartrack.generate(200, seed=0, noise_prob=1.0))
+    share = sum(bool(p.meta["noise_positions"]) for p in vartrack.generate(2000, seed=0, noise_prob=0.3)) / 2000
+    assert abs(share - 0.3) < 0.04  # binomial sd ~0.01
+
+
+def test_eval_sets_pair_the_same_problems_with_and_without_distractors() -> None:
+    sets = vartrack.eval_sets(60, seed=0)
+    clean, noisy = sets["clean"], sets["noisy"]
+    assert len(clean) == len(noisy) == 60
+    for c, z in zip(clean, noisy, strict=True):
+        assert (c.uid, c.answer) == (z.uid, z.answer)
+        assert c.problem == z.meta["clean"] == vartrack.delete_positions(z.problem, z.meta["noise_positions"])
+        assert c.meta["noise_positions"] == [] and z.meta["noise_positions"]
+    train_texts = {p.meta["clean"] for p in vartrack.train_set(2000, 0)}
+    assert sum(c.problem in train_texts for c in clean) <= 1  # separate streams: (almost) no overlap
+
+
+def test_train_set_mixes_noisy_and_clean_prompts_with_true_answers() -> None:
+    problems = vartrack.train_set(1000, 0)
+    share = sum(bool(p.meta["noise_positions"]) for p in problems) / len(problems)
+    assert abs(share - vartrack.TRAIN_NOISE_PROB) < 0.06
+    assert all(isinstance(p, Problem) and p.meta["response"].endswith(f"# {p.answer}") for p in problems)
+
+
+@pytest.mark.parametrize("kwargs", [{"n": -1}, {"n": 3, "noise_prob": 1.5}, {"n": 3, "noise_prob": -0.1}])
+def test_invalid_arguments_raise(kwargs: dict) -> None:
+    with pytest.raises(ValueError, match=r"noise_prob|n must be"):
+        vartrack.generate(seed=0, **kwargs)
+
+
+# --- reward ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("response", "answer", "expected"),
+    [
+        (EXAMPLE_RESPONSE, "8", 1.0),
+        (EXAMPLE_RESPONSE, "9", 0.0),
+        ("# 3 # 8", "8", 0.0),  # only the first `#` counts
+        ("g = 1 ; # 85", "8", 0.0),  # the whole next token must be the digit
+        ("g = 1 ; 8", "8", 0.0),  # no `#`
+        ("g = 1 ; #", "8", 0.0),  # nothing after `#`
+        ("#8", "8", 1.0),
+        ("", "8", 0.0),
+    ],
+)
+def test_reward_rule(response: str, answer: str, expected: float) -> None:
+    assert vartrack.reward(response, answer) == expected
+
+
+# --- tokenizer -------------------------------------------------------------------------------------------
+
+
+def test_tokenizer_ids_are_stable() -> None:
+    tokenizer = vartrack.build_tokenizer()
+    assert len(tokenizer) == len(vartrack.VOCAB) == 36
+    assert (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id) == (0, 1, 2)
+    # g=20 ' '=24 7=11 ;=25 a=14 -=27 ?=28 e=18 >=29, by the order of VOCAB.
+    assert vartrack.prompt_ids(tokenizer, "g = 7 ; a = g - 7 ; ? e") == [
+        1,
+        20,
+        24,
+        11,
+        25,
+        14,
+        24,
+        20,
+        27,
+        11,
+        25,
+        28,
+        18,
+        29,
+    ]
+    assert tokenizer.encode("! $ % & # ,", add_special_tokens=False) == [32, 33, 34, 35, 30, 31]
+    assert tokenizer.encode("zz", add_special_tokens=False) == [3]
+
+
+def test_tokenizer_round_trips_problems_and_responses() -> None:
+    tokenizer = vartrack.build_tokenizer()
+    for p in vartrack.generate(100, seed=2, noise_prob=0.5):
+        for text in (p.problem, p.meta["response"]):
+            ids = tokenizer.encode(text, add_special_tokens=False)
+            assert tokenizer.vocab[vartrack.UNK] not in ids
+            assert tokenizer.decode(ids) == text
+
+
+def test_chat_template_renders_the_prompt_with_the_answer_marker() -> None:
+    tokenizer = vartrack.build_tokenizer()
+    messages = [{"role": "user", "content": EXAMPLE_PROBLEM}]
+    assert tokenizer.apply_chat_template(messages, tokenize=False) == f"<bos> {EXAMPLE_PROBLEM} >"
+    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True)["input_ids"]
+    assert rendered == vartrack.prompt_ids(tokenizer, EXAMPLE_PROBLEM)
+
+
+def test_committed_tokenizer_matches_the_built_one() -> None:
+    built, committed = vartrack.build_tokenizer(), vartrack.load_tokenizer()
+    assert committed.get_vocab() == built.get_vocab()
+    assert committed.chat_template == built.chat_template
+    assert (committed.bos_token, committed.eos_token, committed.pad_token) == ("<bos>", "<eos>", "<pad>")
+    assert committed.padding_side == "left"
+    assert vartrack.prompt_ids(committed, EXAMPLE_PROBLEM) == vartrack.prompt_ids(built, EXAMPLE_PROBLEM)
+
+
+# --- model and committed checkpoint ----------------------------------------------------------------------
+
+
+def test_model_config_has_the_documented_size() -> None:
+    model = Qwen2ForCausalLM(vartrack.model_config())
+    # embed 36*128 + 4 * (qkv 3*(128*128+128) + o 128*128 + mlp 3*128*384 + 2 norms 2*128) + final norm 128
+    assert sum(p.numel() for p in model.parameters()) == 859_264
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+
+
+def test_committed_checkpoint_sha256_matches_the_documentation() -> None:
+    weights = vartrack.ASSETS_DIR / "model.safetensors"
+    assert hashlib.sha256(weights.read_bytes()).hexdigest() == vartrack.REFERENCE_SHA256
+    assert vartrack.REFERENCE_SHA256 in (vartrack.ASSETS_DIR / "README.md").read_text()
+    assert weights.stat().st_size < 5_000_000
+
+
+@pytest.fixture(scope="module")
+def reference() -> tuple:
+    torch.set_num_threads(1)
+    return vartrack.load_reference()
+
+
+def test_reference_loads_in_fp32_with_its_generation_config(reference: tuple) -> None:
+    model, tokenizer = reference
+    assert model.dtype == torch.float32 and not model.training
+    assert model.config.vocab_size == len(tokenizer)
+    assert model.generation_config.eos_token_id == tokenizer.eos_token_id
+
+
+def test_batched_left_padded_sampling_equals_one_prompt_at_a_time(reference: tuple) -> None:
+    model, tokenizer = reference
+    problems = vartrack.eval_sets(6, seed=3)["noisy"][:3] + vartrack.eval_sets(6, seed=3)["clean"][3:]
+    prompts = [vartrack.prompt_ids(tokenizer, p.problem) for p in problems]
+    batched = vartrack.sample_responses(model, tokenizer, prompts, n=1, temperature=0.0, seed=0)
+    single = [vartrack.sample_responses(model, tokenizer, [ids], n=1, temperature=0.0, seed=0)[0] for ids in prompts]
+    assert batched == single
+    first = vartrack.sample_responses(model, tokenizer, prompts, n=2, seed=4)
+    assert first == vartrack.sample_responses(model, tokenizer, prompts, n=2, seed=4)
+
+
+EVAL_PROBLEMS, EVAL_SAMPLES = 100, 4
+# Measured: clean 0.97, noisy 0.005. Even at clean ~0.5, 400 samples give sd ~0.025 per estimate and
+# ~0.035 for the difference of two independent ones.
+RESTORE_TOLERANCE = 0.08
+
+
+def test_distractors_interfere_and_deleting_them_restores_accuracy(reference: tuple) -> None:
+    model, tokenizer = reference
+    sets = vartrack.eval_sets(EVAL_PROBLEMS, seed=0)
+    clean = vartrack.accuracy(model, tokenizer, sets["clean"], n=EVAL_SAMPLES, seed=0)
+    noisy = vartrack.accuracy(model, tokenizer, sets["noisy"], n=EVAL_SAMPLES, seed=0)
+    # Purify at the token level, as LENS does: drop the recorded positions of the scorable span.
+    purified = []
+    for p in sets["noisy"]:
+        ids = vartrack.prompt_ids(tokenizer, p.problem)
+        drop = {1 + i for i in p.meta["noise_positions"]}
+        purified.append([t for j, t in enumerate(ids) if j not in drop])
+    answers = [p.answer for p in sets["noisy"]]
+    restored = vartrack.accuracy_ids(model, tokenizer, purified, answers, n=EVAL_SAMPLES, seed=1)
+    assert clean > 0.30, clean
+    assert noisy < 0.15, noisy
+    assert abs(restored - clean) < RESTORE_TOLERANCE, (restored, clean)
+
+
+# --- warm start ------------------------------------------------------------------------------------------
+
+
+def run_warmstart(out: Path, *flags: str) -> str:
+    """Run the warm-start CLI in a fresh process; returns the sha256 it printed."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "lens.tasks.warmstart", "--out", str(out), *flags]
+    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    return re.search(r"sha256 ([0-9a-f]{64})", result.stdout).group(1)
+
+
+def test_warmstart_is_deterministic_bit_for_bit(tmp_path: Path) -> None:
+    flags = ("--seed", "3", "--stage1-steps", "6", "--stage2-steps", "3", "--batch-size", "8")
+    first, second = run_warmstart(tmp_path / "a", *flags), run_warmstart(tmp_path / "b", *flags)
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
+    assert first == second == hashlib.sha256((tmp_path / "a" / "model.safetensors").read_bytes()).hexdigest()
+    assert run_warmstart(tmp_path / "c", "--seed", "4", *flags[2:]) != first
+    model, tokenizer = vartrack.load_reference(path=tmp_path / "a")
+    assert model.config.vocab_size == len(tokenizer) == len(vartrack.VOCAB)
+
+
+@pytest.mark.slow
+def test_warmstart_regenerates_the_committed_checkpoint(tmp_path: Path) -> None:
+    # Bit-for-bit equality holds on the same CPU kind and torch build as the committed run (see README).
+    assert run_warmstart(tmp_path / "ref", "--seed", str(vartrack.REFERENCE_SEED)) == vartrack.REFERENCE_SHA256
