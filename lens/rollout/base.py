@@ -37,8 +37,11 @@ FINISH_REASONS = ("stop", "length")
 @dataclass(frozen=True)
 class SamplingParams:
     """How to sample. `stop_token_ids` are extra stops; the tokenizer's EOS (and the model's generation-config
-    EOS ids) always stop. `seed` makes a call reproducible on the same engine, weights and prompts; None
-    draws from the engine's own seeded stream (never from the trainer's global RNG)."""
+    EOS ids) always stop. `seed` makes a call reproducible on the same engine, weights and prompts: the
+    j-th sample of prompt i draws from seed + i * n + j in both engines, whatever else is in the call, so
+    a data-parallel rank that passes seed + (its first prompt's global index) * n samples what one
+    process sampling the whole batch would. None draws from the engine's own seeded stream (never from
+    the trainer's global RNG)."""
 
     temperature: float = 1.0
     top_p: float = 1.0

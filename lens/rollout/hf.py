@@ -148,7 +148,6 @@ class HFEngine:
         if too_long:
             raise ValueError(f"generate: prompts {too_long[:5]} have >= max_model_len={self.max_model_len} tokens")
         seed = call_seed(sampling, self._stream)
-        generator = torch.Generator(self.device).manual_seed(seed)
         stops = torch.tensor(sorted(set(self.eos_token_ids) | set(sampling.stop_token_ids)), device=self.device)
         rows = [p for p in prompts for _ in range(n)]
         tokens: list[list[int]] = []
@@ -156,7 +155,11 @@ class HFEngine:
         finish: list[str] = []
         with _eval_mode(self.model):
             for start in range(0, len(rows), self.max_batch_size):
-                chunk = self._sample(rows[start : start + self.max_batch_size], sampling, stops, generator)
+                # Row r (prompt i, sample j, r = i * n + j) draws from its own stream seeded seed + r, as in
+                # VLLMEngine: a row's sample does not depend on which other rows share the batch.
+                chunk_rows = rows[start : start + self.max_batch_size]
+                generators = [torch.Generator().manual_seed(seed + start + r) for r in range(len(chunk_rows))]
+                chunk = self._sample(chunk_rows, sampling, stops, generators)
                 tokens += chunk[0]
                 logprobs += chunk[1]
                 finish += chunk[2]
@@ -165,7 +168,7 @@ class HFEngine:
         return Rollouts(prompt_index, tokens, logprobs, finish, prompt_logprobs)
 
     def _sample(
-        self, rows: list[list[int]], sampling: SamplingParams, stops: torch.Tensor, generator: torch.Generator
+        self, rows: list[list[int]], sampling: SamplingParams, stops: torch.Tensor, generators: list[torch.Generator]
     ) -> tuple[list[list[int]], list[torch.Tensor], list[str]]:
         """Decode one batch of rows; a row's response ends at its first stop token."""
         ids, mask, positions = left_pad(rows, self.pad_token_id, self.device)
@@ -177,7 +180,7 @@ class HFEngine:
         done = torch.zeros(len(rows), dtype=torch.bool, device=self.device)
         sampled, sampled_lp = [], []
         for step in range(budget):
-            token, lp = self._draw(out.logits[:, -1], sampling, generator)
+            token, lp = self._draw(out.logits[:, -1], sampling, generators)
             token = token.masked_fill(done, self.pad_token_id)
             sampled.append(token)
             sampled_lp.append(lp)
@@ -196,14 +199,25 @@ class HFEngine:
 
     @staticmethod
     def _draw(
-        logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator
+        logits: torch.Tensor, sampling: SamplingParams, generators: list[torch.Generator]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One sampling step: logits [R, V] -> sampled ids [R] int64 and their sampler log-probs [R] fp32."""
+        """One sampling step: logits [R, V] -> sampled ids [R] int64 and their sampler log-probs [R] fp32.
+
+        Inverse-CDF sampling with one uniform per row from that row's generator: token = the first id whose
+        cumulative probability exceeds u (zero-probability ids, e.g. outside top_p, are never chosen).
+        """
         logp = sampling_logprobs(logits, sampling.temperature, sampling.top_p)
         if sampling.temperature == 0:
             token = logp.argmax(dim=-1)
         else:
-            token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+            u = torch.stack([torch.rand((), generator=g) for g in generators]).to(logp.device)
+            probs = logp.float().exp()
+            cdf = probs.cumsum(dim=-1)
+            token = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(-1)
+            # u * total can round up to the total: never step past the last id with probability > 0.
+            positive = probs > 0
+            last = positive.shape[-1] - 1 - positive.flip(-1).int().argmax(dim=-1)
+            token = torch.minimum(token, last)
         return token, logp.gather(-1, token[:, None]).squeeze(-1)
 
     @staticmethod
