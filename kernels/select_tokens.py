@@ -110,6 +110,9 @@ def select_interference_tokens_ref(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Pure-torch reference of `select_interference_tokens` (same signature and result)."""
     _validate(scores, scorable_mask, gamma, min_score)
+    if scores.numel() == 0:  # no rows, or rows without positions: nothing to delete, no signal
+        b = scores.shape[0]
+        return scorable_mask.clone(), scores.new_zeros(b, dtype=torch.int64), scores.new_ones(b, dtype=torch.bool)
     s = _canonical_scores(scores)
     tie_rank = _tie_break_ranks(s.shape, s.device, generator)
     k, no_signal = _deletion_counts(s, scorable_mask, gamma, min_score)
@@ -193,6 +196,9 @@ def select_interference_tokens(
         delete_mask [B, P] bool, num_deleted [B] int64, no_signal [B] bool.
     """
     _validate(scores, scorable_mask, gamma, min_score)
+    if scores.numel() == 0:  # no rows, or rows without positions: nothing to delete, no signal
+        b = scores.shape[0]
+        return scorable_mask.clone(), scores.new_zeros(b, dtype=torch.int64), scores.new_ones(b, dtype=torch.bool)
     s = _canonical_scores(scores)
     tie_rank = _tie_break_ranks(s.shape, s.device, generator)
     k, no_signal = _deletion_counts(s, scorable_mask, gamma, min_score)

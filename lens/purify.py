@@ -297,6 +297,10 @@ def purify_batch(
     """
     if len(scores) != candidates.numel():
         raise ValueError(f"got {len(scores)} score vectors for {candidates.numel()} candidates")
+    second_of = torch.full((len(prompts),), -1, dtype=torch.long)
+    counters = {"below_tau": float(candidates.numel()), "skipped_no_signal": 0.0, "skipped_short": 0.0}
+    if candidates.numel() == 0:
+        return Purification([], second_of, {**counters, "tokens_deleted": 0.0})
     chosen = [prompts[i] for i in candidates.tolist()]
     for i, (p, s) in enumerate(zip(chosen, scores, strict=True)):
         if s.numel() != len(p.ids):
@@ -304,7 +308,6 @@ def purify_batch(
     mask = scorable_mask(chosen)
     selection = select_tokens(pad_scores(scores, mask.shape[1]), mask, gamma, min_score=min_score, generator=generator)
     purified = purify_prompts(chosen, selection.delete_mask)
-    second_of = torch.full((len(prompts),), -1, dtype=torch.long)
     kept: list[Prompt] = []
     for row, b in enumerate(candidates.tolist()):
         if int(selection.num_deleted[row]) > 0:

@@ -182,3 +182,9 @@ def test_purify_batch_end_to_end():
     assert out.counters == {"below_tau": 3, "skipped_no_signal": 1, "skipped_short": 1, "tokens_deleted": 2}
     with pytest.raises(ValueError, match="candidate 0"):
         purify.purify_batch(prompts, candidates, [torch.ones(2), torch.ones(3), torch.ones(7)], 0.2)
+
+
+def test_purify_batch_without_candidates():
+    out = purify.purify_batch([_prompt(1, 4, 1)], torch.zeros(0, dtype=torch.long), [], 0.2)
+    assert out.prompts == [] and out.second_of.tolist() == [-1]
+    assert out.counters == {"below_tau": 0, "skipped_no_signal": 0, "skipped_short": 0, "tokens_deleted": 0}

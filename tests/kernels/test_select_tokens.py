@@ -134,3 +134,10 @@ def test_gpu_triton_equals_ref() -> None:
     want = select_interference_tokens_ref(scores, mask, 0.03, generator=torch.Generator(device="cuda").manual_seed(1))
     for x, y in zip(got, want, strict=True):
         assert torch.equal(x, y)
+
+
+def test_empty_inputs_select_nothing():
+    for shape in ((0, 0), (0, 5), (3, 0)):
+        delete, k, no_signal = select_interference_tokens(torch.zeros(shape), torch.zeros(shape, dtype=torch.bool), 0.1)
+        assert delete.shape == shape and not delete.any()
+        assert k.tolist() == [0] * shape[0] and no_signal.tolist() == [True] * shape[0]
