@@ -125,3 +125,19 @@ def test_config_errors_name_the_key(tiny_model, tmp_path):
         train.main(_args(tiny_model, tmp_path, "algorithm.tau=0"))
     with pytest.raises(ValueError, match="nonsense"):
         train.main(_args(tiny_model, tmp_path, "algorithm.nonsense=1"))
+
+
+def test_non_finite_loss_stops_the_run_and_keeps_the_last_checkpoint(tiny_model, tmp_path, monkeypatch):
+    real = train.algos.crpo_loss
+    calls = {"n": 0}
+
+    def nan_on_second_step(*a, **k):
+        calls["n"] += 1
+        loss, metrics = real(*a, **k)
+        return (loss * float("nan"), metrics) if calls["n"] > 1 else (loss, metrics)
+
+    monkeypatch.setattr(train.algos, "crpo_loss", nan_on_second_step)
+    args = _args(tiny_model, tmp_path, "optim.steps=3", "checkpoint.every=1", "optim.micro_batch_size=16")
+    with pytest.raises(FloatingPointError, match="non-finite loss"):
+        train.main([*args, "data.eval_every=0"])
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*")) == ["step_00000001"]

@@ -94,3 +94,22 @@ def test_sigkill_then_resume_is_exact(tmp_path):
     assert _rows(killed) == _rows(straight)
     wa, wb = _weights(straight, 4), _weights(killed, 4)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, TRAIN, *BASE, "optim.steps=40", "checkpoint.every=0", f"run_dir={run_dir}"],
+        env=_env(),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 300
+    while not (run_dir / "metrics.jsonl").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=300) == 0
+    saved = sorted(p.name for p in (run_dir / "checkpoints").glob("step_*"))
+    assert len(saved) == 1 and saved[0] != "step_00000040"  # stopped early, after finishing its step
+    assert int(saved[0].split("_")[1]) == len(_rows(run_dir))
