@@ -27,9 +27,9 @@ if __package__ in (None, ""):  # `torchrun lens/train.py` runs this file as a sc
 import torch
 import torch.distributed as dist
 
-from lens import algos, checkpoint, data, metrics, model, purify
+from lens import algos, checkpoint, data, metrics, model, purify, scoring
 from lens.config import DYNAMIC_SAMPLING, Config, parse_args, resolve_path
-from lens.eval import evaluate
+from lens.eval import eval_sampling, evaluate_set
 from lens.purify import Prompt
 from lens.reward import Verifier
 from lens.rollout import HFEngine, Rollouts, SamplingParams, default_stop_ids, make_engine
@@ -324,17 +324,17 @@ def _concat(parts, want: int, m: int) -> tuple[list[int], Rollouts, torch.Tensor
 
 def token_scores(run: Run, prompts: list[Prompt], batch: Batch, rows: list[int]) -> tuple[list[torch.Tensor], float]:
     """Per-token deletion scores of the candidate prompts (higher = delete first) and the no-signal bar."""
-    scorer, ids = run.cfg.algorithm.scorer, [p.ids for p in prompts]
-    if scorer == "interference":  # LENS Eq. (1)
-        return model.interference_scores(run.train.module, run.ref, ids), run.cfg.algorithm.min_score
-    if scorer == "surprisal":
-        logp = model.prompt_token_logprobs(run.ref, ids)
-        return [torch.nan_to_num(-lp, nan=0.0) for lp in logp], run.cfg.algorithm.min_score
-    if scorer == "random":
-        return [torch.rand(len(i), generator=run.rng) + 1e-6 for i in ids], 0.0
-    m = run.cfg.algorithm.m  # grad: delete the tokens with the SMALLEST gradient norm
-    groups = [[batch.rollouts.tokens[b * m + j] for j in range(m)] for b in rows]
-    return [-model.grad_token_scores(run.train.module, i, g) for i, g in zip(ids, groups, strict=True)], -math.inf
+    a, m = run.cfg.algorithm, run.cfg.algorithm.m
+    groups = [[batch.rollouts.tokens[b * m + j] for j in range(m)] for b in rows] if a.scorer == "grad" else None
+    return scoring.token_scores(  # LENS Eq. (1) for the default `interference` scorer
+        a.scorer,
+        run.train.module,
+        run.ref,
+        [p.ids for p in prompts],
+        responses=groups,
+        min_score=a.min_score,
+        generator=run.rng,
+    )
 
 
 def second_sampling(run: Run, batch: Batch, step: int, stats: dict):
@@ -483,14 +483,15 @@ def sync_weights(run: Run) -> None:
 
 
 def run_eval(run: Run) -> dict[str, float]:
-    """avg@n accuracy on every held-out set (fixed seed, so evaluations are comparable)."""
-    c = run.cfg
-    params = SamplingParams(
-        temperature=c.rollout.temperature, top_p=c.rollout.top_p, max_tokens=c.rollout.max_tokens, seed=c.seed + 12345
-    )
+    """avg@n accuracy on every held-out set: the code and seed rule of `python -m lens.eval --seed <run seed>`
+    (sampling seed = seed + 12345, fixed, so evaluations are comparable)."""
+    c, r = run.cfg, run.cfg.rollout
+    params = eval_sampling(temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens, seed=c.seed)
     with run.timer("eval"):
         return {
-            f"eval/{name}": evaluate(run.engine, run.tokenizer, run.verifier, p, a, n=c.data.eval_n, sampling=params)
+            f"eval/{name}": evaluate_set(
+                run.engine, run.tokenizer, run.verifier, p, a, n=c.data.eval_n, sampling=params
+            ).accuracy
             for name, (p, a) in run.eval_sets.items()
         }
 
@@ -573,6 +574,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         enabled=rank0,
     )
     first_eval = run_eval(run) if run.eval_sets and run.start_step == 0 else {}
+    if first_eval:
+        log.log(0, first_eval)  # step 0: the model before training, the start of every curve
     last: dict[str, float] = dict(first_eval)
     progress = metrics.Progress(cfg.optim.steps, initial=run.start_step, enabled=rank0)
     for step in range(run.start_step, cfg.optim.steps):

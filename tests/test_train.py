@@ -38,8 +38,10 @@ def _args(model_path: Path, run_dir: Path, *extra: str) -> list[str]:
     ]
 
 
-def _rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+def _rows(run_dir: Path, *, before_training: bool = False) -> list[dict]:
+    """Rows of metrics.jsonl; the step-0 row (the evaluation before training) only when asked."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if before_training or r["step"] > 0]
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -51,8 +53,10 @@ def test_every_algorithm_runs_two_steps(tiny_model, tmp_path, algorithm):
     if algorithm == "grpo_ext":
         extra.append("algorithm.m=8")
     last = train.main(_args(tiny_model, tmp_path, f"algorithm.name={algorithm}", "optim.steps=2", *extra))
-    rows = _rows(tmp_path)
-    assert [r["step"] for r in rows] == [1, 2]
+    rows = _rows(tmp_path, before_training=True)
+    assert [r["step"] for r in rows] == [0, 1, 2]  # step 0: the evaluation before training, alone
+    assert set(rows[0]) == {"step", "eval/clean", "eval/noisy"}
+    rows = rows[1:]
     assert all(torch.isfinite(torch.tensor(r["loss/total"])) for r in rows)
     assert {"eval/clean", "eval/noisy", "bins/failure", "time/generate", "grad_norm"} <= set(last)
     assert (tmp_path / "checkpoints").is_dir()
