@@ -33,4 +33,14 @@ case ",$extras," in
     # CPU torch ("operator torchvision::nms does not exist"); lens uses none of them.
     "$py" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true ;;
 esac
+case ",$extras," in
+  *,dev,*)
+    # The audit's browser test renders its HTML page in headless Chromium (Debian's package).
+    if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get install -y -q chromium >/dev/null 2>&1 \
+        || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; } \
+        || echo "setup.sh: could not install chromium; the browser test will be skipped" >&2
+    fi ;;
+esac
 "$py" -c "import lens, lens_kernels, lens.ops; print('lens ready:', lens.__file__)"

@@ -1,0 +1,172 @@
+"""The LENS study on the built-in task: every method over several seeds, one table, the report figures.
+
+    python bench/study.py                                   # 7 methods x 5 seeds (about 70 min on 2 cores)
+    python bench/study.py --methods grpo,lens --seeds 0,1   # a subset
+    python bench/study.py --table-only                      # re-aggregate the runs already on disk
+
+Each run is `python -m lens.train --config configs/cpu_default.yaml` with the method's overrides, a seed
+and its own run dir under --runs (a finished run is not rerun). The table (bench/results/study.md and
+study.json) gives mean and standard error over seeds of the noisy/clean evaluation accuracy at steps
+10/20/30/40, the first step reaching GRPO's best noisy accuracy (mean over GRPO seeds of each seed's
+best), the zero-success groups per step, the LENS counters and wall time; `python -m lens.report`
+draws the figures from the same run dirs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+METHODS: dict[str, list[str]] = {
+    "grpo": ["algorithm.name=grpo"],
+    "grpo_ext": ["algorithm.name=grpo_ext"],
+    "dapo": ["algorithm.name=dapo"],
+    "lens": ["algorithm.name=lens"],
+    "resample": ["algorithm.name=resample"],
+    "random_prune": ["algorithm.name=random_prune"],
+    "surprisal": ["algorithm.name=lens", "algorithm.scorer=surprisal"],
+}
+EVAL_STEPS = (10, 20, 30, 40)
+COUNTERS = ("lens/below_tau", "lens/purified", "lens/guard_passes", "lens/rollouts_replaced", "lens/tokens_deleted")
+
+
+def run_one(method: str, seed: int, runs: Path) -> Path:
+    """Train one (method, seed) unless its metrics already reach the last step; returns the run dir."""
+    run_dir = runs / f"{method}_s{seed}"
+    if (run_dir / "wall_s.txt").exists():
+        return run_dir
+    cmd = [sys.executable, "-m", "lens.train", "--config", "configs/cpu_default.yaml", *METHODS[method]]
+    cmd += [f"seed={seed}", f"run_dir={run_dir}", "logging.tensorboard=false", "checkpoint.every=0"]
+    start = time.monotonic()
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"study: {method} seed {seed} failed:\n{done.stderr[-3000:]}")
+    (run_dir / "wall_s.txt").write_text(f"{time.monotonic() - start:.1f}\n")
+    return run_dir
+
+
+def read_rows(run_dir: Path) -> dict[int, dict[str, float]]:
+    """metrics.jsonl -> {step: row}; the last row of a repeated step wins."""
+    rows: dict[int, dict[str, float]] = {}
+    for i, line in enumerate((run_dir / "metrics.jsonl").read_text().splitlines(), start=1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{run_dir / 'metrics.jsonl'}:{i}: not JSON ({e})") from e
+        rows[int(row["step"])] = row
+    return rows
+
+
+def mean_se(values: list[float]) -> tuple[float, float]:
+    """Mean and standard error of the mean (0 for one value); NaN for none."""
+    if not values:
+        return math.nan, math.nan
+    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    return statistics.fmean(values), se
+
+
+def first_reach(rows: dict[int, dict[str, float]], key: str, target: float) -> int | None:
+    """First evaluated step whose `key` is >= target (None: never)."""
+    return next((s for s in sorted(rows) if rows[s].get(key) is not None and rows[s][key] >= target), None)
+
+
+def run_summary(rows: dict[int, dict[str, float]], batch_size: int) -> dict[str, float]:
+    """Per-run figures: eval accuracy at the eval steps, zero-success groups per step, mean counters."""
+    train = [r for s, r in rows.items() if s > 0]
+    out = {f"{k}@{s}": rows.get(s, {}).get(k, math.nan) for s in EVAL_STEPS for k in ("eval/noisy", "eval/clean")}
+    out["zero_success_groups"] = statistics.fmean(r["bins/failure"] * batch_size for r in train)
+    out.update({c: statistics.fmean(r.get(c, 0.0) for r in train) for c in COUNTERS})
+    out["step_s"] = statistics.fmean(r["time/step"] for r in train)
+    return out
+
+
+def table(runs: Path, methods: list[str], seeds: list[int], batch_size: int = 16) -> dict[str, dict]:
+    """Aggregate over seeds -> {method: {figure: [mean, se], "seeds": n}}; steps to GRPO's peak included."""
+    per: dict[str, list[tuple[dict, dict, float]]] = {}
+    for m in methods:
+        for s in seeds:
+            d = runs / f"{m}_s{s}"
+            if (d / "wall_s.txt").exists():
+                rows = read_rows(d)
+                wall = float((d / "wall_s.txt").read_text())
+                per.setdefault(m, []).append((rows, run_summary(rows, batch_size), wall))
+    grpo_peak = None
+    if "grpo" in per:
+        grpo_peak = statistics.fmean(max(r.get("eval/noisy", -1) for r in rows.values()) for rows, _, _ in per["grpo"])
+    out: dict[str, dict] = {}
+    for m, items in per.items():
+        keys = items[0][1].keys()
+        entry = {k: mean_se([summary[k] for _, summary, _ in items]) for k in keys}
+        entry["wall_s"] = mean_se([wall for _, _, wall in items])
+        if grpo_peak is not None:
+            reach = [first_reach(rows, "eval/noisy", grpo_peak) for rows, _, _ in items]
+            entry["reached_grpo_peak"] = sum(r is not None for r in reach)
+            entry["steps_to_grpo_peak"] = mean_se([float(r) for r in reach if r is not None])
+        entry["seeds"] = len(items)
+        out[m] = entry
+    return {"grpo_peak_noisy": grpo_peak, "methods": out}
+
+
+def markdown(result: dict) -> str:
+    """The study table as Markdown: mean ± s.e. over seeds."""
+
+    def pm(v: tuple[float, float]) -> str:
+        return "—" if math.isnan(v[0]) else f"{v[0]:.3f} ± {v[1]:.3f}"
+
+    cols = [f"eval/noisy@{s}" for s in EVAL_STEPS] + ["eval/clean@40", "steps_to_grpo_peak", "zero_success_groups"]
+    cols += [*COUNTERS, "step_s", "wall_s"]
+    lines = [
+        f"GRPO peak noisy accuracy (mean over GRPO seeds of each seed's best): {result['grpo_peak_noisy']}",
+        "",
+        "| method | seeds | " + " | ".join(cols) + " |",
+        "|---|---|" + "---|" * len(cols),
+    ]
+    for m, e in result["methods"].items():
+        cells = []
+        for c in cols:
+            if c == "steps_to_grpo_peak" and c in e:
+                cells.append(f"{pm(e[c])} ({e['reached_grpo_peak']}/{e['seeds']} reached)")
+            else:
+                cells.append(pm(e[c]) if c in e else "—")
+        lines.append(f"| {m} | {e['seeds']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--seeds", default="0,1,2,3,4")
+    p.add_argument("--runs", default="runs/study", help="where the run dirs go")
+    p.add_argument("--out", default="bench/results", help="study.md, study.json and study_report/ go here")
+    p.add_argument("--table-only", action="store_true", help="aggregate the finished runs, train nothing")
+    args = p.parse_args(argv)
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        p.error(f"--methods: unknown {unknown}; known: {sorted(METHODS)}")
+    seeds = [int(s) for s in args.seeds.split(",") if s]
+    runs, out = REPO / args.runs, REPO / args.out
+    if not args.table_only:
+        for s in seeds:  # seed-major: a cut-short study still compares every method
+            for m in methods:
+                print(f"study: {m} seed {s} -> {run_one(m, s, runs)}", flush=True)
+    result = table(runs, methods, seeds)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "study.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "study.md").write_text(markdown(result))
+    print(markdown(result))
+    dirs = [str(runs / f"{m}_s{s}") for m in methods for s in seeds if (runs / f"{m}_s{s}" / "wall_s.txt").exists()]
+    if dirs:
+        report = [sys.executable, "-m", "lens.report", *dirs, "--out", str(out / "study_report")]
+        subprocess.run([*report, "--baseline", "grpo", "--metric", "eval/noisy"], cwd=REPO, check=True)
+
+
+if __name__ == "__main__":
+    main()
