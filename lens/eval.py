@@ -1,20 +1,229 @@
-"""Evaluation: sample a model on held-out prompts through a rollout engine and score the samples.
+"""Benchmark evaluation: sample a checkpoint on held-out sets, score the samples, write a report.
 
-`evaluate` is the code the trainer's periodic evaluation runs (avg@n accuracy per set, i.e. pass@1
-as the mean over n samples per problem).
+    python -m lens.eval --model runs/x/checkpoints/step-40 [--benchmarks math500,aime24,...] [--n 4]
+    python -m lens.eval --model lens/tasks/assets/vartrack --benchmarks vartrack --n 4 --max-tokens 48
+    python -m lens.eval --model PATH --paper-protocol     # avg@16 on AMC23/AIME24/AIME25, pass@1 elsewhere
+
+- `evaluate_set` is the one core: it samples n responses per prompt (in prompt batches of `batch_size`,
+  the seed moved by the batch's first row, so the samples do not depend on the batch size), scores them
+  and returns an `EvalResult` (rewards [P, n], texts, verdicts, lengths). The trainer's periodic
+  evaluation (`evaluate`, avg@n) and this CLI both run it, with the same seed rule (`eval_sampling`):
+  the CLI with `--seed S` samples what a training run with seed S logs as `eval/<set>`.
+- Metrics per set (`summarize`): pass@1 = avg@n (mean reward over all samples), pass@k with the unbiased
+  estimator 1 - C(n-c, k) / C(n, k) (`pass_at_k`), verdict counts, mean response length in tokens, the
+  share cut at --max-tokens, seconds; the report's average row is the unweighted mean over sets.
+- Outputs in --out (default runs/eval/<model-name>): results.json (metrics and the run's config),
+  results.md (one Markdown table), samples/<set>.jsonl (per problem: prompt, gold, samples, the answers the
+  verifier compared (`extract_answer`), rewards, verdicts).
+- `vartrack` names the built-in task's two evaluation sets, `vartrack_clean` and `vartrack_noisy`.
+
+Run the tests with `.venv/bin/python -m pytest tests/test_eval.py -q`.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import datetime
+import html
+import json
+import math
+import subprocess
+import sys
+import time
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from lens.reward import Verifier
-from lens.rollout import Engine, SamplingParams
+import torch
+
+from lens import data, reward
+from lens.reward import REASONS, Verifier
+from lens.rollout import Engine, SamplingParams, make_engine
+
+__all__ = [
+    "EVAL_SEED_OFFSET",
+    "MATH_BENCHMARKS",
+    "PAPER_AVG16",
+    "EvalResult",
+    "EvalSet",
+    "add_common_args",
+    "build_engine",
+    "eval_sampling",
+    "evaluate",
+    "evaluate_set",
+    "extract_answer",
+    "known_benchmarks",
+    "load_eval_sets",
+    "main",
+    "pass_at_k",
+    "summarize",
+]
+
+MATH_BENCHMARKS = ("math500", "aime24", "aime25", "amc23", "minerva_math", "olympiadbench", "gaokao2023en")
+PAPER_AVG16 = ("amc23", "aime24", "aime25")  # the paper reports avg@16 on these, pass@1 elsewhere
+VARTRACK = "vartrack"
+VARTRACK_DEFAULT_SIZE = 200
+# The trainer's evaluation seed is the run seed moved by this offset, so it never equals a training seed.
+EVAL_SEED_OFFSET = 12345
+
+
+# ----------------------------------------------------------------------------------------------------
+# Pure pieces: the pass@k estimator and answer extraction
+# ----------------------------------------------------------------------------------------------------
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one problem with c correct among n samples: 1 - C(n-c, k) / C(n, k).
+
+    Computed as 1 - prod_{i=n-c+1}^{n} (1 - k / i): every factor lies in (0, 1), so no huge binomials
+    and no cancellation; when fewer than k samples are wrong (n - c < k) every k-subset holds a correct one.
+    """
+    for name, value in (("n", n), ("c", c), ("k", k)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"pass_at_k: {name} must be an int, got {value!r}")
+    if not 0 <= c <= n:
+        raise ValueError(f"pass_at_k: need 0 <= c <= n, got c={c}, n={n}")
+    if not 1 <= k <= n:
+        raise ValueError(f"pass_at_k: need 1 <= k <= n, got k={k}, n={n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def extract_answer(kind: str, text: str) -> str | None:
+    """The answer the verifier of `kind` compares with the gold one, or None when it finds none.
+
+    math: the last \\boxed{...} (else after "answer is"/"Answer:", else the last number); choice: the
+    letter; text: the boxed content, else the text after the answer marker; vartrack: the first non-space
+    character after the first `#`; exact: the stripped completion.
+    """
+    if kind == "math":
+        return reward.extract_math_answer(text)
+    if kind == "choice":
+        return reward.extract_choice(text)
+    if kind == "text":
+        boxed = reward.extract_boxed(text)
+        # The same fallback verify_text uses; reward.py keeps it private, and this must not drift from it.
+        return boxed if boxed is not None else reward._after_answer_marker(text)
+    if kind == "vartrack":
+        hash_at = text.find("#")
+        tail = text[hash_at + 1 :].lstrip(" ") if hash_at >= 0 else ""
+        return tail[0] if tail else None
+    if kind == "exact":
+        return text.strip() or None
+    raise ValueError(f"extract_answer: kind={kind!r}: expected one of {reward.KINDS}")
+
+
+# ----------------------------------------------------------------------------------------------------
+# The core: sample and score one set
+# ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EvalResult:
+    """Samples and verdicts of one set. P prompts, n samples each, prompt-major as the engines return them.
+
+    rewards: [P, n] float32; lengths: [P, n] int64 response tokens; texts, reasons, finish_reasons: P lists
+    of n entries (decoded response, verdict of `REASONS`, "stop" | "length"); seconds: wall time.
+    """
+
+    rewards: torch.Tensor
+    lengths: torch.Tensor
+    texts: list[list[str]]
+    reasons: list[list[str]]
+    finish_reasons: list[list[str]]
+    seconds: float
+
+    @property
+    def n(self) -> int:
+        return int(self.rewards.shape[1])
+
+    @property
+    def accuracy(self) -> float:
+        """avg@n = pass@1: the mean reward over all P * n samples."""
+        return float(self.rewards.mean())
+
+    def per_problem(self) -> torch.Tensor:
+        """[P] mean reward of each problem over its n samples."""
+        return self.rewards.mean(dim=1)
+
+    def pass_at(self, k: int) -> float:
+        """Mean over problems of the unbiased pass@k (a sample counts as correct when its reward is > 0.5)."""
+        correct = (self.rewards > 0.5).sum(dim=1).tolist()
+        return sum(pass_at_k(self.n, int(c), k) for c in correct) / len(correct)
+
+    def verdicts(self) -> dict[str, int]:
+        """Count of every verdict of `REASONS` (zeros included, so reports keep stable keys)."""
+        counts = Counter(r for row in self.reasons for r in row)
+        return {r: counts.get(r, 0) for r in REASONS}
+
+
+def eval_sampling(*, temperature: float, top_p: float, max_tokens: int, seed: int) -> SamplingParams:
+    """Sampling of an evaluation from the RUN seed (the trainer's `seed`, the CLI's `--seed`)."""
+    return SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed + EVAL_SEED_OFFSET)
+
+
+def _chunk_sampling(sampling: SamplingParams, first_row: int) -> SamplingParams:
+    """The sampling of a batch starting at global row `first_row`: row r then draws from seed + r, as in one call."""
+    return sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + first_row)
+
+
+def evaluate_set(
+    engine: Engine,
+    tokenizer: Any,
+    verifier: Verifier,
+    prompts: Sequence[Sequence[int]],
+    answers: Sequence[str],
+    *,
+    n: int,
+    sampling: SamplingParams,
+    batch_size: int | None = None,
+) -> EvalResult:
+    """Sample `n` responses per prompt (token ids) and score them against the gold `answers`.
+
+    batch_size: prompts per generate call (None: all at once). With a seeded `sampling` the samples do not
+    depend on it (sample j of prompt i draws from seed + i * n + j); unseeded calls draw a seed per batch.
+    """
+    if len(prompts) != len(answers) or not prompts:
+        raise ValueError(f"evaluate: need as many answers as prompts (> 0), got {len(prompts)} and {len(answers)}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"evaluate: n={n!r}: expected an int >= 1")
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"evaluate: batch_size={batch_size!r}: expected None or an int >= 1")
+    start = time.perf_counter()
+    step = batch_size or len(prompts)
+    rewards: list[torch.Tensor] = []
+    texts: list[str] = []
+    reasons: list[str] = []
+    lengths: list[int] = []
+    finish: list[str] = []
+    for lo in range(0, len(prompts), step):
+        chunk = [list(p) for p in prompts[lo : lo + step]]
+        out = engine.generate(chunk, n, _chunk_sampling(sampling, lo * n))
+        decoded = tokenizer.batch_decode(out.tokens, skip_special_tokens=True)
+        scored = verifier.score(decoded, [a for a in answers[lo : lo + step] for _ in range(n)])
+        rewards.append(scored.rewards)
+        texts += decoded
+        reasons += scored.item_reasons
+        lengths += [len(t) for t in out.tokens]
+        finish += out.finish_reasons
+    rows = len(prompts)
+    return EvalResult(
+        rewards=torch.cat(rewards).view(rows, n),
+        lengths=torch.tensor(lengths, dtype=torch.int64).view(rows, n),
+        texts=[texts[i * n : (i + 1) * n] for i in range(rows)],
+        reasons=[reasons[i * n : (i + 1) * n] for i in range(rows)],
+        finish_reasons=[finish[i * n : (i + 1) * n] for i in range(rows)],
+        seconds=time.perf_counter() - start,
+    )
 
 
 def evaluate(
     engine: Engine,
-    tokenizer,
+    tokenizer: Any,
     verifier: Verifier,
     prompts: Sequence[Sequence[int]],
     answers: Sequence[str],
@@ -23,9 +232,385 @@ def evaluate(
     sampling: SamplingParams,
 ) -> float:
     """Mean reward over `n` samples of each prompt (avg@n); prompts are token ids, answers gold strings."""
-    if len(prompts) != len(answers) or not prompts:
-        raise ValueError(f"evaluate: need as many answers as prompts (> 0), got {len(prompts)} and {len(answers)}")
-    out = engine.generate([list(p) for p in prompts], n, sampling)
-    texts = tokenizer.batch_decode(out.tokens, skip_special_tokens=True)
-    scored = verifier.score(texts, [a for a in answers for _ in range(n)])
-    return float(scored.rewards.mean())
+    return evaluate_set(engine, tokenizer, verifier, prompts, answers, n=n, sampling=sampling).accuracy
+
+
+def summarize(result: EvalResult, ks: Sequence[int]) -> dict[str, Any]:
+    """The metrics of one set for the report; pass@k for every k of `ks` that is <= n."""
+    return {
+        "problems": int(result.rewards.shape[0]),
+        "samples": int(result.rewards.numel()),
+        "n": result.n,
+        "pass@1": result.accuracy,
+        "avg@n": result.accuracy,
+        "pass@k": {str(k): result.pass_at(k) for k in ks if k <= result.n},
+        "verdicts": result.verdicts(),
+        "mean_response_tokens": float(result.lengths.float().mean()),
+        "truncated": sum(f == "length" for row in result.finish_reasons for f in row) / result.rewards.numel(),
+        "seconds": result.seconds,
+    }
+
+
+# ----------------------------------------------------------------------------------------------------
+# Evaluation sets
+# ----------------------------------------------------------------------------------------------------
+
+
+Rendered = tuple[list[data.RenderedPrompt], list[data.Problem], int]  # prompts, their problems, skipped count
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """Problems of one reported set, the verifier kind that scores them and the `{problem}` prompt template."""
+
+    name: str
+    kind: str
+    prompt: str
+    problems: list[data.Problem]
+
+
+def known_benchmarks() -> list[str]:
+    """Names `--benchmarks` accepts: the data directory's evaluation sets and the built-in task."""
+    return [name for name, spec in data.BENCHMARKS.items() if spec.role == "eval"] + [VARTRACK]
+
+
+def parse_benchmarks(text: str) -> list[str]:
+    """A comma-separated list of benchmark names (order kept, duplicates dropped); ValueError on unknown ones."""
+    names = list(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
+    if not names:
+        raise ValueError("--benchmarks: empty list")
+    known = known_benchmarks()
+    unknown = [b for b in names if b not in known]
+    if unknown:
+        raise ValueError(f"--benchmarks: unknown {unknown}; known: {', '.join(known)}")
+    return names
+
+
+def load_eval_sets(
+    name: str, *, data_dir: str | Path | None = None, limit: int | None = None, seed: int = 0
+) -> list[EvalSet]:
+    """The sets of one benchmark name: one data file, or the built-in task's clean and noisy sets.
+
+    The built-in sets are drawn from `seed` (the trainer uses its run seed): `limit` problems, default 200.
+    """
+    if name == VARTRACK:
+        from lens.tasks import vartrack
+
+        sets = vartrack.eval_sets(limit or VARTRACK_DEFAULT_SIZE, seed=seed)
+        return [EvalSet(f"{VARTRACK}_{part}", "vartrack", "{problem}", problems) for part, problems in sets.items()]
+    try:
+        bench = data.load_benchmark(name, data_dir, limit=limit)
+    except FileNotFoundError as e:
+        raise ValueError(f"{e}; pass --data-dir or set LENS_DATA_DIR to the shared data directory") from None
+    return [EvalSet(name, bench.kind, bench.prompt, bench.problems)]
+
+
+def render_set(
+    es: EvalSet, tokenizer: Any, *, template: str, system_prompt: str | None, max_prompt_len: int | None
+) -> Rendered:
+    """Rendered prompts of a set, their problems (same order) and how many were skipped as too long."""
+    rendered, report = data.render_all(
+        es.problems,
+        tokenizer,
+        template=template,
+        prompt=es.prompt,
+        system_prompt=system_prompt,
+        max_prompt_len=max_prompt_len,
+    )
+    if not rendered:
+        raise ValueError(f"{es.name}: no prompt fits --max-prompt-len={max_prompt_len}")
+    by_uid = {p.uid: p for p in es.problems}
+    return rendered, [by_uid[r.uid] for r in rendered], report.skipped_too_long
+
+
+# ----------------------------------------------------------------------------------------------------
+# Shared command-line pieces (lens.robustness uses them too)
+# ----------------------------------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text}")
+    return value
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = sorted({int(s) for s in text.split(",") if s.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}") from None
+    if not values or values[0] < 1:
+        raise argparse.ArgumentTypeError(f"expected ints >= 1, got {text!r}")
+    return values
+
+
+def add_common_args(parser: argparse.ArgumentParser, *, default_benchmarks: str) -> None:
+    """Model, data, sampling and engine flags shared by `lens.eval` and `lens.robustness`."""
+    parser.add_argument("--model", required=True, help="HF checkpoint directory (weights, config, tokenizer)")
+    parser.add_argument("--benchmarks", default=default_benchmarks, help="comma-separated names (see --help)")
+    parser.add_argument("--n", type=_positive_int, default=1, help="samples per problem")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--max-tokens", type=_positive_int, default=4096, help="max response tokens")
+    parser.add_argument("--seed", type=int, default=0, help=f"run seed; sampling uses seed + {EVAL_SEED_OFFSET}")
+    parser.add_argument("--engine", choices=("hf", "vllm"), default="hf")
+    parser.add_argument("--data-dir", default=None, help="shared data directory (default: $LENS_DATA_DIR or ../shared)")
+    parser.add_argument("--limit", type=_positive_int, default=None, help="problems per benchmark (smoke runs)")
+    parser.add_argument("--template", default="auto", help="auto | chat | plain | a string with {problem}")
+    parser.add_argument("--system-prompt", default=None)
+    parser.add_argument("--max-prompt-len", type=_positive_int, default=None, help="skip longer prompts (tokens)")
+    parser.add_argument("--device", default="auto", help="auto (cuda if available) | cpu | cuda | cuda:N")
+    parser.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU) | float32 | ...")
+    parser.add_argument("--batch-size", type=_positive_int, default=64, help="prompts per generate call")
+    parser.add_argument("--out", default=None, help="output directory")
+
+
+def check_common_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Turns bad flag values into `parser.error` (exit 2 with the flag named)."""
+    if not Path(args.model).is_dir():
+        parser.error(f"--model {args.model}: no such checkpoint directory")
+    if args.seed < 0:
+        parser.error(f"--seed {args.seed}: expected an int >= 0")
+    try:
+        args.benchmarks = parse_benchmarks(args.benchmarks)
+        eval_sampling(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
+    except (TypeError, ValueError) as e:
+        parser.error(str(e))
+    args.device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    if args.dtype == "auto":
+        args.dtype = "float32" if args.device == "cpu" else "bfloat16"
+
+
+def model_name(path: str | Path) -> str:
+    """A short name of a checkpoint for output paths: `runs/x/checkpoints/step-40` -> `x-step-40`."""
+    p = Path(path).resolve()
+    if p.parent.name == "checkpoints" and p.parent.parent.name:
+        return f"{p.parent.parent.name}-{p.name}"
+    return p.name
+
+
+def build_engine(args: argparse.Namespace, longest_prompt: int) -> Engine:
+    """The rollout engine of `--engine` on the checkpoint (vLLM sized for the longest prompt + --max-tokens)."""
+    if args.engine == "vllm":
+        return make_engine(
+            "vllm", args.model, dtype=args.dtype, seed=args.seed, max_model_len=longest_prompt + args.max_tokens
+        )
+    return make_engine("hf", args.model, dtype=args.dtype, device=args.device, seed=args.seed)
+
+
+class Verifiers:
+    """One `Verifier` per kind, made on first use (the math one starts worker processes); close() stops all."""
+
+    def __init__(self) -> None:
+        self._by_kind: dict[str, Verifier] = {}
+
+    def __call__(self, kind: str) -> Verifier:
+        if kind not in self._by_kind:
+            self._by_kind[kind] = Verifier(kind)
+        return self._by_kind[kind]
+
+    def close(self) -> None:
+        for v in self._by_kind.values():
+            v.close()
+
+
+def run_config(args: argparse.Namespace, sampling: SamplingParams) -> dict[str, Any]:
+    """The full configuration of a run for its results file (flags, sampling, date, lens commit)."""
+    config = {k: v for k, v in vars(args).items() if k != "out"}
+    config["model"] = str(Path(args.model).resolve())
+    config["sampling"] = dataclasses.asdict(sampling)
+    config["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    config["lens_commit"] = lens_commit()
+    config["argv"] = sys.argv
+    return config
+
+
+def lens_commit() -> str | None:
+    """The git commit of this checkout (suffix `-dirty` with uncommitted changes), or None outside git."""
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def md_text(text: str) -> str:
+    """Untrusted text for a Markdown table cell: HTML-escaped, pipes and newlines neutralized."""
+    return html.escape(text).replace("|", "\\|").replace("\n", " ")
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+# ----------------------------------------------------------------------------------------------------
+# The `lens.eval` report
+# ----------------------------------------------------------------------------------------------------
+
+
+def samples_of(kind: str, prompts: list[str], problems: list[data.Problem], result: EvalResult) -> list[dict[str, Any]]:
+    """One record per problem: uid, problem and rendered prompt text, gold answer, samples, the extracted
+    answers, rewards and verdicts."""
+    return [
+        {
+            "uid": p.uid,
+            "problem": p.problem,
+            "prompt": prompt,
+            "answer": p.answer,
+            "samples": texts,
+            "extracted": [extract_answer(kind, t) for t in texts],
+            "rewards": rewards,
+            "reasons": reasons,
+        }
+        for p, prompt, texts, rewards, reasons in zip(
+            problems, prompts, result.texts, result.rewards.tolist(), result.reasons, strict=True
+        )
+    ]
+
+
+def average_row(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Unweighted mean over sets of the rates and lengths; sums of counts; pass@k for the k every set has."""
+    values = list(rows.values())
+    shared_k = set.intersection(*(set(r["pass@k"]) for r in values))
+    mean = {key: sum(r[key] for r in values) / len(values) for key in ("pass@1", "avg@n", "mean_response_tokens")}
+    return {
+        **mean,
+        "pass@k": {k: sum(r["pass@k"][k] for r in values) / len(values) for k in sorted(shared_k, key=int)},
+        "problems": sum(r["problems"] for r in values),
+        "samples": sum(r["samples"] for r in values),
+        "verdicts": {v: sum(r["verdicts"][v] for r in values) for v in REASONS},
+        "seconds": sum(r["seconds"] for r in values),
+    }
+
+
+def _verdict_cell(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "-"
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Lines of a Markdown table; the first column left-aligned, the others right-aligned."""
+    rule = "|---|" + "---:|" * (len(header) - 1)
+    return ["| " + " | ".join(header) + " |", rule, *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def results_markdown(model: str, rows: dict[str, dict[str, Any]], average: dict[str, Any]) -> str:
+    """The report: a title naming the model, then one table with a row per set and the average row."""
+    ks = sorted({k for r in rows.values() for k in r["pass@k"] if k != "1"}, key=int)
+    header = ["benchmark", "n", "problems", "avg@n (pass@1)", *[f"pass@{k}" for k in ks], "mean len", "s", "verdicts"]
+
+    def cells(name: str, r: dict[str, Any], n: str) -> list[str]:
+        pass_k = [f"{r['pass@k'][k]:.4f}" if k in r["pass@k"] else "-" for k in ks]
+        numbers = [f"{r['mean_response_tokens']:.1f}", f"{r['seconds']:.1f}", _verdict_cell(r["verdicts"])]
+        return [name, n, str(r["problems"]), f"{r['pass@1']:.4f}", *pass_k, *numbers]
+
+    body = [cells(md_text(name), r, str(r["n"])) for name, r in rows.items()]
+    body.append(cells("**average**", average, "-"))
+    return "\n".join([f"# Evaluation of {md_text(model)}", "", *md_table(header, body)]) + "\n"
+
+
+def samples_per_set(args: argparse.Namespace, name: str) -> int:
+    """n of one set: 16 on AMC23/AIME24/AIME25 under --paper-protocol, else --n."""
+    return 16 if args.paper_protocol and name in PAPER_AVG16 else args.n
+
+
+def ks_for(args: argparse.Namespace, n: int) -> list[int]:
+    """pass@k sizes of a set with n samples: --k (those <= n), default the powers of 2 up to n."""
+    if args.k is not None:
+        return [k for k in args.k if k <= n]
+    return [2**i for i in range(n.bit_length())]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m lens.eval",
+        description="Evaluate a checkpoint on benchmarks. Known benchmarks: " + ", ".join(known_benchmarks()),
+    )
+    add_common_args(parser, default_benchmarks=",".join(MATH_BENCHMARKS))
+    parser.add_argument("--k", type=_int_list, default=None, help="pass@k sizes, e.g. 1,4,16 (default: 2^i <= n)")
+    parser.add_argument("--paper-protocol", action="store_true", help="n=16 on amc23/aime24/aime25, --n elsewhere")
+    args = parser.parse_args(argv)
+    check_common_args(parser, args)
+    largest_n = max(samples_per_set(args, b) for b in args.benchmarks)
+    if args.k is not None and args.k[-1] > largest_n:
+        parser.error(f"--k {args.k[-1]} > the largest n ({largest_n}); pass@k needs k <= n")
+    return args
+
+
+def evaluate_one(
+    es: EvalSet,
+    rendered: Rendered,
+    engine: Engine,
+    tokenizer: Any,
+    verifier: Verifier,
+    args: argparse.Namespace,
+    sampling: SamplingParams,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One set through `evaluate_set` -> (its report row, its samples records)."""
+    prompts, problems, skipped = rendered
+    n = samples_per_set(args, es.name)
+    ids = [r.ids for r in prompts]
+    answers = [p.answer for p in problems]
+    result = evaluate_set(engine, tokenizer, verifier, ids, answers, n=n, sampling=sampling, batch_size=args.batch_size)
+    row = {"kind": es.kind, **summarize(result, ks_for(args, n)), "skipped_too_long": skipped}
+    return row, samples_of(es.kind, tokenizer.batch_decode(ids), problems, result)
+
+
+def write_report(out: Path, args: argparse.Namespace, sampling: SamplingParams, rows: dict[str, Any]) -> dict:
+    """Writes results.json and results.md, prints the table; returns the results."""
+    config = {**run_config(args, sampling), "n_per_benchmark": {name: r["n"] for name, r in rows.items()}}
+    results = {"config": config, "benchmarks": rows, "average": average_row(rows)}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    table = results_markdown(args.model, rows, results["average"])
+    (out / "results.md").write_text(table, encoding="utf-8")
+    print(table)
+    print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'samples'}/")
+    return results
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Runs the evaluation, writes results.json / results.md / samples/, prints the table; returns the results."""
+    from transformers import AutoTokenizer
+
+    args = parse_args(argv)
+    out = Path(args.out or Path("runs") / "eval" / model_name(args.model))
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    opts = {"template": args.template, "system_prompt": args.system_prompt, "max_prompt_len": args.max_prompt_len}
+    try:  # every data file is read and rendered before the model loads, so bad data fails fast
+        sets = [
+            s
+            for b in args.benchmarks
+            for s in load_eval_sets(b, data_dir=args.data_dir, limit=args.limit, seed=args.seed)
+        ]
+        rendered = {s.name: render_set(s, tokenizer, **opts) for s in sets}
+    except ValueError as e:
+        sys.exit(f"lens.eval: error: {e}")
+    longest = max(len(r.ids) for prompts, _, _ in rendered.values() for r in prompts)
+    sampling = eval_sampling(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
+    engine = build_engine(args, longest)
+    verifiers = Verifiers()
+    rows: dict[str, dict[str, Any]] = {}
+    try:
+        for s in sets:
+            rows[s.name], records = evaluate_one(
+                s, rendered[s.name], engine, tokenizer, verifiers(s.kind), args, sampling
+            )
+            write_jsonl(out / "samples" / f"{s.name}.jsonl", records)
+            r = rows[s.name]
+            print(f"{s.name}: avg@{r['n']} {r['pass@1']:.4f} ({r['problems']} problems, {r['seconds']:.1f} s)")
+    finally:
+        verifiers.close()
+        engine.close()
+    return write_report(out, args, sampling, rows)
+
+
+if __name__ == "__main__":
+    main()
