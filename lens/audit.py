@@ -1,0 +1,436 @@
+"""Interference audit: which prompt tokens a policy's scorer would delete, and how well scorers find distractors.
+
+    python -m lens.audit --policy PATH --ref PATH --data vartrack|<benchmark>|<file.jsonl> [--limit N]
+        [--scorer interference] [--gamma 0.03] [--accuracy --n 4] --out DIR
+    python -m lens.audit detect --policy PATH --ref PATH [--scorers interference,surprisal,random,grad]
+        [--limit N] --out DIR
+
+The audit writes DIR/prompts.jsonl (per prompt: tokens, ids, scores over the scorable span, deleted
+positions, purified text, optionally accuracy before/after), DIR/top_tokens.json/.md (most deleted token
+strings) and DIR/index.html (tokens shaded by score, deleted ones outlined; every text HTML-escaped).
+`detect` scores the built-in task's noisy set, whose distractor positions are known, and writes
+DIR/detection.json/.md: per scorer the ROC AUC (pooled over all scorable tokens, and the mean over
+prompts) and precision@k (k = the prompt's number of distractors).
+
+Positions in prompts.jsonl are indices into the scorable span (0 = its first token). `--accuracy` and
+the `grad` scorer sample with the built-in task's sampler, so they need `--data vartrack`.
+Run the tests with `.venv/bin/python -m pytest tests/test_audit.py -q`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import math
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers.models import WordLevel
+from torch import nn
+
+from lens import data, model, purify, scoring
+from lens.tasks import vartrack
+
+TOP_TOKENS = 50
+DETECT_RESPONSES = 2  # m responses per prompt for the `grad` scorer
+
+
+@dataclass(frozen=True)
+class AuditPrompt:
+    """One rendered prompt: ids [P], scorable span [start, end), gold answer, distractor positions in the span."""
+
+    uid: str
+    prompt: purify.Prompt
+    answer: str
+    noise: tuple[int, ...] = ()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Detection metrics (pure)
+# ----------------------------------------------------------------------------------------------------
+
+
+def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
+    """P(score of a random positive > score of a random negative), ties counting 1/2 (Mann-Whitney U).
+
+    NaN when there is no positive or no negative (the AUC is undefined).
+    """
+    if len(scores) != len(labels):
+        raise ValueError(f"roc_auc: {len(scores)} scores vs {len(labels)} labels")
+    pos = [s for s, y in zip(scores, labels, strict=True) if y]
+    neg = [s for s, y in zip(scores, labels, strict=True) if not y]
+    if not pos or not neg:
+        return math.nan
+    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+    return wins / (len(pos) * len(neg))
+
+
+def precision_at_k(scores: Sequence[float], labels: Sequence[bool]) -> float:
+    """Share of positives among the k top-scored items, k = number of positives.
+
+    Ties at the k-th score are resolved in expectation (uniformly random tie-breaking), so the value
+    never depends on item order. NaN when there is no positive.
+    """
+    if len(scores) != len(labels):
+        raise ValueError(f"precision_at_k: {len(scores)} scores vs {len(labels)} labels")
+    k = sum(bool(y) for y in labels)
+    if k == 0:
+        return math.nan
+    kth = sorted(scores, reverse=True)[k - 1]
+    above = [y for s, y in zip(scores, labels, strict=True) if s > kth]
+    tied = [y for s, y in zip(scores, labels, strict=True) if s == kth]
+    hits = sum(above) + (k - len(above)) * sum(tied) / len(tied)
+    return hits / k
+
+
+def _nanmean(values: Sequence[float]) -> float:
+    kept = [v for v in values if not math.isnan(v)]
+    return sum(kept) / len(kept) if kept else math.nan
+
+
+# ----------------------------------------------------------------------------------------------------
+# Loading prompts and models
+# ----------------------------------------------------------------------------------------------------
+
+
+def load_tokenizer(path: str) -> Any:
+    """The tokenizer saved with the policy checkpoint.
+
+    A word-level tokenizer (the built-in task's) is loaded as a plain fast tokenizer: AutoTokenizer
+    would pick the class of the model type (Qwen2) and re-tokenize with its byte-level BPE rules.
+    """
+    from transformers import AutoTokenizer
+
+    resolved = model.resolve_path(path)
+    spec = Path(resolved) / "tokenizer.json"
+    if spec.is_file() and json.loads(spec.read_text()).get("model", {}).get("type") == "WordLevel":
+        return vartrack.load_tokenizer(resolved)
+    return AutoTokenizer.from_pretrained(resolved)
+
+
+def load_frozen(path: str) -> nn.Module:
+    """An fp32 CPU model in eval mode without parameter grads."""
+    return model.load_model(path, dtype=torch.float32, device=torch.device("cpu"), trainable=False)
+
+
+def vartrack_prompts(tokenizer: Any, limit: int) -> list[AuditPrompt]:
+    """The built-in task's noisy evaluation set; the span is the problem text between `<bos>` and `>`."""
+    out = []
+    for p in vartrack.eval_sets(limit)["noisy"]:
+        ids = vartrack.prompt_ids(tokenizer, p.problem)
+        out.append(
+            AuditPrompt(p.uid, purify.Prompt(ids, (1, len(ids) - 1)), p.answer, tuple(p.meta["noise_positions"]))
+        )
+    return out
+
+
+def load_prompts(source: str, tokenizer: Any, limit: int) -> list[AuditPrompt]:
+    """Prompts of `vartrack`, a benchmark name of the data directory, or a JSONL/Parquet file of problems."""
+    if source == "vartrack":
+        return vartrack_prompts(tokenizer, limit)
+    if source in data.BENCHMARKS:
+        bench = data.load_benchmark(source, limit=limit)
+        problems, template = bench.problems, bench.prompt
+    elif Path(source).is_file():
+        problems, template = data.load(source, limit=limit), data.MATH_PROMPT
+    else:
+        raise ValueError(
+            f"--data {source!r}: not 'vartrack', a benchmark ({', '.join(sorted(data.BENCHMARKS))}) or a file"
+        )
+    rendered, _ = data.render_all(problems, tokenizer, prompt=template)
+    answers = {p.uid: p.answer for p in problems}
+    return [AuditPrompt(str(r.uid), purify.Prompt(r.ids, r.scorable), answers[r.uid]) for r in rendered]
+
+
+def sample_ids(policy: nn.Module, tokenizer: Any, prompts: list[AuditPrompt], n: int, seed: int) -> list[list[str]]:
+    """n sampled response texts per prompt with the built-in task's sampler."""
+    return vartrack.sample_responses(policy, tokenizer, [p.prompt.ids for p in prompts], n=n, seed=seed)
+
+
+def score_prompts(
+    scorer: str, policy: nn.Module, ref: nn.Module, tokenizer: Any, prompts: list[AuditPrompt], *, seed: int
+) -> tuple[list[torch.Tensor], float]:
+    """Deletion scores [P_i] of every prompt and the scorer's no-signal bar (see `scoring.token_scores`)."""
+    responses = None
+    if scorer == "grad":
+        texts = sample_ids(policy, tokenizer, prompts, DETECT_RESPONSES, seed)
+        eos = tokenizer.eos_token_id
+        responses = [[[*tokenizer.encode(t, add_special_tokens=False), eos] for t in group] for group in texts]
+    generator = torch.Generator().manual_seed(seed)
+    ids = [p.prompt.ids for p in prompts]
+    return scoring.token_scores(scorer, policy, ref, ids, responses=responses, generator=generator)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The audit
+# ----------------------------------------------------------------------------------------------------
+
+
+def per_prompt_accuracy(
+    policy: nn.Module, tokenizer: Any, prompts: list[list[int]], answers: list[str], n: int, seed: int
+) -> list[float]:
+    """Mean task reward over n samples of each prompt (built-in task only)."""
+    texts = vartrack.sample_responses(policy, tokenizer, prompts, n=n, seed=seed)
+    return [sum(vartrack.reward(t, a) for t in group) / n for group, a in zip(texts, answers, strict=True)]
+
+
+def span_text(tokenizer: Any, ids: list[int]) -> str:
+    """Text of token ids; a word-level tokenizer (the built-in task's) gets its tokens space-joined."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and isinstance(backend.model, WordLevel):
+        return " ".join(tokenizer.convert_ids_to_tokens(ids))
+    return tokenizer.decode(ids)
+
+
+def audit_rows(
+    prompts: list[AuditPrompt],
+    scores: list[torch.Tensor],
+    min_score: float,
+    tokenizer: Any,
+    *,
+    gamma: float,
+    seed: int,
+) -> tuple[list[dict[str, Any]], list[purify.Prompt]]:
+    """JSON rows (tokens, ids, span scores, deleted span positions, purified text) and the purified prompts."""
+    plain = [p.prompt for p in prompts]
+    mask = purify.scorable_mask(plain)
+    padded = purify.pad_scores(scores, mask.shape[1])
+    selection = purify.select_tokens(
+        padded, mask, gamma, min_score=min_score, generator=torch.Generator().manual_seed(seed)
+    )
+    purified = purify.purify_prompts(plain, selection.delete_mask)
+    rows = []
+    for i, (p, new) in enumerate(zip(prompts, purified, strict=True)):
+        start, end = p.prompt.span
+        ids = p.prompt.ids[start:end]
+        deleted = [j - start for j in range(start, end) if bool(selection.delete_mask[i, j])]
+        rows.append(
+            {
+                "uid": p.uid,
+                "tokens": tokenizer.convert_ids_to_tokens(ids),
+                "ids": ids,
+                "scores": [round(float(s), 6) for s in scores[i][start:end]],
+                "selected": deleted,
+                "no_signal": bool(selection.no_signal[i]),
+                "purified_text": span_text(tokenizer, new.ids[new.span[0] : new.span[1]]),
+            }
+        )
+    return rows, purified
+
+
+def top_tokens(rows: list[dict[str, Any]], limit: int = TOP_TOKENS) -> list[dict[str, Any]]:
+    """The token strings deleted most often across the rows, with counts, most frequent first."""
+    counts = Counter(row["tokens"][j] for row in rows for j in row["selected"])
+    return [{"token": t, "count": c} for t, c in counts.most_common(limit)]
+
+
+def _md_cell(text: str) -> str:
+    """Token text made safe for one Markdown table cell (pipes, newlines, HTML escaped)."""
+    return html.escape(text).replace("|", "\\|").replace("\n", "\\n") or " "
+
+
+def top_tokens_markdown(top: list[dict[str, Any]]) -> str:
+    lines = ["# Most deleted tokens", "", "| token | count |", "|---|---|"]
+    lines += [f"| {_md_cell(t['token'])} | {t['count']} |" for t in top]
+    return "\n".join(lines) + "\n"
+
+
+def _token_span(token: str, score: float, top: float, deleted: bool) -> str:
+    alpha = score / top if top > 0 and math.isfinite(score) else 0.0
+    style = f"background:rgba(220,40,40,{max(0.0, min(alpha, 1.0)):.3f})"
+    if deleted:
+        style += ";outline:2px solid #1040c0"
+    tip = html.escape(f"{score:.4g}" + (" (deleted)" if deleted else ""), quote=True)
+    return f'<span class="t" style="{style}" title="{tip}">{html.escape(token)}</span>'
+
+
+def html_report(rows: list[dict[str, Any]], title: str) -> str:
+    """A self-contained page: each prompt's tokens shaded by score / the prompt's max, deleted ones outlined."""
+    parts = []
+    for row in rows:
+        # grad scores are negated norms (<= 0): shift so the lowest is 0 and the darkest is still "delete first"
+        shift = max(0.0, -min(row["scores"], default=0.0))
+        shifted = [s + shift for s in row["scores"]]
+        top = max((s for s in shifted if math.isfinite(s)), default=0.0)
+        chosen = set(row["selected"])
+        tokens = " ".join(
+            _token_span(t, s, top, j in chosen) for j, (t, s) in enumerate(zip(row["tokens"], shifted, strict=True))
+        )
+        extra = ""
+        if "accuracy_before" in row:
+            extra = f" accuracy {row['accuracy_before']:.3f} -> {row['accuracy_after']:.3f}"
+        parts.append(
+            f'<div class="p"><h2>{html.escape(str(row["uid"]))}{html.escape(extra)}</h2><p>{tokens}</p>'
+            f'<p class="pur">purified: {html.escape(row["purified_text"])}</p></div>'
+        )
+    style = (
+        "body{font-family:sans-serif;margin:1em;background:#fff;color:#111}"
+        ".t{padding:1px 2px;margin:1px;display:inline-block;font-family:monospace}"
+        ".p{border-bottom:1px solid #ccc;padding:.5em 0}h2{font-size:1em}.pur{color:#555}"
+    )
+    return (
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{''.join(parts)}</body></html>\n"
+    )
+
+
+def run_audit(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Score, select and purify the prompts of --data; write the audit files into --out."""
+    if (args.accuracy or args.scorer == "grad") and args.data != "vartrack":
+        raise ValueError(f"--accuracy and --scorer grad need --data vartrack (got --data {args.data!r})")
+    tokenizer = load_tokenizer(args.policy)
+    prompts = load_prompts(args.data, tokenizer, args.limit)
+    if not prompts:
+        raise ValueError(f"--data {args.data!r}: no prompts to audit")
+    policy, ref = load_frozen(args.policy), load_frozen(args.ref)
+    scores, min_score = score_prompts(args.scorer, policy, ref, tokenizer, prompts, seed=args.seed)
+    rows, purified = audit_rows(prompts, scores, min_score, tokenizer, gamma=args.gamma, seed=args.seed)
+    if args.accuracy:
+        answers = [p.answer for p in prompts]
+        before = per_prompt_accuracy(policy, tokenizer, [p.prompt.ids for p in prompts], answers, args.n, args.seed)
+        after = per_prompt_accuracy(policy, tokenizer, [p.ids for p in purified], answers, args.n, args.seed)
+        for row, b, a in zip(rows, before, after, strict=True):
+            row["accuracy_before"], row["accuracy_after"] = b, a
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "prompts.jsonl", "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    top = top_tokens(rows)
+    (out / "top_tokens.json").write_text(json.dumps(top, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out / "top_tokens.md").write_text(top_tokens_markdown(top), encoding="utf-8")
+    title = f"LENS audit: {args.scorer} scores of {args.policy} vs {args.ref} on {args.data}"
+    (out / "index.html").write_text(html_report(rows, title), encoding="utf-8")
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------
+# Detection quality
+# ----------------------------------------------------------------------------------------------------
+
+
+def detection_metrics(prompts: list[AuditPrompt], scores: list[torch.Tensor]) -> dict[str, float]:
+    """Pooled AUC, mean per-prompt AUC and mean precision@k over the scorable tokens of the prompts."""
+    pooled_s: list[float] = []
+    pooled_y: list[bool] = []
+    aucs, precisions = [], []
+    for p, s in zip(prompts, scores, strict=True):
+        start, end = p.prompt.span
+        span = [float(v) for v in s[start:end]]
+        labels = [j in set(p.noise) for j in range(end - start)]
+        pooled_s += span
+        pooled_y += labels
+        aucs.append(roc_auc(span, labels))
+        precisions.append(precision_at_k(span, labels))
+    return {
+        "auc": roc_auc(pooled_s, pooled_y),
+        "auc_mean_per_prompt": _nanmean(aucs),
+        "precision_at_k": _nanmean(precisions),
+        "prompts": len(prompts),
+        "tokens": len(pooled_s),
+        "distractors": sum(pooled_y),
+    }
+
+
+def detection_markdown(results: dict[str, dict[str, float]], policy: str, ref: str) -> str:
+    lines = [
+        f"# Distractor detection: {_md_cell(policy)} vs {_md_cell(ref)}",
+        "",
+        "| scorer | AUC (pooled) | AUC (mean per prompt) | precision@k | prompts | tokens | distractors |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, m in results.items():
+        lines.append(
+            f"| {name} | {m['auc']:.3f} | {m['auc_mean_per_prompt']:.3f} | {m['precision_at_k']:.3f} "
+            f"| {m['prompts']} | {m['tokens']} | {m['distractors']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run_detect(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Score the built-in noisy set with each scorer; write detection.json/.md into --out."""
+    scorers = [s.strip() for s in args.scorers.split(",") if s.strip()]
+    unknown = [s for s in scorers if s not in scoring.SCORERS]
+    if unknown or not scorers:
+        raise ValueError(f"--scorers {args.scorers!r}: unknown {unknown}; known: {', '.join(scoring.SCORERS)}")
+    tokenizer = load_tokenizer(args.policy)
+    prompts = vartrack_prompts(tokenizer, args.limit)
+    policy, ref = load_frozen(args.policy), load_frozen(args.ref)
+    results = {}
+    for name in scorers:
+        scores, _ = score_prompts(name, policy, ref, tokenizer, prompts, seed=args.seed)
+        results[name] = detection_metrics(prompts, scores)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"policy": args.policy, "ref": args.ref, "limit": args.limit, "seed": args.seed, "scorers": results}
+    (out / "detection.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (out / "detection.md").write_text(detection_markdown(results, args.policy, args.ref), encoding="utf-8")
+    return results
+
+
+# ----------------------------------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
+def _gamma(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"--gamma must be in (0, 1), got {text}")
+    return value
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--policy", required=True, help="policy checkpoint (HF directory)")
+    parser.add_argument("--ref", required=True, help="reference checkpoint (HF directory)")
+    parser.add_argument("--limit", type=_positive_int, default=200, help="number of prompts")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True, help="output directory")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    if argv[:1] == ["detect"]:
+        parser = argparse.ArgumentParser(prog="python -m lens.audit detect", description=run_detect.__doc__)
+        _common(parser)
+        parser.add_argument("--scorers", default=",".join(scoring.SCORERS))
+        args = parser.parse_args(argv[1:])
+        args.command = "detect"
+        return args
+    parser = argparse.ArgumentParser(prog="python -m lens.audit", description=run_audit.__doc__)
+    _common(parser)
+    parser.add_argument("--data", required=True, help="vartrack, a benchmark name, or a JSONL/Parquet file")
+    parser.add_argument("--scorer", default="interference", choices=scoring.SCORERS)
+    parser.add_argument("--gamma", type=_gamma, default=0.03, help="share of scorable tokens to delete")
+    parser.add_argument("--accuracy", action="store_true", help="accuracy before/after purification (vartrack)")
+    parser.add_argument("--n", type=_positive_int, default=4, help="samples per prompt for --accuracy")
+    args = parser.parse_args(argv)
+    args.command = "audit"
+    return args
+
+
+def main(argv: list[str] | None = None) -> Any:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "detect":
+        results = run_detect(args)
+        print(detection_markdown(results, args.policy, args.ref), end="")
+        return results
+    rows = run_audit(args)
+    print(f"audited {len(rows)} prompts -> {args.out}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""Tests of lens.audit: detection metrics by hand, HTML escaping, end-to-end audit/detect runs, browser render."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lens import audit
+from lens.tasks import vartrack
+
+REF = str(vartrack.ASSETS_DIR)
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A copy of the reference with slightly perturbed weights, so interference scores are non-zero."""
+    out = tmp_path_factory.mktemp("policy")
+    model, tokenizer = vartrack.load_reference()
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.02)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def audit_out(policy_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("audit")
+    argv = ["--policy", policy_dir, "--ref", REF, "--data", "vartrack", "--limit", "4", "--gamma", "0.1"]
+    audit.main([*argv, "--accuracy", "--n", "2", "--out", str(out)])
+    return out
+
+
+def test_roc_auc_hand_computed() -> None:
+    # positives {0.9, 0.5} vs negatives {0.5, 0.1}: 1 + 1 + 0.5 (tie) + 1 = 3.5 of 4 pairs
+    assert audit.roc_auc([0.9, 0.5, 0.5, 0.1], [True, False, True, False]) == pytest.approx(0.875)
+    assert audit.roc_auc([1.0, 1.0, 1.0], [True, False, False]) == pytest.approx(0.5)
+    assert audit.roc_auc([3.0, 2.0, 1.0], [True, False, False]) == 1.0
+    assert audit.roc_auc([1.0, 2.0, 3.0], [True, False, False]) == 0.0
+    assert math.isnan(audit.roc_auc([1.0, 2.0], [False, False]))
+    with pytest.raises(ValueError, match="2 scores vs 1 labels"):
+        audit.roc_auc([1.0, 2.0], [True])
+
+
+def test_precision_at_k_hand_computed() -> None:
+    assert audit.precision_at_k([3.0, 2.0, 1.0, 0.0], [True, False, True, False]) == pytest.approx(0.5)
+    assert audit.precision_at_k([0.0, 3.0, 2.0, 1.0], [False, True, True, False]) == 1.0
+    # k = 1 and three items tie at the top, one of them positive: expected precision 1/3
+    assert audit.precision_at_k([1.0, 1.0, 1.0, 0.0], [True, False, False, False]) == pytest.approx(1 / 3)
+    # one clear hit above, then 1 slot among 2 tied items of which 1 is positive: (1 + 0.5) / 2
+    assert audit.precision_at_k([5.0, 1.0, 1.0, 0.0], [True, True, False, False]) == pytest.approx(0.75)
+    assert math.isnan(audit.precision_at_k([1.0], [False]))
+
+
+def test_top_tokens_counts() -> None:
+    rows = [{"tokens": ["a", "!", "b"], "selected": [1]}, {"tokens": ["!", "b", "c"], "selected": [0, 1]}]
+    assert audit.top_tokens(rows) == [{"token": "!", "count": 2}, {"token": "b", "count": 1}]
+
+
+def test_html_escapes_untrusted_text_and_shades_by_score() -> None:
+    row = {
+        "uid": 'u<1>&"',
+        "tokens": ["<script>alert(1)</script>", "ok"],
+        "scores": [2.0, 1.0],
+        "selected": [0],
+        "purified_text": "<img src=x onerror=alert(1)>",
+    }
+    page = audit.html_report([row], "t<i>")
+    assert "<script>" not in page and "<img" not in page and "<i>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "u&lt;1&gt;&amp;" in page
+    assert "rgba(220,40,40,1.000);outline" in page  # max score: full alpha, deleted: outlined
+    assert "rgba(220,40,40,0.500)" in page and 'title="1"' in page
+
+
+def test_audit_end_to_end(audit_out: Path) -> None:
+    rows = [json.loads(line) for line in (audit_out / "prompts.jsonl").read_text().splitlines()]
+    problems = vartrack.eval_sets(4)["noisy"]
+    assert [r["uid"] for r in rows] == [p.uid for p in problems]
+    for row, problem in zip(rows, problems, strict=True):
+        assert row["tokens"] == problem.problem.split()
+        assert len(row["ids"]) == len(row["scores"]) == len(row["tokens"])
+        k = math.ceil(0.1 * len(row["tokens"]))
+        assert len(row["selected"]) == k and all(0 <= j < len(row["tokens"]) for j in row["selected"])
+        top = sorted(row["scores"], reverse=True)[k - 1]
+        assert all(row["scores"][j] >= top for j in row["selected"])  # the k best-scored tokens go
+        assert row["purified_text"] == vartrack.delete_positions(problem.problem, row["selected"])
+        assert 0.0 <= row["accuracy_before"] <= 1.0 and 0.0 <= row["accuracy_after"] <= 1.0
+    top = json.loads((audit_out / "top_tokens.json").read_text())
+    assert sum(t["count"] for t in top) == sum(len(r["selected"]) for r in rows)
+    assert "| count |" in (audit_out / "top_tokens.md").read_text()
+    page = (audit_out / "index.html").read_text()
+    assert page.count('class="p"') == 4 and "outline:2px" in page
+
+
+def test_audit_jsonl_data_is_escaped(policy_dir: str, tmp_path: Path) -> None:
+    src = tmp_path / "probs.jsonl"
+    src.write_text(json.dumps({"uid": "x<1>", "problem": "a = 1 ; <b>bold</b> ; ? a", "answer": "1"}) + "\n")
+    audit.main(
+        ["--policy", policy_dir, "--ref", REF, "--data", str(src), "--gamma", "0.2", "--out", str(tmp_path / "o")]
+    )
+    rows = [json.loads(line) for line in (tmp_path / "o" / "prompts.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["uid"] == "x<1>" and rows[0]["selected"]
+    page = (tmp_path / "o" / "index.html").read_text()
+    assert "x&lt;1&gt;" in page and "<b>" not in page
+
+
+def test_audit_rejects_bad_flags(policy_dir: str, tmp_path: Path) -> None:
+    base = ["--policy", policy_dir, "--ref", REF, "--out", str(tmp_path)]
+    with pytest.raises(ValueError, match=r"--data 'nope\.jsonl'"):
+        audit.main([*base, "--data", "nope.jsonl"])
+    src = tmp_path / "p.jsonl"
+    src.write_text(json.dumps({"problem": "a = 1 ; ? a", "answer": "1"}) + "\n")
+    with pytest.raises(ValueError, match="--accuracy and --scorer grad need --data vartrack"):
+        audit.main([*base, "--data", str(src), "--accuracy"])
+    with pytest.raises(SystemExit):
+        audit.main([*base, "--data", "vartrack", "--gamma", "1.5"])
+    with pytest.raises(ValueError, match="unknown \\['bogus'\\]"):
+        audit.main(["detect", *base, "--scorers", "interference,bogus"])
+
+
+def test_detect_end_to_end(policy_dir: str, tmp_path: Path) -> None:
+    argv = ["detect", "--policy", policy_dir, "--ref", REF, "--limit", "3", "--out", str(tmp_path)]
+    results = audit.main([*argv, "--scorers", "interference,random,grad"])
+    report = json.loads((tmp_path / "detection.json").read_text())
+    assert list(report["scorers"]) == ["interference", "random", "grad"]
+    problems = vartrack.eval_sets(3)["noisy"]
+    for m in results.values():
+        assert m["prompts"] == 3 and m["distractors"] == sum(len(p.meta["noise_positions"]) for p in problems)
+        assert m["tokens"] == sum(len(p.problem.split()) for p in problems)
+        assert 0.0 <= m["auc"] <= 1.0 and 0.0 <= m["precision_at_k"] <= 1.0
+    assert "| interference |" in (tmp_path / "detection.md").read_text()
+
+
+def test_index_html_renders_in_chromium(audit_out: Path, tmp_path: Path) -> None:
+    if not (Path(CHROMIUM).is_file() or shutil.which("chromium")):
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: apt-get install chromium")
+        pytest.skip("chromium is not installed")
+    from PIL import Image
+
+    binary = CHROMIUM if Path(CHROMIUM).is_file() else shutil.which("chromium")
+    png = tmp_path / "shot.png"
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        f"--screenshot={png}",
+        "--window-size=1200,900",
+    ]
+    subprocess.run([binary, *flags, (audit_out / "index.html").resolve().as_uri()], timeout=60, capture_output=True)
+    assert png.is_file(), "chromium wrote no screenshot"
+    image = Image.open(png).convert("RGB")
+    assert image.size == (1200, 900)
+    pixels = torch.from_numpy(np.asarray(image).reshape(-1, 3).copy())
+    assert float(pixels.float().var()) > 0
+    assert len(torch.unique(pixels, dim=0)) >= 5  # text, shading and outlines: several distinct colours
