@@ -220,13 +220,14 @@ def global_min(run: Run, value: float) -> float:
     return float(t)
 
 
-def rollout(run: Run, prompts: list[list[int]], answers: list[str], n: int, params: SamplingParams):
-    """Sample n responses per prompt and reward them -> (Rollouts, rewards [len(prompts), n], reasons)."""
-    with run.timer("generate"):
+def rollout(run: Run, prompts: list[list[int]], answers: list[str], n: int, params: SamplingParams, stage: str = ""):
+    """Sample n responses per prompt and reward them -> (Rollouts, rewards [len(prompts), n], reasons).
+    Timed as `<stage>generate` and `<stage>reward`, so the second sampling's stages never nest in the first's."""
+    with run.timer(f"{stage}generate"):
         out = run.engine.generate(prompts, n, params)
         if hasattr(run.engine, "sleep") and run.cfg.device == "cuda":
             run.engine.sleep()
-    with run.timer("reward"):
+    with run.timer(f"{stage}reward"):
         texts = run.tokenizer.batch_decode(out.tokens, skip_special_tokens=True)
         scored = run.verifier.score(texts, [a for a in answers for _ in range(n)])
         rewards = scored.rewards.view(len(prompts), n)
@@ -361,8 +362,7 @@ def second_sampling(run: Run, batch: Batch, step: int, stats: dict):
     offset = rank_offset(run, len(second))  # collective: every rank calls it, with or without prompts
     if not second:
         return [], None, torch.zeros(0, a.m), second_of
-    with run.timer("purify_generate"):
-        out, rewards, _ = rollout(run, [p.ids for p in second], answers, a.m, sampling(run, step, 1, offset))
+    out, rewards, _ = rollout(run, [p.ids for p in second], answers, a.m, sampling(run, step, 1, offset), "purify_")
     return second, out, rewards, second_of
 
 
@@ -375,16 +375,17 @@ def build_groups(run: Run, batch: Batch, step: int, stats: dict) -> tuple[purify
     else:
         second, out2, rewards2, second_of = second_sampling(run, batch, step, stats)
     weighting = "uniform" if a.name in GRPO_FAMILY else a.weighting
-    groups = purify.build_groups(
-        batch.rewards,
-        rewards2,
-        second_of,
-        guard=a.guard,
-        replace=a.replace,
-        weighting=weighting,
-        success_threshold=a.success_threshold,
-        generator=run.rng,
-    )
+    with run.timer("groups"):
+        groups = purify.build_groups(
+            batch.rewards,
+            rewards2,
+            second_of,
+            guard=a.guard,
+            replace=a.replace,
+            weighting=weighting,
+            success_threshold=a.success_threshold,
+            generator=run.rng,
+        )
     stats.update({f"lens/{k}": v for k, v in groups.counters.items()} if a.name not in GRPO_FAMILY else {})
     m = a.m
     first_prompts = [batch.prompts[r // m].ids for r in range(len(batch.rollouts.tokens))]

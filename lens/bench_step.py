@@ -1,0 +1,198 @@
+"""Training-step time breakdown, GRPO vs LENS, from real trainer runs.
+
+    python -m lens.bench_step [--config FILE] [--steps N] [--algorithms grpo,lens] [--warmup 1] [--out DIR] \
+        [key=value overrides ...]
+
+Each algorithm runs `lens.train.main` for N steps with the same config and seed (evaluation and TensorBoard
+off, one checkpoint at the end, run dirs under a temporary directory). The first `--warmup` steps are dropped
+(allocator, kernel and cache warm-up); the rest give median seconds per stage, step time, tokens/s and the share
+of prompts purified. For LENS against GRPO it reports the step-time ratio, the overhead beyond the extra
+generation ((score + groups + extra old/ref log-prob time) / GRPO step) and the extra generation's share of the
+LENS step. Writes OUT/step_time.json (raw rows, machine, commit) and OUT/step_time.md and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lens import config as lens_config
+
+# Stages in the order a step runs them (train.py's timer names); `step` is the whole step.
+STAGES = (
+    "generate",
+    "reward",
+    "score",
+    "purify_generate",
+    "purify_reward",
+    "groups",
+    "old_ref_logprobs",
+    "update",
+    "weight_sync",
+)
+# Benchmark settings forced on every run: time training steps only, nothing left behind in runs/.
+FORCED = ("data.eval=[]", "data.eval_every=0", "logging.tensorboard=false", "checkpoint.every=0")
+
+
+def step_rows(rows: list[dict[str, Any]], warmup: int) -> list[dict[str, Any]]:
+    """Training-step rows of a metrics.jsonl (the step-0 eval row has no time/step), first `warmup` dropped."""
+    steps = [r for r in rows if "time/step" in r]
+    if warmup >= len(steps):
+        raise ValueError(f"--warmup {warmup} leaves no step to measure out of {len(steps)}")
+    return steps[warmup:]
+
+
+def summarize(rows: list[dict[str, Any]], batch_size: int) -> dict[str, Any]:
+    """Medians over measured steps: {"stages": {stage: s}, "step": s, "tokens_per_s", "purified_share"}.
+
+    A stage a row never entered (GRPO has no score) counts 0 s in that row, so medians stay comparable.
+    """
+    stages = {s: statistics.median(r.get(f"time/{s}", 0.0) for r in rows) for s in STAGES}
+    stages = {s: v for s, v in stages.items() if v > 0 or any(f"time/{s}" in r for r in rows)}
+    step = statistics.median(r["time/step"] for r in rows)
+    return {
+        "stages": {**stages, "step": step},
+        "step": step,
+        "tokens_per_s": statistics.median(r.get("tokens_per_s", 0.0) for r in rows),
+        "purified_share": statistics.median(r.get("lens/purified", 0.0) / batch_size for r in rows),
+        "steps_measured": len(rows),
+    }
+
+
+def compare(grpo: dict[str, Any], lens: dict[str, Any]) -> dict[str, float]:
+    """LENS against GRPO from two `summarize` results.
+
+    ratio: LENS step / GRPO step. overhead_pct: (score + groups + LENS old/ref log-prob time beyond GRPO's)
+    / GRPO step x 100, the cost LENS adds besides sampling the purified prompts. extra_generation_pct:
+    (purify_generate + purify_reward) / LENS step x 100.
+    """
+    g, s = grpo["stages"], lens["stages"]
+    extra_logprobs = s.get("old_ref_logprobs", 0.0) - g.get("old_ref_logprobs", 0.0)
+    bookkeeping = s.get("score", 0.0) + s.get("groups", 0.0) - g.get("groups", 0.0)
+    extra_gen = s.get("purify_generate", 0.0) + s.get("purify_reward", 0.0)
+    return {
+        "ratio": lens["step"] / grpo["step"],
+        "overhead_pct": 100.0 * (bookkeeping + extra_logprobs) / grpo["step"],
+        "extra_generation_pct": 100.0 * extra_gen / lens["step"],
+    }
+
+
+def markdown(summaries: dict[str, dict[str, Any]], comparison: dict[str, float] | None) -> str:
+    """A Markdown table: one row per stage and summary figure, one column per algorithm."""
+    algos = list(summaries)
+    stages = [s for s in (*STAGES, "step") if any(s in v["stages"] for v in summaries.values())]
+    lines = ["| median | " + " | ".join(algos) + " |", "|---" * (len(algos) + 1) + "|"]
+    for s in stages:
+        cells = [f"{summaries[a]['stages'][s]:.4f}" if s in summaries[a]["stages"] else "-" for a in algos]
+        lines.append(f"| {s} (s) | " + " | ".join(cells) + " |")
+    lines.append("| tokens/s | " + " | ".join(f"{summaries[a]['tokens_per_s']:.1f}" for a in algos) + " |")
+    lines.append("| purified share | " + " | ".join(f"{summaries[a]['purified_share']:.3f}" for a in algos) + " |")
+    lines.append("| steps measured | " + " | ".join(str(summaries[a]["steps_measured"]) for a in algos) + " |")
+    if comparison is not None:
+        lines += [
+            "",
+            f"- LENS / GRPO step time: {comparison['ratio']:.3f}",
+            f"- LENS overhead beyond the extra generation (score + groups + extra log-probs) / GRPO step: "
+            f"{comparison['overhead_pct']:.2f} %",
+            f"- extra generation (purify_generate + purify_reward) / LENS step: "
+            f"{comparison['extra_generation_pct']:.2f} %",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def machine() -> dict[str, Any]:
+    """Where the figures were measured."""
+    return {
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+
+
+def commit() -> str:
+    """Short HEAD commit, or "unknown" outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return out.stdout.strip()
+
+
+def run_one(algorithm: str, args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
+    """Train `args.steps` steps of one algorithm in root/<algorithm>; its metrics.jsonl rows."""
+    from lens import train  # heavy import (models, DeepSpeed) only once a run is asked for
+
+    run_dir = root / algorithm
+    argv = ([f"--config={args.config}"] if args.config else []) + [
+        *args.overrides,
+        *FORCED,
+        f"algorithm.name={algorithm}",
+        f"optim.steps={args.steps}",
+        f"run_dir={run_dir}",
+    ]
+    train.main(argv)
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m lens.bench_step", description=__doc__.split("\n")[0])
+    p.add_argument("--config", default=None, help="YAML preset; default: the built-in CPU run")
+    p.add_argument("--steps", type=int, default=12, help="training steps per algorithm, warm-up included")
+    p.add_argument("--algorithms", default="grpo,lens", help="comma-separated algorithm names")
+    p.add_argument("--warmup", type=int, default=1, help="first steps dropped from the medians")
+    p.add_argument("--out", default="bench/results", help="folder for step_time.json and step_time.md")
+    p.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides for every run")
+    args = p.parse_args(argv)
+    if args.warmup < 0 or args.steps <= args.warmup:
+        p.error(f"--steps {args.steps} must exceed --warmup {args.warmup} (and --warmup must be >= 0)")
+    args.algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    if not args.algorithms:
+        p.error("--algorithms is empty")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse(argv)
+    cfg = lens_config.load_config(args.config, list(args.overrides))  # fail on a bad flag before any run
+    raw: dict[str, list[dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory(prefix="lens_bench_step_") as tmp:
+        for algo in args.algorithms:
+            raw[algo] = step_rows(run_one(algo, args, Path(tmp)), args.warmup)
+    summaries = {a: summarize(rows, cfg.data.batch_size) for a, rows in raw.items()}
+    comparison = compare(summaries["grpo"], summaries["lens"]) if {"grpo", "lens"} <= set(summaries) else None
+    table = markdown(summaries, comparison)
+    result = {
+        "commit": commit(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "command": ["python", "-m", "lens.bench_step", *(argv if argv is not None else sys.argv[1:])],
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "config": cfg.to_dict(),
+        "algorithms": summaries,
+        "lens_vs_grpo": comparison,
+        "rows": raw,
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "step_time.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / "step_time.md").write_text(table)
+    print(table)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""lens.bench_step: hand-computed aggregation on made-up rows, and one tiny end-to-end run of both algorithms."""
+
+import json
+
+import pytest
+
+from lens import bench_step
+
+
+def _row(step: float, gen: float, logp: float, **extra: float) -> dict:
+    return {"time/step": step, "time/generate": gen, "time/old_ref_logprobs": logp, "tokens_per_s": 10.0, **extra}
+
+
+def test_step_rows_drops_eval_row_and_warmup():
+    rows = [{"step": 0, "eval/x": 1.0}, _row(9.0, 1, 1), _row(2.0, 1, 1), _row(3.0, 1, 1)]
+    assert [r["time/step"] for r in bench_step.step_rows(rows, 1)] == [2.0, 3.0]
+    with pytest.raises(ValueError, match="--warmup 3"):
+        bench_step.step_rows(rows, 3)
+
+
+def test_summarize_medians_and_purified_share():
+    rows = [
+        _row(4.0, 1.0, 0.5, **{"lens/purified": 2.0, "time/score": 0.1}),
+        _row(6.0, 3.0, 0.7, **{"lens/purified": 4.0, "time/score": 0.3}),
+        _row(5.0, 2.0, 0.6, **{"lens/purified": 1.0}),  # no score this step: counts 0 s
+    ]
+    s = bench_step.summarize(rows, batch_size=4)
+    assert s["step"] == 5.0 and s["stages"]["step"] == 5.0
+    assert s["stages"]["generate"] == 2.0 and s["stages"]["old_ref_logprobs"] == 0.6
+    assert s["stages"]["score"] == pytest.approx(0.1)  # median of 0.1, 0.3, 0.0
+    assert "purify_generate" not in s["stages"]
+    assert s["purified_share"] == 0.5  # median of 2/4, 4/4, 1/4
+    assert s["tokens_per_s"] == 10.0 and s["steps_measured"] == 3
+
+
+def test_compare_hand_computed():
+    grpo = {"step": 10.0, "stages": {"old_ref_logprobs": 2.0, "groups": 0.1, "step": 10.0}}
+    lens = {
+        "step": 16.0,
+        "stages": {"score": 0.5, "groups": 0.3, "old_ref_logprobs": 2.5, "purify_generate": 3.0, "purify_reward": 1.0},
+    }
+    c = bench_step.compare(grpo, lens)
+    assert c["ratio"] == pytest.approx(1.6)
+    assert c["overhead_pct"] == pytest.approx(100 * (0.5 + 0.2 + 0.5) / 10.0)  # 12 %
+    assert c["extra_generation_pct"] == pytest.approx(100 * 4.0 / 16.0)  # 25 %
+    md = bench_step.markdown({"grpo": {**grpo, "tokens_per_s": 1.0, "purified_share": 0.0, "steps_measured": 1}}, c)
+    assert "| step (s) | 10.0000 |" in md and "1.600" in md and "12.00 %" in md
+
+
+def test_bad_flags_are_named():
+    with pytest.raises(SystemExit):
+        bench_step.parse(["--steps", "1", "--warmup", "1"])
+
+
+def test_end_to_end_tiny(tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["--steps", "2", "--out", str(out), "data.batch_size=4", "algorithm.m=4", "optim.micro_batch_size=16"]
+    bench_step.main(argv)
+    data = json.loads((out / "step_time.json").read_text())
+    assert set(data["algorithms"]) == {"grpo", "lens"}
+    for algo in ("grpo", "lens"):
+        assert len(data["rows"][algo]) == 1  # 2 steps, 1 warm-up dropped
+        assert data["algorithms"][algo]["step"] == data["rows"][algo][0]["time/step"]
+    assert "score" in data["algorithms"]["lens"]["stages"] and "score" not in data["algorithms"]["grpo"]["stages"]
+    assert data["lens_vs_grpo"]["ratio"] > 0 and data["machine"]["cpu_count"] >= 1 and data["commit"]
+    md = (out / "step_time.md").read_text()
+    assert "| step (s) |" in md and md in capsys.readouterr().out
