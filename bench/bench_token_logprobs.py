@@ -89,6 +89,24 @@ def test_linear_token_logprobs_cpu(benchmark, device, provider: str, n: int, h: 
              device=device, rounds=3, dtype="float32")  # fmt: skip
 
 
+# The paper's models' LM heads (Qwen2.5-7B: H 3584, V 152064; Qwen3-4B: H 2560, V 151936) at a CPU-sized
+# token count: the fp32 weight alone is 1.6-2.2 GB, the reference's logits N x V.
+PAPER_HEADS = {"qwen2.5-7b": (3584, 152064), "qwen3-4b": (2560, 151936)}
+
+
+@pytest.mark.parametrize("provider", list(PROVIDERS_LINEAR))
+@pytest.mark.parametrize("head", list(PAPER_HEADS))
+def test_linear_token_logprobs_paper_heads_cpu(benchmark, device, provider: str, head: str) -> None:
+    if CUDA:
+        pytest.skip("CPU shapes")
+    (h, v), n = PAPER_HEADS[head], 256
+    hidden, weight, targets = _linear_case(n, h, v, torch.float32, device)
+    fn = PROVIDERS_LINEAR[provider]
+    shape = {"N": n, "H": h, "V": v, "model": head}
+    run_case(benchmark, "linear_token_logprobs_fwd", provider, shape, lambda: fn(hidden, weight, targets),
+             device=device, rounds=3, dtype="float32")  # fmt: skip
+
+
 @pytest.mark.parametrize("provider", ["torch_ref", "torch_linear_ce", "lens"])
 def test_linear_token_logprobs_fwd_bwd_cpu(benchmark, device, provider: str) -> None:
     if CUDA:
