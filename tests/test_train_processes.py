@@ -62,7 +62,9 @@ def test_two_ranks_equal_one_process(tmp_path):
     _run([sys.executable, TRAIN, *args, f"run_dir={one}"])
     _run([TORCHRUN, "--standalone", "--nproc_per_node=2", TRAIN, *args, f"run_dir={two}"])
     a, b = _rows(one), _rows(two)
-    assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 2]
+    assert [r["step"] for r in a] == [r["step"] for r in b] == [0, 1, 2]  # step 0: the evaluation before training
+    assert a[0] == b[0]
+    a, b = a[1:], b[1:]
     for ra, rb in zip(a, b, strict=True):
         assert ra["reward/mean"] == rb["reward/mean"]  # the same samples on 1 and 2 ranks
         for key in ("loss/pg", "loss/total", "grad_norm"):
