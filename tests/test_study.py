@@ -56,3 +56,20 @@ def test_unknown_method_is_named(capsys):
     with pytest.raises(SystemExit):
         study.main(["--methods", "grpo,bogus", "--table-only"])
     assert "bogus" in capsys.readouterr().err
+
+
+def test_jobs_must_be_positive(capsys):
+    with pytest.raises(SystemExit):
+        study.main(["--jobs", "0", "--table-only"])
+    assert "--jobs" in capsys.readouterr().err
+
+
+def test_train_all_runs_every_pair_with_split_threads(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(study, "run_one", lambda m, s, runs, threads: calls.append((m, s, threads)) or runs)
+    monkeypatch.setattr(study.os, "cpu_count", lambda: 4)
+    study.train_all(["grpo", "lens"], [0, 1], tmp_path, jobs=2)
+    assert sorted(calls) == [("grpo", 0, 2), ("grpo", 1, 2), ("lens", 0, 2), ("lens", 1, 2)]
+    calls.clear()
+    study.train_all(["grpo"], [3], tmp_path, jobs=1)
+    assert calls == [("grpo", 3, None)]  # one run at a time keeps the environment's threads
