@@ -19,6 +19,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,7 +31,9 @@ REPO = Path(__file__).resolve().parent.parent
 METHODS: dict[str, list[str]] = {
     "grpo": ["algorithm.name=grpo"],
     "grpo_ext": ["algorithm.name=grpo_ext"],
-    "dapo": ["algorithm.name=dapo"],
+    # The warm start answers nearly every clean prompt right, so few groups have reward variance: DAPO's
+    # dynamic sampling needs bigger and more generation batches than the defaults to fill 16 groups.
+    "dapo": ["algorithm.name=dapo", "algorithm.dapo.gen_batch_size=32", "algorithm.dapo.max_gen_batches=40"],
     "lens": ["algorithm.name=lens"],
     "resample": ["algorithm.name=resample"],
     "random_prune": ["algorithm.name=random_prune"],
@@ -48,6 +51,7 @@ def run_one(method: str, seed: int, runs: Path, threads: int | None = None) -> P
     run_dir = runs / f"{method}_s{seed}"
     if (run_dir / "wall_s.txt").exists():
         return run_dir
+    shutil.rmtree(run_dir, ignore_errors=True)  # a failed or cut-off attempt starts over
     cmd = [sys.executable, "-m", "lens.train", "--config", "configs/cpu_default.yaml", *METHODS[method]]
     cmd += [f"seed={seed}", f"run_dir={run_dir}", "logging.tensorboard=false", "checkpoint.every=0"]
     env = dict(os.environ) if threads is None else {**os.environ, "OMP_NUM_THREADS": str(threads)}
@@ -146,13 +150,20 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def train_all(methods: list[str], seeds: list[int], runs: Path, jobs: int) -> None:
-    """Every (method, seed) run, `jobs` at a time, seed-major so a cut-short study still compares every method."""
+def train_all(methods: list[str], seeds: list[int], runs: Path, jobs: int) -> list[str]:
+    """Every (method, seed) run, `jobs` at a time, seed-major so a cut-short study still compares every method.
+    A failed run does not stop the others; returns one message per failure."""
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+    failures = []
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {pool.submit(run_one, m, s, runs, threads): (m, s) for s in seeds for m in methods}
         for future, (m, s) in futures.items():
-            print(f"study: {m} seed {s} -> {future.result()}", flush=True)
+            try:
+                print(f"study: {m} seed {s} -> {future.result()}", flush=True)
+            except RuntimeError as e:
+                print(e, file=sys.stderr, flush=True)
+                failures.append(f"{m} seed {s}")
+    return failures
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -178,8 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     runs, out = REPO / args.runs, REPO / args.out
     if args.jobs < 1:
         p.error(f"--jobs must be >= 1, got {args.jobs}")
-    if not args.table_only:
-        train_all(methods, seeds, runs, args.jobs)
+    failures = [] if args.table_only else train_all(methods, seeds, runs, args.jobs)
     result = table(runs, methods, seeds)
     out.mkdir(parents=True, exist_ok=True)
     (out / "study.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -189,6 +199,8 @@ def main(argv: list[str] | None = None) -> None:
     if dirs:
         report = [sys.executable, "-m", "lens.report", *dirs, "--out", str(out / "study_report")]
         subprocess.run([*report, "--baseline", "grpo", "--metric", "eval/noisy"], cwd=REPO, check=True)
+    if failures:
+        sys.exit(f"study: {len(failures)} runs failed and are missing from the table: {', '.join(failures)}")
 
 
 if __name__ == "__main__":

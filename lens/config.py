@@ -46,6 +46,19 @@ IMPLIED: dict[str, dict[str, Any]] = {
     "grad_prune": {"scorer": "grad"},
 }
 DEFINING: dict[str, dict[str, Any]] = {"random_prune": {"scorer": "random"}, "grad_prune": {"scorer": "grad"}}
+# train.py's stage timers (`time/<stage>` in metrics.jsonl) in the order a step runs them; `step` times the
+# whole step and `eval` the evaluations. Shared by lens.bench_step and lens.report, which must not import torch.
+STAGES = (
+    "generate",
+    "reward",
+    "score",
+    "purify_generate",
+    "purify_reward",
+    "groups",
+    "old_ref_logprobs",
+    "update",
+    "weight_sync",
+)
 
 
 @dataclass
@@ -129,7 +142,11 @@ class AlgorithmConfig:
     beta: float = 0.001
     kl: Literal["k1", "k2", "k3"] = "k3"
     loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
+    # pi_old of Eq. 5: recomputed by the trainer, or the engine's sampled-token log-probs (no forward pass)
     old_logprobs: Literal["trainer", "engine"] = "trainer"
+    # pi_theta side of Eq. 1: a trainer forward over the K candidates, or the engine's prompt log-probs of
+    # the first sampling (free from vLLM's prefill; an extra forward over all B prompts on the HF engine)
+    score_logprobs: Literal["trainer", "engine"] = "trainer"
     dapo: DapoConfig = field(default_factory=DapoConfig)
     greso: GresoConfig = field(default_factory=GresoConfig)
 
@@ -221,9 +238,10 @@ def load_config(
 
     `auto` values are resolved (device, model.dtype, dapo.gen_batch_size) so the saved tree says what ran.
     """
-    raw = read_preset(path) if path is not None else {}
-    for item in overrides:
-        raw = _merge(raw, parse_override(item))
+    cli: dict[str, Any] = {}
+    for item in overrides:  # one layer: the order of the overrides does not matter
+        cli = _merge(cli, parse_override(item))
+    raw = _layer(read_preset(path) if path is not None else {}, cli)
     cfg = from_dict(raw)
     cfg = resolve(cfg, cuda_available=_cuda_available() if cuda_available is None else cuda_available)
     if validate:
@@ -260,7 +278,18 @@ def read_preset(path: str | os.PathLike, _chain: tuple[Path, ...] = ()) -> dict[
     if not isinstance(base, str):
         raise ValueError(f"{file}: `base` must be a file name, got {base!r}")
     parent = read_preset(file.parent / base if not Path(base).is_absolute() else base, (*_chain, file))
-    return _merge(parent, data)
+    return _layer(parent, data)
+
+
+def _layer(lower: dict[str, Any], upper: dict[str, Any]) -> dict[str, Any]:
+    """`upper` merged over `lower`. An `algorithm.name` in `upper` also drops what `lower` says about the keys
+    that method implies: `algorithm.name=dapo` over a preset that spells out `clip_high: 0.2` is DAPO's
+    0.28, and `random_prune` over `scorer: interference` is the random scorer. Values in `upper` still win."""
+    algo_up, algo_low = upper.get("algorithm"), lower.get("algorithm")
+    name = algo_up.get("name") if isinstance(algo_up, dict) else None
+    if isinstance(name, str) and name in IMPLIED and isinstance(algo_low, dict):
+        lower = {**lower, "algorithm": {k: v for k, v in algo_low.items() if k not in IMPLIED[name]}}
+    return _merge(lower, upper)
 
 
 def _find_preset(path: str | os.PathLike) -> Path:
@@ -496,6 +525,14 @@ def _validate_ranges(cfg: Config) -> None:
     _require(r.temperature > 0.0, "rollout.temperature", r.temperature, "must be > 0")
     _require(0.0 < r.top_p <= 1.0, "rollout.top_p", r.top_p, "must be in (0, 1]")
     _require(r.max_tokens >= 1, "rollout.max_tokens", r.max_tokens, "must be >= 1")
+    # The engine's log-probs are those of the processed (tempered, nucleus) distribution; the update's
+    # pi_theta is the raw policy, so the ratio of Eq. 5 is only right when the two coincide.
+    _require(
+        a.old_logprobs == "trainer" or (r.temperature == 1.0 and r.top_p == 1.0),
+        "algorithm.old_logprobs",
+        a.old_logprobs,
+        f"needs rollout.temperature=1 and rollout.top_p=1 (got {r.temperature}, {r.top_p}): use trainer",
+    )
     _require(
         0.0 < r.gpu_memory_utilization < 1.0, "rollout.gpu_memory_utilization", r.gpu_memory_utilization, "in (0, 1)"
     )

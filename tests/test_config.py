@@ -192,6 +192,20 @@ def test_algorithm_names_imply_their_values():
         cpu("algorithm.name=random_prune", "algorithm.scorer=interference")
 
 
+def test_a_later_algorithm_name_replaces_the_values_it_implies():
+    # configs/cpu_default.yaml spells out every default (m: 8, clip_high: 0.2, beta: 0.001, scorer: interference)
+    preset = "configs/cpu_default.yaml"
+    ext = load_config(preset, ["algorithm.name=grpo_ext", "optim.micro_batch_size=64"])
+    assert ext.algorithm.m == 16
+    dapo = load_config(preset, ["algorithm.name=dapo"]).algorithm
+    assert (dapo.clip_high, dapo.beta) == (0.28, 0.0)
+    assert load_config(preset, ["algorithm.name=random_prune"]).algorithm.scorer == "random"
+    assert load_config(preset, ["algorithm.name=dapo", "algorithm.beta=0.01"]).algorithm.beta == 0.01
+    assert load_config(preset, ["algorithm.beta=0.01", "algorithm.name=dapo"]).algorithm.beta == 0.01  # one layer
+    with pytest.raises(ValueError, match=r"algorithm\.scorer='grad' contradicts algorithm\.name=random_prune"):
+        load_config(preset, ["algorithm.name=random_prune", "algorithm.scorer=grad"])
+
+
 def test_keys_the_algorithm_ignores_warn():
     with pytest.warns(UserWarning, match=r"algorithm\.tau=0\.3 is ignored by algorithm\.name=grpo"):
         cpu("algorithm.name=grpo", "algorithm.tau=0.3")

@@ -68,8 +68,22 @@ def test_train_all_runs_every_pair_with_split_threads(monkeypatch, tmp_path):
     calls = []
     monkeypatch.setattr(study, "run_one", lambda m, s, runs, threads: calls.append((m, s, threads)) or runs)
     monkeypatch.setattr(study.os, "cpu_count", lambda: 4)
-    study.train_all(["grpo", "lens"], [0, 1], tmp_path, jobs=2)
+    assert study.train_all(["grpo", "lens"], [0, 1], tmp_path, jobs=2) == []
     assert sorted(calls) == [("grpo", 0, 2), ("grpo", 1, 2), ("lens", 0, 2), ("lens", 1, 2)]
     calls.clear()
     study.train_all(["grpo"], [3], tmp_path, jobs=1)
     assert calls == [("grpo", 3, None)]  # one run at a time keeps the environment's threads
+
+
+def test_a_failed_run_does_not_stop_the_others(monkeypatch, tmp_path):
+    done = []
+
+    def run_one(m, s, runs, threads):
+        if m == "dapo":
+            raise RuntimeError("study: dapo seed 0 failed")
+        done.append(m)
+        return runs
+
+    monkeypatch.setattr(study, "run_one", run_one)
+    assert study.train_all(["grpo", "dapo", "lens"], [0], tmp_path, jobs=1) == ["dapo seed 0"]
+    assert done == ["grpo", "lens"]
