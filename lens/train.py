@@ -220,11 +220,20 @@ def global_min(run: Run, value: float) -> float:
     return float(t)
 
 
-def rollout(run: Run, prompts: list[list[int]], answers: list[str], n: int, params: SamplingParams, stage: str = ""):
+def rollout(
+    run: Run,
+    prompts: list[list[int]],
+    answers: list[str],
+    n: int,
+    params: SamplingParams,
+    stage: str = "",
+    prompt_logprobs: bool = False,
+):
     """Sample n responses per prompt and reward them -> (Rollouts, rewards [len(prompts), n], reasons).
-    Timed as `<stage>generate` and `<stage>reward`, so the second sampling's stages never nest in the first's."""
+    Timed as `<stage>generate` and `<stage>reward`, so the second sampling's stages never nest in the first's.
+    prompt_logprobs: also ask the engine for the policy log-prob of every prompt token (Rollouts.prompt_logprobs)."""
     with run.timer(f"{stage}generate"):
-        out = run.engine.generate(prompts, n, params)
+        out = run.engine.generate(prompts, n, params, return_prompt_logprobs=prompt_logprobs)
         if hasattr(run.engine, "sleep") and run.cfg.device == "cuda":
             run.engine.sleep()
     with run.timer(f"{stage}reward"):
@@ -258,7 +267,8 @@ def sample_batch(run: Run, step: int, stats: dict) -> Batch:
         local = index[lo:hi]
         if local:
             prompts, answers = [run.prompts[i].ids for i in local], [run.answers[i] for i in local]
-            out, rewards, reasons = rollout(run, prompts, answers, a.m, sampling(run, step, 10 + attempt, lo))
+            params = sampling(run, step, 10 + attempt, lo)
+            out, rewards, reasons = rollout(run, prompts, answers, a.m, params, prompt_logprobs=engine_scores(run))
             for key, value in reasons.items():
                 stats[f"reward/{key}"] = stats.get(f"reward/{key}", 0.0) + value
             records += list(zip(local, rewards.mean(1).tolist(), strict=True))
@@ -280,6 +290,12 @@ def sample_batch(run: Run, step: int, stats: dict) -> Batch:
         greso_record(run, records)
     index, out, rewards = _concat(parts, want, a.m)
     return Batch(index, [run.prompts[i] for i in index], [run.answers[i] for i in index], out, rewards)
+
+
+def engine_scores(run: Run) -> bool:
+    """Whether the policy side of LENS Eq. (1) comes from the first sampling's prompt log-probs."""
+    a = run.cfg.algorithm
+    return a.score_logprobs == "engine" and a.scorer == "interference" and a.name not in (*GRPO_FAMILY, "resample")
 
 
 def greso_filter(run: Run, index: list[int], step: int, attempt: int, stats: dict) -> list[int]:
@@ -309,6 +325,7 @@ def _select(index: list[int], out: Rollouts, rewards: torch.Tensor, rows: list[i
         [out.tokens[i] for i in flat],
         [out.logprobs[i] for i in flat],
         [out.finish_reasons[i] for i in flat],
+        [out.prompt_logprobs[r] for r in rows] if out.prompt_logprobs is not None else None,
     )
     return [index[r] for r in rows], sub, rewards[rows]
 
@@ -319,20 +336,25 @@ def _concat(parts, want: int, m: int) -> tuple[list[int], Rollouts, torch.Tensor
     tokens = [t for p in parts for t in p[1].tokens][flat]
     logprobs = [t for p in parts for t in p[1].logprobs][flat]
     finish = [t for p in parts for t in p[1].finish_reasons][flat]
+    with_prompts = all(p[1].prompt_logprobs is not None for p in parts)
+    prompt_lp = [t for p in parts for t in p[1].prompt_logprobs][: len(index)] if with_prompts else None
     rewards = torch.cat([p[2] for p in parts])[: len(index)]
-    return index, Rollouts(torch.arange(len(index)).repeat_interleave(m), tokens, logprobs, finish), rewards
+    out = Rollouts(torch.arange(len(index)).repeat_interleave(m), tokens, logprobs, finish, prompt_lp)
+    return index, out, rewards
 
 
 def token_scores(run: Run, prompts: list[Prompt], batch: Batch, rows: list[int]) -> tuple[list[torch.Tensor], float]:
     """Per-token deletion scores of the candidate prompts (higher = delete first) and the no-signal bar."""
     a, m = run.cfg.algorithm, run.cfg.algorithm.m
     groups = [[batch.rollouts.tokens[b * m + j] for j in range(m)] for b in rows] if a.scorer == "grad" else None
+    policy = [batch.rollouts.prompt_logprobs[b] for b in rows] if engine_scores(run) else None
     return scoring.token_scores(  # LENS Eq. (1) for the default `interference` scorer
         a.scorer,
         run.train.module,
         run.ref,
         [p.ids for p in prompts],
         responses=groups,
+        policy_logprobs=policy,
         min_score=a.min_score,
         generator=run.rng,
     )
@@ -366,8 +388,8 @@ def second_sampling(run: Run, batch: Batch, step: int, stats: dict):
     return second, out, rewards, second_of
 
 
-def build_groups(run: Run, batch: Batch, step: int, stats: dict) -> tuple[purify.LensGroups, list, list, list]:
-    """Final groups -> (groups, original prompt, source prompt, response tokens per rollout)."""
+def build_groups(run: Run, batch: Batch, step: int, stats: dict) -> tuple[purify.LensGroups, list, list, list, list]:
+    """Final groups -> (groups, original prompt, source prompt, response tokens, sampler log-probs per rollout)."""
     a = run.cfg.algorithm
     if a.name in GRPO_FAMILY:
         second, out2, rewards2 = [], None, torch.zeros(0, a.m)
@@ -392,8 +414,9 @@ def build_groups(run: Run, batch: Batch, step: int, stats: dict) -> tuple[purify
     second_prompts = [second[r // m].ids for r in range(len(out2.tokens))] if out2 is not None else []
     source = groups.pick(first_prompts, second_prompts)
     tokens = groups.pick(batch.rollouts.tokens, out2.tokens if out2 is not None else [])
+    sampler_logp = groups.pick(batch.rollouts.logprobs, out2.logprobs if out2 is not None else [])
     original = [batch.prompts[g].ids for g in groups.group.tolist()]
-    return groups, original, source, tokens
+    return groups, original, source, tokens, sampler_logp
 
 
 def global_sum(run: Run, value: float) -> float:
@@ -404,12 +427,29 @@ def global_sum(run: Run, value: float) -> float:
     return float(t)
 
 
-def update(run: Run, groups: purify.LensGroups, original: list, source: list, tokens: list) -> dict[str, float]:
+def engine_old_logprobs(sampler_logp: list[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """pi_old from the sampler (`old_logprobs=engine`): R tensors [len_r] -> logp [R, T] fp32, mask [R, T] bool,
+    padded as `model.sequence_logprobs` pads (T = longest response, 0 at padding)."""
+    lengths = torch.tensor([len(t) for t in sampler_logp], dtype=torch.int64)
+    width = int(lengths.max()) if len(sampler_logp) else 0
+    logp = torch.zeros(len(sampler_logp), width, dtype=torch.float32)
+    for r, t in enumerate(sampler_logp):
+        logp[r, : len(t)] = t
+    mask = torch.arange(width)[None, :] < lengths[:, None]
+    return logp.to(device), mask.to(device)
+
+
+def update(
+    run: Run, groups: purify.LensGroups, original: list, source: list, tokens: list, sampler_logp: list
+) -> dict[str, float]:
     """Old/ref log-probs, advantages (LENS Eq. 6 or GRPO), CRPO loss (Eq. 7), backward, optimizer step."""
     cfg, a = run.cfg, run.cfg.algorithm
     mb = cfg.optim.micro_batch_size
     with run.timer("old_ref_logprobs"), torch.no_grad():
-        old_logp, mask = model.sequence_logprobs(run.train.module, source, tokens, micro_batch_size=mb)
+        if a.old_logprobs == "engine":  # LENS Eq. (5)'s denominator as sampled, conditioned on x_roll(y)
+            old_logp, mask = engine_old_logprobs(sampler_logp, model.local_device(cfg.device))
+        else:
+            old_logp, mask = model.sequence_logprobs(run.train.module, source, tokens, micro_batch_size=mb)
         ref_logp = model.sequence_logprobs(run.ref, original, tokens, micro_batch_size=mb)[0] if a.beta else None
     if a.name in GRPO_FAMILY:
         adv = algos.grpo_advantages(groups.rewards, groups.group)
@@ -584,8 +624,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         stats: dict[str, float] = {}
         with run.timer("step"):
             batch = sample_batch(run, step, stats)
-            groups, original, source, tokens = build_groups(run, batch, step, stats)
-            upd = update(run, groups, original, source, tokens)
+            groups, original, source, tokens, sampler_logp = build_groups(run, batch, step, stats)
+            upd = update(run, groups, original, source, tokens, sampler_logp)
             sync_weights(run)
         last = step_metrics(run, batch, groups, stats, upd)
         done = step + 1

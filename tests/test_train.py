@@ -66,9 +66,9 @@ def test_lens_purifies_and_transfers_with_ratios_on_the_purified_prompt(tiny_mod
     seen = {}
     real_update = train.update
 
-    def spy(run, groups, original, source, tokens):
+    def spy(run, groups, original, source, tokens, sampler_logp):
         seen.setdefault("groups", []).append((groups, original, source))
-        return real_update(run, groups, original, source, tokens)
+        return real_update(run, groups, original, source, tokens, sampler_logp)
 
     monkeypatch.setattr(train, "update", spy)
     # Reference surprisal finds the distractor symbols from the first step on (the interference score
@@ -86,6 +86,40 @@ def test_lens_purifies_and_transfers_with_ratios_on_the_purified_prompt(tiny_mod
         assert len(source[i]) < len(original[i])
     for i in (~groups.second).nonzero().flatten().tolist():
         assert source[i] == original[i]
+
+
+def test_engine_log_probs_stand_in_for_the_trainer_forward_passes(tiny_model, tmp_path, monkeypatch):
+    # At temperature 1 the HF engine's prompt log-probs (Eq. 1's policy side) and sampled-token log-probs
+    # (Eq. 5's pi_old) are the trainer's own: a run taking both from the engine must match one that
+    # recomputes them, while the trainer's forward passes over prompts are really skipped.
+    calls = {"interference_scores": 0}
+    real = train.scoring.model.interference_scores
+
+    def counted(*a, **k):
+        calls["interference_scores"] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(train.scoring.model, "interference_scores", counted)
+    base = ["optim.steps=3", "data.eval_every=0", "data.batch_size=8"]
+    trainer = train.main(_args(tiny_model, tmp_path / "trainer", *base))
+    assert calls["interference_scores"] == 3
+    engine_args = [*base, "algorithm.score_logprobs=engine", "algorithm.old_logprobs=engine"]
+    engine = train.main(_args(tiny_model, tmp_path / "engine", *engine_args))
+    assert calls["interference_scores"] == 3  # the engine run scored without the policy forward pass
+    assert engine["lens/purified"] == trainer["lens/purified"] and engine["lens/below_tau"] > 0
+    for key in ("loss/pg", "loss/ratio_mean", "loss/kl", "grad_norm"):
+        assert engine[key] == pytest.approx(trainer[key], rel=1e-3, abs=1e-5), key
+
+
+def test_engine_old_logprobs_pads_like_the_trainer():
+    logp, mask = train.engine_old_logprobs([torch.tensor([-1.0, -2.0]), torch.tensor([-0.5])], torch.device("cpu"))
+    assert torch.equal(logp, torch.tensor([[-1.0, -2.0], [-0.5, 0.0]]))
+    assert torch.equal(mask, torch.tensor([[True, True], [True, False]]))
+
+
+def test_engine_old_logprobs_need_the_raw_policy_distribution(tiny_model, tmp_path):
+    with pytest.raises(ValueError, match=r"algorithm\.old_logprobs.*temperature"):
+        train.main(_args(tiny_model, tmp_path, "algorithm.old_logprobs=engine", "rollout.temperature=0.7"))
 
 
 def test_first_step_has_no_signal(tiny_model, tmp_path):
