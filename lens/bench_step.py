@@ -29,18 +29,7 @@ import torch
 
 from lens import config as lens_config
 
-# Stages in the order a step runs them (train.py's timer names); `step` is the whole step.
-STAGES = (
-    "generate",
-    "reward",
-    "score",
-    "purify_generate",
-    "purify_reward",
-    "groups",
-    "old_ref_logprobs",
-    "update",
-    "weight_sync",
-)
+STAGES = lens_config.STAGES
 # Benchmark settings forced on every run: time training steps only, nothing left behind in runs/.
 FORCED = ("data.eval=[]", "data.eval_every=0", "logging.tensorboard=false", "checkpoint.every=0")
 

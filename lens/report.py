@@ -34,25 +34,14 @@ import numpy as np
 import yaml
 
 from lens.config import DEFINING, PURIFYING
+from lens.config import STAGES as TRAIN_STAGES
 
 METRICS_FILE = "metrics.jsonl"  # lens.metrics.METRICS_FILE (not imported: that module pulls in torch)
 CONFIG_FILE = "config.yaml"
 BINS = ("failure", "low", "mid", "high")  # lens.metrics.BINS, in the paper's order
 BIN_COLORS = ("#c0392b", "#e67e22", "#9ccc65", "#2e7d32")
 LENS_COUNTERS = ("lens/purified", "lens/guard_passes", "lens/rollouts_replaced", "lens/tokens_deleted")
-# The order of train.py's stages; stages not listed here follow alphabetically.
-STAGES = (
-    "generate",
-    "reward",
-    "score",
-    "purify_generate",
-    "purify_reward",
-    "groups",
-    "old_ref_logprobs",
-    "update",
-    "weight_sync",
-    "eval",
-)
+STAGES = (*TRAIN_STAGES, "eval")  # the order of the stage plots; stages not listed follow alphabetically
 DEFAULT_SCORER = "interference"
 DPI = 150
 RC = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fontsize": 9, "axes.grid": True}
