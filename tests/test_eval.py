@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from tiny_models import word_level_llama
 
 from lens import data
 from lens import eval as ev
@@ -39,34 +38,8 @@ needs_data = pytest.mark.skipif(
 
 
 def build_tiny_model(path: Path) -> Path:
-    """A random Llama (hidden 32, 1 layer) with a word-level tokenizer, saved to `path`.
-
-    Llama, not Qwen2: transformers 5 loads any qwen2 checkpoint's tokenizer as Qwen2Tokenizer (byte-level BPE),
-    which would turn this word-level vocabulary into single characters.
-    """
-    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{w: i + 3 for i, w in enumerate(ANSWER_WORDS)}}
-    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
-    ).save_pretrained(path)
-    config = LlamaConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        initializer_range=0.5,
-        eos_token_id=1,
-        pad_token_id=0,
-        bos_token_id=None,
-    )
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(path)
-    return path
+    """A random Llama (hidden 32, 1 layer, large init so its samples vary) over ANSWER_WORDS, saved to `path`."""
+    return word_level_llama(path, ANSWER_WORDS, hidden_size=32, tie_word_embeddings=True, init_std=0.5)
 
 
 @pytest.fixture(scope="module", autouse=True)

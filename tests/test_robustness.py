@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from tiny_models import word_level_llama
 
 from lens import data
 from lens import robustness as rb
@@ -135,27 +134,7 @@ def test_cli_builtin_task_shows_a_large_drop(tmp_path: Path, source: str) -> Non
 
 
 def _tiny_model(path: Path) -> Path:
-    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, "!": 3, "\\boxed{7}": 4, "7": 5}
-    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
-    ).save_pretrained(path)
-    config = LlamaConfig(
-        vocab_size=len(vocab),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=4096,
-        eos_token_id=1,
-        pad_token_id=0,
-        bos_token_id=None,
-    )
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(path)
-    return path
+    return word_level_llama(path, ["!", "\\boxed{7}", "7"], hidden_size=16)
 
 
 @pytest.mark.skipif(
