@@ -12,6 +12,7 @@
 
 #include "../core/crpo_reduce.h"
 #include "../core/token_math.h"
+#include "simd.h"
 
 namespace lens::cpu {
 
@@ -49,7 +50,7 @@ inline float load_mask(const M* mask, int64_t t) {
 
 // Masked sums of one row (loss, pg part, kl, counts, clip counts, ratio sum and max).
 template <KlKind K, typename T, typename M>
-RowPartials crpo_row_forward(const RowInputs<T, M>& row, const CrpoHyper& h) {
+LENS_SIMD_CLONES RowPartials crpo_row_forward(const RowInputs<T, M>& row, const CrpoHyper& h) {
   const RowInputs<T, M> in = row;  // locals, not reads through references: see crpo_row_backward
   const CrpoHyper hyper = h;
   float s_loss = 0.0f, s_pg = 0.0f, s_kl = 0.0f, s_count = 0.0f;
@@ -97,7 +98,7 @@ float mask_row_sum(const M* mask, int64_t len) {
 // grad[t] = scale * mask[t] * d l_t / d logp, where scale already holds grad_loss and the
 // aggregation factor (lens::row_grad_scale).
 template <KlKind K, typename T, typename M>
-void crpo_row_backward(const RowInputs<T, M>& in, const CrpoHyper& h, float scale, T* __restrict__ grad) {
+LENS_SIMD_CLONES void crpo_row_backward(const RowInputs<T, M>& in, const CrpoHyper& h, float scale, T* __restrict__ grad) {
   // Locals, not reads through `in` / `h`: the stores to grad could alias those, and the reloads
   // would stop GCC from vectorizing the loop.
   const RowInputs<T, M> row = in;

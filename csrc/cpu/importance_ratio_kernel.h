@@ -5,11 +5,12 @@
 #include <cstdint>
 
 #include "../core/token_math.h"
+#include "simd.h"
 
 namespace lens::cpu {
 
 template <typename T>
-void importance_ratio_range(const T* logp, const T* old_logp, int64_t begin, int64_t end, float* log_ratio,
+LENS_SIMD_CLONES void importance_ratio_range(const T* logp, const T* old_logp, int64_t begin, int64_t end, float* log_ratio,
                             float* ratio) {
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
