@@ -1,6 +1,6 @@
 """The LENS study on the built-in task: every method over several seeds, one table, the report figures.
 
-    python bench/study.py                                   # 7 methods x 5 seeds, 2 runs at a time
+    python bench/study.py                                   # 7 methods x 5 seeds, 2 at a time (~42 min, 2 cores)
     python bench/study.py --jobs 1                          # one run at a time, with every core
     python bench/study.py --methods grpo,lens --seeds 0,1   # a subset
     python bench/study.py --table-only                      # re-aggregate the runs already on disk
@@ -10,7 +10,8 @@ and its own run dir under --runs (a finished run is not rerun). The table (bench
 study.json) gives mean and standard error over seeds of the noisy/clean evaluation accuracy at steps
 10/20/30/40, the first step reaching GRPO's best noisy accuracy (mean over GRPO seeds of each seed's
 best), the zero-success groups per step, the LENS counters and wall time; `python -m lens.report`
-draws the figures from the same run dirs.
+draws the figures from the same run dirs. The 35 runs take 4,880 s of run time on two cores (DAPO's refills
+and grpo_ext's 16 rollouts cost 2-3x a GRPO run); `--seeds 0,1,2` keeps it near 25 minutes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 METHODS: dict[str, list[str]] = {
@@ -88,11 +91,20 @@ def first_reach(rows: dict[int, dict[str, float]], key: str, target: float) -> i
     return next((s for s in sorted(rows) if rows[s].get(key) is not None and rows[s][key] >= target), None)
 
 
-def run_summary(rows: dict[int, dict[str, float]], batch_size: int) -> dict[str, float]:
-    """Per-run figures: eval accuracy at the eval steps, zero-success groups per step, mean counters."""
+def rollouts(row: dict[str, float], m: int) -> float:
+    """Responses generated in one step: every rewarded first-sampling response (the reward/<reason> counts,
+    DAPO's discarded groups included) plus m per prompt sampled a second time (LENS, resample)."""
+    first = sum(v for k, v in row.items() if k.startswith("reward/") and k != "reward/mean")
+    return first + m * row.get("lens/purified", 0.0)
+
+
+def run_summary(rows: dict[int, dict[str, float]], batch_size: int, m: int) -> dict[str, float]:
+    """Per-run figures: eval accuracy at the eval steps, zero-success groups per step, rollouts per step (the
+    compute a method spends), mean counters. m: the run's rollouts per prompt."""
     train = [r for s, r in rows.items() if s > 0]
     out = {f"{k}@{s}": rows.get(s, {}).get(k, math.nan) for s in EVAL_STEPS for k in ("eval/noisy", "eval/clean")}
     out["zero_success_groups"] = statistics.fmean(r["bins/failure"] * batch_size for r in train)
+    out["rollouts_per_step"] = statistics.fmean(rollouts(r, m) for r in train)
     out.update({c: statistics.fmean(r.get(c, 0.0) for r in train) for c in COUNTERS})
     out["step_s"] = statistics.fmean(r["time/step"] for r in train)
     return out
@@ -107,7 +119,8 @@ def table(runs: Path, methods: list[str], seeds: list[int], batch_size: int = 16
             if (d / "wall_s.txt").exists():
                 rows = read_rows(d)
                 wall = float((d / "wall_s.txt").read_text())
-                per.setdefault(m, []).append((rows, run_summary(rows, batch_size), wall))
+                group = yaml.safe_load((d / "config.yaml").read_text())["algorithm"]["m"]
+                per.setdefault(m, []).append((rows, run_summary(rows, batch_size, group), wall))
     grpo_peak = None
     if "grpo" in per:
         grpo_peak = statistics.fmean(max(r.get("eval/noisy", -1) for r in rows.values()) for rows, _, _ in per["grpo"])
@@ -132,6 +145,7 @@ def markdown(result: dict) -> str:
         return "—" if math.isnan(v[0]) else f"{v[0]:.3f} ± {v[1]:.3f}"
 
     cols = [f"eval/noisy@{s}" for s in EVAL_STEPS] + ["eval/clean@40", "steps_to_grpo_peak", "zero_success_groups"]
+    cols.append("rollouts_per_step")
     cols += [*COUNTERS, "step_s", "wall_s"]
     lines = [
         f"GRPO peak noisy accuracy (mean over GRPO seeds of each seed's best): {result['grpo_peak_noisy']}",

@@ -15,9 +15,11 @@ SPEC.loader.exec_module(study)
 def _write_run(root: Path, name: str, noisy: dict[int, float], wall: float) -> None:
     d = root / name
     d.mkdir(parents=True)
+    (d / "config.yaml").write_text("algorithm:\n  m: 8\n")
     rows = [{"step": 0, "eval/noisy": 0.0, "eval/clean": 1.0}]
     for step in range(1, 41):
         row = {"step": step, "bins/failure": 0.25, "time/step": 2.0, "lens/purified": 2.0}
+        row.update({"reward/mean": 0.5, "reward/correct": 64.0, "reward/wrong": 60.0, "reward/timeout": 4.0})
         if step in noisy:
             row.update({"eval/noisy": noisy[step], "eval/clean": 0.9})
         rows.append(row)
@@ -47,6 +49,7 @@ def test_table_over_seeds(tmp_path):
     assert result["methods"]["grpo"]["reached_grpo_peak"] == 1  # only seed 1 reaches 0.7 (at 30)
     assert lens["eval/noisy@10"][0] == pytest.approx(0.5)
     assert lens["zero_success_groups"] == (4.0, 0.0)  # 0.25 of 16 prompts
+    assert lens["rollouts_per_step"] == (144.0, 0.0)  # 64 + 60 + 4 first-sampling responses + 8 x 2 purified
     assert lens["wall_s"] == (140.0, 10.0)
     md = study.markdown(result)
     assert "| lens | 2 |" in md and "(2/2 reached)" in md
