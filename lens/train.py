@@ -430,12 +430,9 @@ def global_sum(run: Run, value: float) -> float:
 def engine_old_logprobs(sampler_logp: list[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """pi_old from the sampler (`old_logprobs=engine`): R tensors [len_r] -> logp [R, T] fp32, mask [R, T] bool,
     padded as `model.sequence_logprobs` pads (T = longest response, 0 at padding)."""
+    logp = torch.nn.utils.rnn.pad_sequence([t.float() for t in sampler_logp], batch_first=True)
     lengths = torch.tensor([len(t) for t in sampler_logp], dtype=torch.int64)
-    width = int(lengths.max()) if len(sampler_logp) else 0
-    logp = torch.zeros(len(sampler_logp), width, dtype=torch.float32)
-    for r, t in enumerate(sampler_logp):
-        logp[r, : len(t)] = t
-    mask = torch.arange(width)[None, :] < lengths[:, None]
+    mask = torch.arange(logp.shape[1])[None, :] < lengths[:, None]
     return logp.to(device), mask.to(device)
 
 

@@ -98,7 +98,8 @@ float mask_row_sum(const M* mask, int64_t len) {
 // grad[t] = scale * mask[t] * d l_t / d logp, where scale already holds grad_loss and the
 // aggregation factor (lens::row_grad_scale).
 template <KlKind K, typename T, typename M>
-LENS_SIMD_CLONES void crpo_row_backward(const RowInputs<T, M>& in, const CrpoHyper& h, float scale, T* __restrict__ grad) {
+LENS_SIMD_CLONES void crpo_row_backward(const RowInputs<T, M>& in, const CrpoHyper& h, float scale,
+                                        T* __restrict__ grad) {
   // Locals, not reads through `in` / `h`: the stores to grad could alias those, and the reloads
   // would stop GCC from vectorizing the loop.
   const RowInputs<T, M> row = in;

@@ -10,8 +10,8 @@
 namespace lens::cpu {
 
 template <typename T>
-LENS_SIMD_CLONES void importance_ratio_range(const T* logp, const T* old_logp, int64_t begin, int64_t end, float* log_ratio,
-                            float* ratio) {
+LENS_SIMD_CLONES void importance_ratio_range(const T* logp, const T* old_logp, int64_t begin, int64_t end,
+                                             float* log_ratio, float* ratio) {
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
     const float x =
