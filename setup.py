@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from setuptools import find_packages, setup
@@ -71,6 +72,10 @@ def native_extensions() -> tuple[list, dict]:
     try:
         import torch
     except ImportError as err:
+        # An sdist (and the metadata step before any build) needs no compiler and no torch: `python -m build
+        # --sdist` runs in an isolated env without torch. Every command that compiles still needs it.
+        if set(sys.argv[1:2]) & {"sdist", "egg_info", "dist_info"}:
+            return [], {}
         raise RuntimeError(
             "lens's native ops build against the installed torch: install torch first and run "
             "`pip install --no-build-isolation -e .` (or set LENS_BUILD_NATIVE=0 for the pure-Python package)"
@@ -93,8 +98,9 @@ def native_extensions() -> tuple[list, dict]:
 
 ext_modules, cmdclass = native_extensions()
 setup(
-    packages=[*find_packages(include=["lens", "lens.*"]), "lens_kernels"],
-    package_dir={"lens_kernels": "kernels"},
+    # configs/ ships as lens/configs (the presets resolve after a non-editable install), kernels/ as lens_kernels.
+    packages=[*find_packages(include=["lens", "lens.*"]), "lens_kernels", "lens.configs"],
+    package_dir={"lens_kernels": "kernels", "lens.configs": "configs"},
     ext_modules=ext_modules,
     cmdclass=cmdclass,
     options={"bdist_wheel": {"py_limited_api": "cp310"}} if ext_modules else {},

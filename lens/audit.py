@@ -122,7 +122,8 @@ def load_frozen(path: str) -> nn.Module:
 def vartrack_prompts(tokenizer: Any, limit: int) -> list[AuditPrompt]:
     """The built-in task's noisy evaluation set; the span is the problem text between `<bos>` and `>`."""
     out = []
-    for p in vartrack.eval_sets(limit)["noisy"]:
+    noisy = {s.name: s for s in data.load_sets("vartrack", limit=limit)}["noisy"]
+    for p in noisy.problems:
         ids = vartrack.prompt_ids(tokenizer, p.problem)
         out.append(
             AuditPrompt(p.uid, purify.Prompt(ids, (1, len(ids) - 1)), p.answer, tuple(p.meta["noise_positions"]))
@@ -131,20 +132,13 @@ def vartrack_prompts(tokenizer: Any, limit: int) -> list[AuditPrompt]:
 
 
 def load_prompts(source: str, tokenizer: Any, limit: int) -> list[AuditPrompt]:
-    """Prompts of `vartrack`, a benchmark name of the data directory, or a JSONL/Parquet file of problems."""
+    """Prompts of `vartrack` (with its known distractor positions) or any other source of lens.data.load_sets:
+    a named set, a JSONL/JSON/Parquet file, or a hub dataset."""
     if source == "vartrack":
         return vartrack_prompts(tokenizer, limit)
-    if source in data.BENCHMARKS:
-        bench = data.load_benchmark(source, limit=limit)
-        problems, template = bench.problems, bench.prompt
-    elif Path(source).is_file():
-        problems, template = data.load(source, limit=limit), data.MATH_PROMPT
-    else:
-        raise ValueError(
-            f"--data {source!r}: not 'vartrack', a benchmark ({', '.join(sorted(data.BENCHMARKS))}) or a file"
-        )
-    rendered, _ = data.render_all(problems, tokenizer, prompt=template)
-    answers = {p.uid: p.answer for p in problems}
+    problem_set = data.load_sets(source, limit=limit)[0]
+    rendered, _ = data.render_all(problem_set.problems, tokenizer, prompt=problem_set.prompt)
+    answers = {p.uid: p.answer for p in problem_set.problems}
     return [AuditPrompt(str(r.uid), purify.Prompt(r.ids, r.scorable), answers[r.uid]) for r in rendered]
 
 

@@ -1,7 +1,7 @@
 """One typed config tree for `lens/train.py`: dataclasses, YAML presets, dotted CLI overrides, validation.
 
     cfg = load_config("configs/cpu_default.yaml", ["algorithm.name=grpo", "optim.lr=1e-4"])
-    cfg = parse_args(["--config", "configs/paper_qwen3-4b_lens.yaml", "--resume", "auto", "data.batch_size=64"])
+    cfg, args = parse_args(["--config", "paper_qwen3-4b_lens", "--resume", "auto", "--dry-run", "data.batch_size=64"])
 
 Precedence, lowest first: dataclass defaults (= the built-in CPU run) < values implied by
 `algorithm.name` (e.g. dapo -> clip_high 0.28, beta 0, token_mean) < the preset chain (a preset may
@@ -30,7 +30,9 @@ from typing import Any, Literal
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-CONFIG_DIR = REPO_ROOT / "configs"
+# Presets: lens/configs in an installed package (setup.py maps configs/ there), configs/ in a source checkout.
+_CONFIG_DIRS = (Path(__file__).resolve().parent / "configs", REPO_ROOT / "configs")
+CONFIG_DIR = next((d for d in _CONFIG_DIRS if d.is_dir()), _CONFIG_DIRS[-1])
 
 AlgorithmName = Literal["grpo", "grpo_ext", "dapo", "greso", "lens", "resample", "random_prune", "grad_prune"]
 PURIFYING = ("lens", "random_prune", "grad_prune")
@@ -76,9 +78,15 @@ class ModelConfig:
 class DataConfig:
     """Training and held-out sets (built-in task name, lens.data benchmark name, or a file)."""
 
+    # A built-in task, a named set (lens.data.BENCHMARKS), a .jsonl/.json/.parquet file or directory, or a
+    # hub dataset hf:ORG/NAME[:CONFIG][@SPLIT] (lens.data.load_sets reads every kind)
     train: str = "vartrack"
     eval: list[str] = field(default_factory=lambda: ["vartrack"])
-    reward: Literal["auto", "math", "choice", "vartrack", "exact"] = "auto"  # auto: the set's own verifier
+    dir: str | None = None  # where named sets live; None: $LENS_DATA_DIR, ../shared/data, ~/.cache/lens/data
+    split: str = "train"  # split of a hub training set, or the file of a training directory
+    problem_key: str = "problem"  # field of the problem text in files/hub sets (dotted for nested fields)
+    answer_key: str = "answer"  # field of the gold answer (e.g. reward_model.ground_truth)
+    reward: Literal["auto", "math", "choice", "text", "vartrack", "exact"] = "auto"  # auto: the set's own verifier
     template: str = "auto"  # auto: the tokenizer's chat template, else a plain one; or a "{problem}" string
     system_prompt: str | None = None
     max_prompt_len: int = 512
@@ -249,15 +257,21 @@ def load_config(
     return cfg
 
 
-def parse_args(argv: list[str] | None = None) -> Config:
-    """CLI of lens/train.py: `[--config FILE] [--resume auto|none|DIR] [key.sub=value ...]`."""
+def parse_args(argv: list[str] | None = None) -> tuple[Config, argparse.Namespace]:
+    """CLI of lens/train.py: `[--config FILE] [--resume auto|none|DIR] [--dry-run] [key.sub=value ...]`
+    (options and overrides in any order). A dry run of a preset that asks for `device: cuda` is validated
+    as on a CUDA machine, so GPU presets can be checked where there is none."""
     parser = argparse.ArgumentParser(prog="lens/train.py", description="GRPO / LENS RL post-training")
-    parser.add_argument("--config", default=None, help="YAML preset (configs/*.yaml); default: the built-in CPU run")
+    parser.add_argument("--config", default=None, help="YAML preset (configs/*.yaml or a name); default: CPU run")
     parser.add_argument("--resume", default=None, help="auto (latest checkpoint or fresh), none, or a directory")
+    parser.add_argument("--dry-run", action="store_true", help="check config, tokenizer, data and prompts; no training")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="dotted overrides, YAML-typed")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     overrides = list(args.overrides) + ([f"checkpoint.resume={args.resume}"] if args.resume is not None else [])
-    return load_config(args.config, overrides)
+    cuda = None
+    if args.dry_run and load_config(args.config, overrides, validate=False, cuda_available=False).device == "cuda":
+        cuda = True
+    return load_config(args.config, overrides, cuda_available=cuda), args
 
 
 def read_preset(path: str | os.PathLike, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:

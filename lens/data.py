@@ -1,20 +1,27 @@
-"""Datasets and prompt rendering: JSONL / parquet / HF datasets -> Problem -> prompt ids with the scorable span.
+"""Problem sets and prompt rendering: every source -> Problem -> prompt ids with the scorable span.
 
-- `load(source, ...)` / `load_with_report(source, ...)`: JSON Lines (`.jsonl`, `.jsonl.gz`, `.ndjson`), parquet,
-  or a Hugging Face dataset name (needs the optional `datasets` package and a reachable hub). Bad rows raise
-  ValueError naming file and line, or with `on_error="skip"` are skipped and counted in a `LoadReport`.
+    python -m lens.data prepare math500 aime24 dapo_math_17k --out ~/data   # fetch from the hub (network)
+    python -m lens.data check ~/data                                         # verify against the manifest
+
+- `load_sets(source, role=...)`: THE loader every caller uses. A source is a built-in task (`vartrack`), a
+  named set (`BENCHMARKS`: the shared benchmarks and training sets, looked up in `data_dirs()`: `data.dir`,
+  `$LENS_DATA_DIR`, `../shared/data` beside a source checkout, `~/.cache/lens/data`), a local
+  `.jsonl`/`.json`/`.parquet` file or a directory holding one, or a hub dataset `hf:ORG/NAME[:CONFIG][@SPLIT]`
+  read through `datasets` (cached, so it loads again offline). Answers are normalised the same way for every
+  source (`normalize_answer`) and checked against their verifier kind at load time, naming file:line.
+- `load(source, ...)` / `load_with_report(...)`: the rows of one file or hub set. Bad rows raise ValueError
+  naming file and line (a non-UTF-8 byte too), or with `on_error="skip"` are skipped and counted.
   Duplicate uids: an error naming both lines, or with `on_error="skip"` a warning and the later row skipped.
-  A row without a uid gets `<file-stem>-<line>` (stem without `.jsonl`/`.gz`/`.parquet`).
-- `DATA_DIR` (env `LENS_DATA_DIR`, else `<repo>/../shared/data`) and `load_benchmark(name)` for the files
-  described in its README, each with the verifier kind it needs (`BENCHMARKS`): math sets -> `math`,
-  MMLU-Pro and the SuperGPQA sample (options are already inside `problem`, the answer is a letter) ->
-  `choice`, BBEH (free-form strings such as "(B)", "yes, unknown, no", "football") -> `text`.
+  A row without a uid gets `<file-stem>-<line>`.
 - `render(problem, tokenizer, ...)`: the prompt token ids built as prefix + problem + suffix, each tokenized
   separately, so `scorable` (the half-open token span of the problem text) is exact. With a chat template the
   prefix/suffix come from `apply_chat_template` around a placeholder (special tokens are in its text, so
   nothing is added twice); without one a plain template (`MATH_PROMPT`) and the tokenizer's BOS, if it adds
   one. Over-long prompts are skipped (None, counted by `render_all`), truncated (problem tail cut) or an error.
 - `PromptSampler`: deterministic epoch-based order (seed, epoch, position), resumable exactly.
+
+The data layout (what `prepare` writes and the shared directory holds): one folder per set, JSON Lines with
+`uid`, `problem`, `answer` (other fields kept), and `manifest.json` with each file's rows and sha256.
 
 Run the tests with `.venv/bin/python -m pytest tests/test_data.py -q`.
 """
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import re
 import warnings
@@ -37,20 +45,25 @@ import numpy as np
 __all__ = [
     "BENCHMARKS",
     "CHOICE_PROMPT",
-    "DATA_DIR",
     "MATH_PROMPT",
+    "PREPARE_HINT",
     "PROMPTS",
     "Benchmark",
     "BenchmarkSpec",
     "LoadReport",
     "Problem",
+    "ProblemSet",
     "PromptSampler",
     "RenderReport",
     "RenderedPrompt",
+    "data_dirs",
     "default_data_dir",
+    "find_data",
     "load",
     "load_benchmark",
+    "load_sets",
     "load_with_report",
+    "normalize_answer",
     "render",
     "render_all",
 ]
@@ -64,6 +77,7 @@ class Problem:
     problem: str
     answer: str
     meta: dict[str, Any] = field(default_factory=dict)
+    where: str = field(default="", compare=False)  # "file:line" it came from, for error messages
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -71,9 +85,15 @@ class Problem:
 # ----------------------------------------------------------------------------------------------------
 
 _JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
+_JSON_SUFFIXES = (".json", ".json.gz")
 _PARQUET_SUFFIXES = (".parquet",)
+_DATA_SUFFIXES = _JSONL_SUFFIXES + _JSON_SUFFIXES + _PARQUET_SUFFIXES
 _ON_ERROR = ("raise", "skip")
-_HF_NAME_RE = re.compile(r"[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?")
+# hf:ORG/NAME[:CONFIG][@SPLIT]; the split may also come from the `split=` argument.
+_HF_SPEC_RE = re.compile(
+    r"hf:(?P<name>[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?)(?::(?P<config>[\w.-]+))?(?:@(?P<split>[\w.-]+))?"
+)
+_BOXED_GOLD_RE = re.compile(r"\\boxed\s*\{(.*)\}", re.DOTALL)
 
 
 @dataclass
@@ -107,17 +127,61 @@ def _stem(path: Path) -> str:
     return name
 
 
+def _open_text(path: Path) -> Any:
+    """A binary handle (gzip-aware): lines are decoded one by one so a bad byte is reported with its line."""
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+
+
+def _decode(raw: bytes, path: Path, line_no: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{path}:{line_no}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); save the file as UTF-8"
+        ) from None
+
+
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
     """(line number, parsed row or _BadRow) for every non-blank line of a JSON Lines file."""
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
+    with _open_text(path) as f:
+        for line_no, raw in enumerate(f, start=1):
+            line = _decode(raw, path, line_no)
             if not line.strip():
                 continue
             try:
                 yield line_no, json.loads(line)
             except json.JSONDecodeError as e:
                 yield line_no, _BadRow("invalid_json", f"invalid JSON ({e.msg} at column {e.colno})")
+
+
+def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """(row number from 1, row) of a `.json` file: a list of objects, an object holding one such list
+    (`{"data": [...]}`, as many hub exports are), or JSON Lines saved under a .json name."""
+    with _open_text(path) as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:  # re-decode the offending line alone: the error then names line and column
+        line_start = raw.rfind(b"\n", 0, e.start) + 1
+        line_end = raw.find(b"\n", e.start)
+        _decode(raw[line_start : line_end if line_end >= 0 else None], path, raw[:line_start].count(b"\n") + 1)
+        raise
+    head = text.lstrip()[:1]
+    if head not in ("[", "{") or (head == "{" and "\n{" in text.strip()):
+        yield from _jsonl_rows(path)
+        return
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{e.lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+    if isinstance(doc, dict):
+        lists = [v for v in doc.values() if isinstance(v, list)]
+        if len(lists) != 1:
+            raise ValueError(f"{path}: a JSON object must hold exactly one list of rows, found {len(lists)}")
+        doc = lists[0]
+    if not isinstance(doc, list):
+        raise ValueError(f"{path}: expected a JSON list of objects, got {type(doc).__name__}")
+    yield from enumerate(doc, start=1)
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
@@ -131,77 +195,147 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
             yield row_no, row
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "0").strip().lower() in ("1", "true", "yes", "on")
-
-
-def _hf_rows(name: str, split: str) -> Iterator[tuple[int, Any]]:
-    """(row number from 1, row dict) of a Hugging Face dataset; clear errors when unavailable or offline."""
+def _hf_rows(name: str, config: str | None, split: str) -> Iterator[tuple[int, Any]]:
+    """(row number from 1, row dict) of a Hugging Face hub dataset, read through `datasets` (which caches
+    what it downloaded, so a dataset loaded once loads again offline)."""
     try:
         import datasets
     except ImportError as e:
         raise ValueError(
-            f"load: {name!r} is not a file, and loading Hugging Face dataset names needs the optional "
-            "`datasets` package (pip install datasets)"
+            f"hf:{name}: Hugging Face hub datasets are read with the optional `datasets` package "
+            "(pip install 'lens-rl[hub]')"
         ) from e
-    if _env_flag("HF_HUB_OFFLINE") or _env_flag("HF_DATASETS_OFFLINE"):
-        raise ValueError(
-            f"load: {name!r} is a Hugging Face dataset name, but the hub is offline here (HF_HUB_OFFLINE / "
-            "HF_DATASETS_OFFLINE is set); use a local .jsonl/.parquet file"
-        )
     try:
-        dataset = datasets.load_dataset(name, split=split)
-    except (ConnectionError, OSError, TimeoutError) as e:
+        dataset = datasets.load_dataset(name, config, split=split)
+    except Exception as e:  # datasets raises many types (ConnectionError, DatasetNotFoundError, ValueError)
+        offline = " (the hub is offline here and the dataset is not cached)" if _hub_offline() else ""
         raise ValueError(
-            f"load: could not load Hugging Face dataset {name!r} (split {split!r}): the hub is not reachable "
-            f"or the dataset does not exist ({e})"
-        ) from e
+            f"hf:{name}{':' + config if config else ''}@{split}: could not load{offline}: "
+            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        ) from None
     yield from enumerate(dataset, start=1)
+
+
+def _hub_offline() -> bool:
+    return any(os.environ.get(v, "0").strip().lower() in ("1", "true", "yes", "on") for v in _OFFLINE_VARS)
+
+
+_OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+
+
+def _data_file_in(directory: Path, split: str) -> Path:
+    """The data file a directory stands for: `<split>.<ext>`, else its only data file."""
+    files = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(_DATA_SUFFIXES))
+    named = [p for p in files if _stem(p) == split]
+    if named or len(files) == 1:
+        return (named or files)[0]
+    listing = ", ".join(p.name for p in files) or "none"
+    raise ValueError(f"{directory}: no `{split}` data file and not exactly one data file (found: {listing})")
 
 
 def _rows(source: str | os.PathLike[str], split: str) -> tuple[Iterator[tuple[int, Any]], str, str, str]:
     """The row iterator of `source`, its display name, the uid stem, and the word for a row position."""
-    path = Path(source)
     name = str(source)
-    if path.is_file():
-        if name.endswith(_PARQUET_SUFFIXES):
-            return _parquet_rows(path), name, _stem(path), "row"
-        if name.endswith(_JSONL_SUFFIXES):
-            return _jsonl_rows(path), name, _stem(path), "line"
-        raise ValueError(f"load: {name}: unsupported file type (expected {_JSONL_SUFFIXES + _PARQUET_SUFFIXES})")
+    hub = _HF_SPEC_RE.fullmatch(name)
+    if hub:
+        split = hub["split"] or split
+        display = f"hf:{hub['name']}{':' + hub['config'] if hub['config'] else ''}@{split}"
+        return _hf_rows(hub["name"], hub["config"], split), display, hub["name"].replace("/", "_"), "row"
+    path = Path(source)
     if path.is_dir():
-        raise ValueError(f"load: {name} is a directory; pass one .jsonl/.jsonl.gz/.parquet file")
-    # Hub names are `name` or `owner/name`; anything else that is not a file is a missing path.
-    if name.endswith(_JSONL_SUFFIXES + _PARQUET_SUFFIXES + (".json",)) or not _HF_NAME_RE.fullmatch(name):
-        raise FileNotFoundError(f"load: {name}: no such data file")
-    return _hf_rows(name, split), f"hf:{name}[{split}]", name.replace("/", "_"), "row"
+        path = _data_file_in(path, split)
+        name = str(path)
+    if not path.is_file():
+        hint = f" (a Hugging Face dataset is written hf:{name})" if re.fullmatch(r"[\w.-]+/[\w.-]+", name) else ""
+        raise FileNotFoundError(f"{name}: no such data file{hint}")
+    if name.endswith(_PARQUET_SUFFIXES):
+        return _parquet_rows(path), name, _stem(path), "row"
+    if name.endswith(_JSONL_SUFFIXES):
+        return _jsonl_rows(path), name, _stem(path), "line"
+    if name.endswith(_JSON_SUFFIXES):
+        return _json_rows(path), name, _stem(path), "row"
+    raise ValueError(f"{name}: unsupported file type (expected one of {', '.join(_DATA_SUFFIXES)})")
 
 
-def _text_field(row: dict[str, Any], key: str, what: str, *, numbers_ok: bool) -> str:
-    """row[key] as a non-empty string; numbers become their string when `numbers_ok`."""
-    if key not in row or row[key] is None:
-        raise _BadRow(f"missing_{what}", f"missing {what} field {key!r}")
-    value = row[key]
-    if numbers_ok and isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = str(value)
+def normalize_answer(value: Any) -> str:
+    """A gold answer as the verifiers expect it, the same for every source: numbers as their shortest
+    exact string (`27.0` -> `27`), a one-element list as its element (OlympiadBench's `final_answer`),
+    surrounding whitespace, `$...$` and a whole-answer `\\boxed{...}` removed."""
+    if isinstance(value, list | tuple) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, bool):
+        raise TypeError("a boolean is not an answer")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"non-finite number {value!r}")
+        return str(int(value)) if value.is_integer() else repr(value)
     if not isinstance(value, str):
-        raise _BadRow(f"bad_{what}_type", f"{what} field {key!r} must be a string, got {type(value).__name__}")
-    if not value.strip():
-        raise _BadRow(f"empty_{what}", f"empty {what} field {key!r}")
+        raise TypeError(f"expected a string or a number, got {type(value).__name__}")
+    text = value.strip()
+    if len(text) > 1 and text.startswith("$") and text.endswith("$"):
+        text = text.strip("$").strip()
+    boxed = _BOXED_GOLD_RE.fullmatch(text)
+    if boxed and _balanced(boxed.group(1)):
+        text = boxed.group(1).strip()
+    return text
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _text_field(row: dict[str, Any], key: str, what: str) -> Any:
+    """row[key], present and not None (a dotted key reads a nested field: `reward_model.ground_truth`)."""
+    value: Any = row
+    for part in key.split("."):
+        if not isinstance(value, dict) or value.get(part) is None:
+            raise _BadRow(f"missing_{what}", f"missing {what} field {key!r}")
+        value = value[part]
     return value
 
 
-def _to_problem(row: Any, keys: tuple[str, str, str], uid_default: str) -> tuple[Problem, bool]:
+def _problem_text(value: Any, key: str) -> str:
+    # A chat-format prompt column (a list of {role, content} messages, as verl and TRL store them): the
+    # problem is the last user message.
+    if isinstance(value, list) and value and all(isinstance(m, dict) and "content" in m for m in value):
+        users = [m["content"] for m in value if m.get("role", "user") == "user"]
+        value = users[-1] if users else value
+    if not isinstance(value, str):
+        raise _BadRow("bad_problem_type", f"problem field {key!r} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise _BadRow("empty_problem", f"empty problem field {key!r}")
+    return value
+
+
+def _answer_text(value: Any, key: str) -> str:
+    try:
+        answer = normalize_answer(value)
+    except (TypeError, ValueError) as e:
+        raise _BadRow("bad_answer_type", f"answer field {key!r}: {e}") from None
+    if not answer:
+        raise _BadRow("empty_answer", f"empty answer field {key!r}")
+    return answer
+
+
+def _to_problem(row: Any, keys: tuple[str, str, str], uid_default: str, where: str) -> tuple[Problem, bool]:
     """The Problem of one row (and whether its uid was derived); _BadRow when the row is unusable."""
     problem_key, answer_key, uid_key = keys
     if not isinstance(row, dict):
         raise _BadRow("not_an_object", f"row is a JSON {type(row).__name__}, not an object")
-    problem = _text_field(row, problem_key, "problem", numbers_ok=False)
-    answer = _text_field(row, answer_key, "answer", numbers_ok=True)
+    problem = _problem_text(_text_field(row, problem_key, "problem"), problem_key)
+    answer = _answer_text(_text_field(row, answer_key, "answer"), answer_key)
     uid = row.get(uid_key)
     derived = uid is None or (isinstance(uid, str) and not uid.strip())
     meta = {k: v for k, v in row.items() if k not in keys}
-    return Problem(uid=uid_default if derived else str(uid), problem=problem, answer=answer, meta=meta), derived
+    uid = uid_default if derived else str(uid)
+    return Problem(uid=uid, problem=problem, answer=answer, meta=meta, where=where), derived
 
 
 def load_with_report(
@@ -214,11 +348,13 @@ def load_with_report(
     limit: int | None = None,
     split: str = "train",
 ) -> tuple[list[Problem], LoadReport]:
-    """Loads problems from a JSONL/parquet file or a Hugging Face dataset name, with a LoadReport.
+    """Loads problems from a JSONL/JSON/parquet file, a directory holding one (`<split>.jsonl` or its only
+    data file), or a Hugging Face hub dataset `hf:ORG/NAME[:CONFIG][@SPLIT]`, with a LoadReport.
 
     on_error: "raise" (ValueError with file and line on the first bad row or duplicate uid) or "skip"
     (bad rows and later duplicates are skipped and counted; duplicates also warn with both lines).
-    limit: stop after this many problems. split: the split of a Hugging Face dataset.
+    limit: stop after this many problems. split: the split of a hub dataset or the file of a directory.
+    problem_key / answer_key may be dotted (`reward_model.ground_truth`) to read nested fields.
     """
     if on_error not in _ON_ERROR:
         raise ValueError(f"load: on_error={on_error!r}: expected one of {_ON_ERROR}")
@@ -236,7 +372,8 @@ def load_with_report(
         try:
             if isinstance(row, _BadRow):
                 raise row
-            problem, derived = _to_problem(row, (problem_key, answer_key, uid_key), f"{stem}-{line_no}")
+            keys = (problem_key, answer_key, uid_key)
+            problem, derived = _to_problem(row, keys, f"{stem}-{line_no}", f"{name}:{line_no}")
             if problem.uid in first_line:
                 report.duplicates.append((problem.uid, first_line[problem.uid], line_no))
                 raise _BadRow(
@@ -244,7 +381,7 @@ def load_with_report(
                 )
         except _BadRow as bad:
             if on_error == "raise":
-                raise ValueError(f"{name}:{unit} {line_no}: {bad}") from None
+                raise ValueError(f"{name}:{line_no}: {bad}") from None
             skipped[bad.reason] += 1
             continue
         first_line[problem.uid] = line_no
@@ -289,28 +426,41 @@ def load(
 
 
 # ----------------------------------------------------------------------------------------------------
-# The shared data directory
+# The data directory and the named sets
 # ----------------------------------------------------------------------------------------------------
+
+PREPARE_HINT = "python -m lens.data prepare NAME --out DIR"
+
+
+def data_dirs(configured: str | os.PathLike[str] | None = None) -> list[tuple[str, Path]]:
+    """Where named sets are looked for, in order, with what put each place on the list: `data.dir` of the
+    config, `$LENS_DATA_DIR`, `../shared/data` beside a source checkout, `~/.cache/lens/data`."""
+    out: list[tuple[str, Path]] = []
+    if configured:
+        out.append(("data.dir", Path(configured).expanduser()))
+    if os.environ.get("LENS_DATA_DIR"):
+        out.append(("LENS_DATA_DIR", Path(os.environ["LENS_DATA_DIR"]).expanduser()))
+    repo = Path(__file__).resolve().parent.parent
+    if (repo / "pyproject.toml").is_file():  # a source checkout; an installed package has no "beside"
+        out.append(("beside the repository", repo.parent / "shared" / "data"))
+    out.append(("user cache", Path.home() / ".cache" / "lens" / "data"))
+    return out
 
 
 def default_data_dir() -> Path:
-    """`$LENS_DATA_DIR` if set, else `<repo>/../shared/data` (the repo holds the `lens` package)."""
-    env = os.environ.get("LENS_DATA_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+    """The first existing place of `data_dirs()` (the first place when none exists yet)."""
+    places = data_dirs()
+    return next((p for _, p in places if p.is_dir()), places[0][1])
 
-
-DATA_DIR = default_data_dir()
 
 MATH_PROMPT = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{}."
 CHOICE_PROMPT = "{problem}\nPlease reason step by step, and put the letter of your final answer within \\boxed{}."
-PROMPTS = {"math": MATH_PROMPT, "choice": CHOICE_PROMPT, "text": MATH_PROMPT}
+PROMPTS = {"math": MATH_PROMPT, "choice": CHOICE_PROMPT, "text": MATH_PROMPT, "exact": MATH_PROMPT}
 
 
 @dataclass(frozen=True)
 class BenchmarkSpec:
-    """One file of the data directory: relative path, verifier kind, role (eval/train), rows expected."""
+    """One named set: its file in a data directory, verifier kind, role (eval/train), rows expected."""
 
     name: str
     path: str
@@ -335,13 +485,30 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
         BenchmarkSpec("supergpqa_sample300", "supergpqa_sample300/test.jsonl", "choice", "eval", 300),
         BenchmarkSpec("dapo_math_17k", "dapo_math_17k/train.jsonl", "math", "train", 13_936),
         BenchmarkSpec("math_train_deepscaler", "math_train_deepscaler/train.jsonl", "math", "train", 7_414),
+        BenchmarkSpec("openr1_math_46k", "openr1_math_46k/train.jsonl", "math", "train", 45_800),
     )
 }
 
 
+def find_data(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The file of a named set in the first data directory that has it; the error names every place."""
+    spec = BENCHMARKS[name]
+    places = data_dirs(data_dir)
+    for _, root in places:
+        # `prepare` writes plain JSON Lines; the shared copies of the big sets are gzipped
+        for rel in dict.fromkeys((spec.path, spec.path.removesuffix(".gz"))):
+            if (root / rel).is_file():
+                return root / rel
+    looked = "; ".join(f"{why}: {root / spec.path}" for why, root in places)
+    raise FileNotFoundError(
+        f"data set {name!r} not found (looked in {looked}); get it with `{PREPARE_HINT.replace('NAME', name)}` "
+        "and set data.dir or LENS_DATA_DIR to DIR"
+    )
+
+
 @dataclass(frozen=True)
-class Benchmark:
-    """A loaded benchmark: its problems, the verifier kind to score it with, and the prompt to render it."""
+class ProblemSet:
+    """A loaded set: its reported name, the verifier kind that scores it, the `{problem}` prompt template."""
 
     name: str
     kind: str
@@ -349,16 +516,88 @@ class Benchmark:
     problems: list[Problem]
 
 
-def load_benchmark(name: str, data_dir: str | os.PathLike[str] | None = None, *, limit: int | None = None) -> Benchmark:
-    """Loads a benchmark of the data directory by name (see `BENCHMARKS`)."""
+Benchmark = ProblemSet  # the name lens.eval and older code use for a named set
+
+
+def load_benchmark(
+    name: str, data_dir: str | os.PathLike[str] | None = None, *, limit: int | None = None
+) -> ProblemSet:
+    """Loads a named set (see `BENCHMARKS`) from the first data directory that holds it."""
     if name not in BENCHMARKS:
-        raise ValueError(f"load_benchmark: unknown name {name!r}; known: {sorted(BENCHMARKS)}")
+        raise ValueError(f"unknown data set name {name!r}; known: {', '.join(sorted(BENCHMARKS))}")
     spec = BENCHMARKS[name]
-    root = Path(data_dir) if data_dir is not None else default_data_dir()
-    path = root / spec.path
-    if not path.is_file():
-        raise FileNotFoundError(f"load_benchmark({name!r}): {path} not found (set LENS_DATA_DIR or data_dir=)")
-    return Benchmark(name=name, kind=spec.kind, prompt=PROMPTS[spec.kind], problems=load(path, limit=limit))
+    problems = load(find_data(name, data_dir), limit=limit)
+    return ProblemSet(name=name, kind=spec.kind, prompt=PROMPTS[spec.kind], problems=problems)
+
+
+def load_sets(
+    source: str,
+    *,
+    role: str = "eval",
+    limit: int | None = None,
+    seed: int = 0,
+    data_dir: str | os.PathLike[str] | None = None,
+    kind: str | None = None,
+    split: str | None = None,
+    problem_key: str = "problem",
+    answer_key: str = "answer",
+) -> list[ProblemSet]:
+    """THE problem-set loader of every caller (trainer, lens.eval, lens.audit, lens.robustness, benchmarks).
+
+    source: a built-in task (`vartrack`: generated, one set for training, clean and noisy sets for
+    evaluation), a named set (`BENCHMARKS`, found by `find_data`), a local .jsonl/.json/.parquet file or a
+    directory holding one, or a hub dataset `hf:ORG/NAME[:CONFIG][@SPLIT]`. role: "train" or "eval" (the
+    built-in task's sets, and the default split of files/hub sets: train / test). limit: at most this many
+    problems per set (None: all; the built-in task's default size). kind: the verifier kind (None: the
+    set's own; math for files). Every gold answer is normalised (`normalize_answer`) and checked against
+    its verifier kind here, so a bad gold fails at load time with its file and line.
+    """
+    from lens import tasks
+
+    if role not in ("train", "eval"):
+        raise ValueError(f"load_sets: role={role!r}: expected train or eval")
+    if source in tasks.NAMES:
+        built = tasks.problem_sets(source, role=role, limit=limit, seed=seed)
+        sets = [ProblemSet(name, source, "{problem}", problems) for name, problems in built.items()]
+    elif source in BENCHMARKS:
+        sets = [load_benchmark(source, data_dir, limit=limit)]
+    else:
+        problems = load(
+            source,
+            limit=limit,
+            split=split or ("train" if role == "train" else "test"),
+            problem_key=problem_key,
+            answer_key=answer_key,
+        )
+        sets = [ProblemSet(_set_name(source), "math", MATH_PROMPT, problems)]
+    if kind is not None:
+        sets = [ProblemSet(s.name, kind, PROMPTS.get(kind, s.prompt), s.problems) for s in sets]
+    for s in sets:
+        _check_golds(s)
+    return sets
+
+
+def _set_name(source: str) -> str:
+    """The reported name of a file/hub set: the file stem (`my_problems`), the dataset name for hub sets."""
+    hub = _HF_SPEC_RE.fullmatch(source)
+    if hub:
+        return hub["name"].rsplit("/", 1)[-1]
+    path = Path(source)
+    return path.name if path.is_dir() else _stem(path)
+
+
+def _check_golds(problem_set: ProblemSet) -> None:
+    """Every gold of the set must be usable by its verifier kind (the message names file:line)."""
+    from lens.reward import validate_gold
+
+    if not problem_set.problems:
+        raise ValueError(f"data set {problem_set.name!r}: no problems (empty file?)")
+    for p in problem_set.problems:
+        why = validate_gold(problem_set.kind, p.answer)
+        if why is not None:
+            raise ValueError(
+                f"{p.where or p.uid}: gold answer {p.answer!r} is unusable for the {problem_set.kind} verifier: {why}"
+            )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -603,3 +842,11 @@ class PromptSampler:
         self.shuffle = bool(state.get("shuffle", self.shuffle))
         self.drop_last = bool(state.get("drop_last", self.drop_last))
         self._order_epoch = -1
+
+
+if __name__ == "__main__":
+    import sys
+
+    from lens import datahub
+
+    sys.exit(datahub.main())

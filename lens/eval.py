@@ -259,50 +259,40 @@ def summarize(result: EvalResult, ks: Sequence[int]) -> dict[str, Any]:
 Rendered = tuple[list[data.RenderedPrompt], list[data.Problem], int]  # prompts, their problems, skipped count
 
 
-@dataclass(frozen=True)
-class EvalSet:
-    """Problems of one reported set, the verifier kind that scores them and the `{problem}` prompt template."""
-
-    name: str
-    kind: str
-    prompt: str
-    problems: list[data.Problem]
+EvalSet = data.ProblemSet  # problems of one reported set, their verifier kind and `{problem}` prompt template
 
 
 def known_benchmarks() -> list[str]:
-    """Names `--benchmarks` accepts: the data directory's evaluation sets and the built-in task."""
-    return [name for name, spec in data.BENCHMARKS.items() if spec.role == "eval"] + [VARTRACK]
+    """Names `--benchmarks` accepts: the named sets (evaluation sets first) and the built-in task."""
+    by_role = sorted(data.BENCHMARKS.values(), key=lambda s: s.role != "eval")
+    return [spec.name for spec in by_role] + [VARTRACK]
 
 
 def parse_benchmarks(text: str) -> list[str]:
-    """A comma-separated list of benchmark names (order kept, duplicates dropped); ValueError on unknown ones."""
+    """A comma-separated list of sets (order kept, duplicates dropped): known names, data files or
+    directories, and hub datasets `hf:ORG/NAME[:CONFIG][@SPLIT]`; ValueError on anything else."""
     names = list(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
     if not names:
         raise ValueError("--benchmarks: empty list")
     known = known_benchmarks()
-    unknown = [b for b in names if b not in known]
+    unknown = [b for b in names if b not in known and not b.startswith("hf:") and not Path(b).exists()]
     if unknown:
-        raise ValueError(f"--benchmarks: unknown {unknown}; known: {', '.join(known)}")
+        raise ValueError(f"--benchmarks: {unknown} are neither known names nor files; known: {', '.join(known)}")
     return names
 
 
 def load_eval_sets(
     name: str, *, data_dir: str | Path | None = None, limit: int | None = None, seed: int = 0
 ) -> list[EvalSet]:
-    """The sets of one benchmark name: one data file, or the built-in task's clean and noisy sets.
-
-    The built-in sets are drawn from `seed` (the trainer uses its run seed): `limit` problems, default 200.
-    """
+    """The sets of one benchmark (lens.data.load_sets): a named set, a file, a hub set, or the built-in task's
+    clean and noisy sets, named `vartrack_clean`/`vartrack_noisy` and drawn from `seed` (default 200 each)."""
     if name == VARTRACK:
-        from lens.tasks import vartrack
-
-        sets = vartrack.eval_sets(limit or VARTRACK_DEFAULT_SIZE, seed=seed)
-        return [EvalSet(f"{VARTRACK}_{part}", "vartrack", "{problem}", problems) for part, problems in sets.items()]
+        sets = data.load_sets(name, limit=limit or VARTRACK_DEFAULT_SIZE, seed=seed)
+        return [EvalSet(f"{VARTRACK}_{s.name}", s.kind, s.prompt, s.problems) for s in sets]
     try:
-        bench = data.load_benchmark(name, data_dir, limit=limit)
-    except FileNotFoundError as e:
-        raise ValueError(f"{e}; pass --data-dir or set LENS_DATA_DIR to the shared data directory") from None
-    return [EvalSet(name, bench.kind, bench.prompt, bench.problems)]
+        return data.load_sets(name, limit=limit, seed=seed, data_dir=data_dir)
+    except FileNotFoundError as e:  # the CLI reports user errors (ValueError) as one line
+        raise ValueError(str(e)) from None
 
 
 def render_set(
@@ -355,7 +345,9 @@ def add_common_args(parser: argparse.ArgumentParser, *, default_benchmarks: str)
     parser.add_argument("--max-tokens", type=_positive_int, default=4096, help="max response tokens")
     parser.add_argument("--seed", type=int, default=0, help=f"run seed; sampling uses seed + {EVAL_SEED_OFFSET}")
     parser.add_argument("--engine", choices=("hf", "vllm"), default="hf")
-    parser.add_argument("--data-dir", default=None, help="shared data directory (default: $LENS_DATA_DIR or ../shared)")
+    parser.add_argument(
+        "--data-dir", default=None, help="where named sets live (default: LENS_DATA_DIR, ../shared/data, ~/.cache)"
+    )
     parser.add_argument("--limit", type=_positive_int, default=None, help="problems per benchmark (smoke runs)")
     parser.add_argument("--template", default="auto", help="auto | chat | plain | a string with {problem}")
     parser.add_argument("--system-prompt", default=None)

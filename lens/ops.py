@@ -16,6 +16,7 @@ This module must not import lens.algos: lens.algos imports it to dispatch here.
 from __future__ import annotations
 
 import importlib
+import warnings
 
 import torch
 
@@ -53,6 +54,18 @@ _LOAD_ERROR = _load()
 def native_available() -> bool:
     """True when the native library is built for this torch and its ops are registered."""
     return _LOAD_ERROR is None
+
+
+def warn_if_unavailable() -> None:
+    """One warning naming why lens._C did not load (the trainer calls it once, on rank 0): the torch reference
+    then computes the same losses, slower, and a user should know rather than find out from a profile."""
+    if _LOAD_ERROR is not None:
+        warnings.warn(
+            f"lens: the native library lens._C could not be loaded ({_LOAD_ERROR}); the RL ops run on their "
+            "torch reference (same results, slower). Rebuild with `pip install --no-build-isolation .`",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 def native_devices() -> tuple[str, ...]:

@@ -75,6 +75,7 @@ __all__ = [
     "extract_boxed",
     "extract_choice",
     "extract_math_answer",
+    "validate_gold",
     "verify_choice",
     "verify_exact",
     "verify_math",
@@ -427,6 +428,23 @@ def verify_exact(completion: str, answer: str, *, max_chars: int = DEFAULT_MAX_C
     if not text.strip():
         return (0.0, "no_answer")
     return _CORRECT if text.strip() == answer.strip() else (0.0, "wrong")
+
+
+def validate_gold(kind: str, answer: str) -> str | None:
+    """None when `answer` is a usable gold for a `kind` verifier, else why not (checked at data load time,
+    so a bad gold fails before training instead of when its prompt is first scored)."""
+    if kind not in KINDS:
+        return f"unknown verifier kind {kind!r} (known: {', '.join(KINDS)})"
+    if not answer.strip():
+        return "empty answer"
+    try:
+        if kind == "choice":
+            _check_choice_gold(answer)
+        elif kind == "vartrack" and len(answer.strip()) != 1:
+            return "a built-in task answer is one character"
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 _INLINE_VERIFIERS = {

@@ -15,9 +15,9 @@ metrics are all-reduced.
 from __future__ import annotations
 
 import math
+import os
 import signal
 import sys
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,13 +27,12 @@ if __package__ in (None, ""):  # `torchrun lens/train.py` runs this file as a sc
 import torch
 import torch.distributed as dist
 
-from lens import algos, checkpoint, data, metrics, model, purify, scoring
-from lens.config import DYNAMIC_SAMPLING, Config, parse_args, resolve_path
+from lens import algos, checkpoint, data, metrics, model, ops, preflight, purify, scoring
+from lens.config import DYNAMIC_SAMPLING, Config, parse_args
 from lens.eval import eval_sampling, evaluate_set
 from lens.purify import Prompt
 from lens.reward import Verifier
 from lens.rollout import HFEngine, Rollouts, SamplingParams, default_stop_ids, make_engine
-from lens.tasks import vartrack
 
 GRPO_FAMILY = ("grpo", "grpo_ext", "dapo", "greso")
 
@@ -60,11 +59,12 @@ class Run:
     ref: torch.nn.Module
     engine: object
     tokenizer: object
-    verifier: Verifier
+    verifier: Verifier  # the training set's
+    eval_verifiers: dict[str, Verifier]  # the other kinds the held-out sets need
     prompts: list[Prompt]
     answers: list[str]
     uids: list[str]
-    eval_sets: dict[str, tuple[list[list[int]], list[str]]]
+    eval_sets: dict[str, preflight.RenderedSet]
     sampler: data.PromptSampler
     greso: algos.GresoSkipper
     rng: torch.Generator  # replacement, tie-breaking and random-pruning draws (checkpointed)
@@ -78,76 +78,37 @@ class Run:
 # ----------------------------------------------------------------------------------------------
 
 
-def load_problems(cfg: Config, name: str, *, train: bool) -> tuple[dict[str, list[data.Problem]], str, str]:
-    """Problem sets of a data name -> ({set: problems}, verifier kind, plain prompt with {problem})."""
-    if name == "vartrack":
-        sets = {"train": vartrack.train_set(cfg.data.train_size or 4096, cfg.seed)} if train else {}
-        if not train:
-            sets = vartrack.eval_sets(cfg.data.eval_limit or 64, seed=cfg.seed)
-        return sets, "vartrack", "{problem}"
-    if name in data.BENCHMARKS:
-        bench = data.load_benchmark(name, limit=None if train else cfg.data.eval_limit)
-        return {name: bench.problems}, bench.kind, bench.prompt
-    problems = data.load(name, limit=cfg.data.train_size if train else cfg.data.eval_limit)
-    return {Path(name).stem: problems}, "math", data.MATH_PROMPT
-
-
-def render(cfg: Config, tokenizer, problems: list[data.Problem], prompt: str) -> tuple[list[Prompt], list[str], list]:
-    """Problems -> prompts with their scorable spans (over-long ones skipped, as configured)."""
-    rendered, report = data.render_all(
-        problems,
-        tokenizer,
-        template=cfg.data.template,
-        prompt=prompt,
-        system_prompt=cfg.data.system_prompt,
-        max_prompt_len=cfg.data.max_prompt_len,
-    )
-    if not rendered:
-        raise ValueError(f"data: no prompt fits data.max_prompt_len={cfg.data.max_prompt_len}")
-    if report.skipped_too_long:
-        warnings.warn(f"data: skipped {report.skipped_too_long} prompts longer than data.max_prompt_len", stacklevel=2)
-    by_uid = {p.uid: p for p in problems}
-    answers = [by_uid[r.uid].answer for r in rendered]
-    return [Prompt(r.ids, r.scorable) for r in rendered], answers, [r.uid for r in rendered]
-
-
 def build_rollout_engine(cfg: Config, policy: torch.nn.Module, tokenizer):
-    """The sampler: HF sharing the trainer's module (no copy, no sync) unless ZeRO-3 shards it; or vLLM."""
-    path = resolve_path(cfg.model.path)
-    if cfg.rollout.engine == "vllm":
-        return make_engine(
-            "vllm",
-            path,
-            dtype=cfg.model.dtype,
-            seed=cfg.seed,
-            max_model_len=cfg.data.max_prompt_len + cfg.rollout.max_tokens,
-            tensor_parallel_size=cfg.rollout.tensor_parallel_size,
-            gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
-        )
-    eos = default_stop_ids(path)
-    if cfg.optim.zero_stage == 3:
+    """The sampler of `preflight.sampler_config`: vLLM, an HF copy (ZeRO-3 shards the trainer's module), or
+    HF sharing the trainer's module (no copy, no sync)."""
+    spec = preflight.sampler_config(cfg)
+    kind, path = spec.pop("engine"), spec.pop("model")
+    if kind == "vllm":
+        return make_engine("vllm", path, **spec)
+    if not spec["shares_trainer_module"]:
         return make_engine("hf", path, dtype=cfg.model.dtype, device=str(model.local_device(cfg.device)), seed=cfg.seed)
+    eos = default_stop_ids(path)
     return HFEngine(policy, eos_token_ids=eos, pad_token_id=tokenizer.pad_token_id or 0, seed=cfg.seed)
 
 
 def setup(cfg: Config) -> Run:
     device = model.local_device(cfg.device)
     rank, world = model.setup_distributed(cfg.device)
+    if rank == 0:
+        ops.warn_if_unavailable()
     torch.manual_seed(cfg.seed + rank)
-    from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_path(cfg.model.path))
+    tokenizer = preflight.load_tokenizer(cfg)
+    # Data before models: a bad path, gold or template fails in seconds, not after minutes of loading weights.
+    train_set, eval_problem_sets = preflight.load_data(cfg)
+    rendered = preflight.render_set(cfg, tokenizer, train_set)
+    eval_sets = {es.name: preflight.render_set(cfg, tokenizer, es) for es in eval_problem_sets}
     policy, ref = model.load_models(cfg, device)
+    longest = max(len(ids) for s in (rendered, *eval_sets.values()) for ids in s.ids)
+    preflight.check_context(cfg, policy.config, longest)
     train = model.build_engine(policy, cfg)
     ref = model.wrap_reference(ref, cfg)
-    sets, kind, prompt_text = load_problems(cfg, cfg.data.train, train=True)
-    prompts, answers, uids = render(cfg, tokenizer, sets["train"], prompt_text)
-    eval_sets = {}
-    for name in cfg.data.eval:
-        eval_problems, _, eval_prompt = load_problems(cfg, name, train=False)
-        for set_name, problems in eval_problems.items():
-            p, a, _ = render(cfg, tokenizer, problems, eval_prompt)
-            eval_sets[set_name] = ([q.ids for q in p], a)
+    kinds = {train_set.kind} | {es.kind for es in eval_sets.values()}
     g = cfg.algorithm.greso
     run = Run(
         cfg=cfg,
@@ -157,12 +118,13 @@ def setup(cfg: Config) -> Run:
         ref=ref,
         engine=build_rollout_engine(cfg, train.module, tokenizer),
         tokenizer=tokenizer,
-        verifier=Verifier(kind if cfg.data.reward == "auto" else cfg.data.reward),
-        prompts=prompts,
-        answers=answers,
-        uids=uids,
+        verifier=Verifier(train_set.kind),
+        eval_verifiers={k: Verifier(k) for k in sorted(kinds - {train_set.kind})},
+        prompts=[Prompt(ids, span) for ids, span in zip(rendered.ids, rendered.spans, strict=True)],
+        answers=rendered.answers,
+        uids=rendered.uids,
         eval_sets=eval_sets,
-        sampler=data.PromptSampler(len(prompts), seed=cfg.seed),
+        sampler=data.PromptSampler(len(rendered.ids), seed=cfg.seed),
         greso=algos.GresoSkipper(alpha=g.alpha, p_init=g.p_init, step_size=g.p_step, p_min=g.p_min, p_max=g.p_max),
         rng=torch.Generator().manual_seed(cfg.seed * 1009 + rank),
     )
@@ -273,7 +235,8 @@ def sample_batch(run: Run, step: int, stats: dict) -> Batch:
                 stats[f"reward/{key}"] = stats.get(f"reward/{key}", 0.0) + value
             records += list(zip(local, rewards.mean(1).tolist(), strict=True))
             if dynamic:
-                informative = ~(rewards == rewards[:, :1]).all(1)
+                groups = torch.arange(len(local)).repeat_interleave(a.m)
+                informative = ~algos.zero_variance_groups(rewards.flatten(), groups)
                 stats["dapo/zero_variance"] = stats.get("dapo/zero_variance", 0.0) + float((~informative).sum())
                 parts.append(_select(local, out, rewards, informative.nonzero().flatten().tolist(), a.m))
             else:
@@ -287,7 +250,7 @@ def sample_batch(run: Run, step: int, stats: dict) -> Batch:
             f"algorithm.dapo.max_gen_batches={a.dapo.max_gen_batches} generation batches"
         )
     if a.name == "greso":
-        greso_record(run, records)
+        greso_record(run, records, stats)
     index, out, rewards = _concat(parts, want, a.m)
     return Batch(index, [run.prompts[i] for i in index], [run.answers[i] for i in index], out, rewards)
 
@@ -307,15 +270,20 @@ def greso_filter(run: Run, index: list[int], step: int, attempt: int, stats: dic
     return [i for i, k in zip(index, keep, strict=True) if k]
 
 
-def greso_record(run: Run, records: list[tuple[int, float]]) -> None:
-    """Record every rank's group outcomes on every rank, in global order."""
+def greso_record(run: Run, records: list[tuple[int, float]], stats: dict) -> None:
+    """Record every rank's group outcomes on every rank, in global order, then move p_easy / p_hard toward
+    their targets (GRESO adapts only after the first epoch, when every prompt has a history)."""
     if run.world > 1:
         gathered: list = [None] * run.world
         dist.all_gather_object(gathered, records)
         records = [r for part in gathered for r in part]
     if records:
-        uids = [run.uids[i] for i, _ in records]
-        run.greso.record(uids, torch.tensor([mean for _, mean in records]), run.cfg.algorithm.success_threshold)
+        threshold = run.cfg.algorithm.success_threshold
+        means = torch.tensor([mean for _, mean in records])
+        run.greso.record([run.uids[i] for i, _ in records], means, threshold)
+        if run.sampler.epoch >= 1:
+            run.greso.adapt(float((means >= threshold).float().mean()), float((means <= 0).float().mean()))
+    stats.update({"greso/p_easy": run.greso.p_easy, "greso/p_hard": run.greso.p_hard})
 
 
 def _select(index: list[int], out: Rollouts, rewards: torch.Tensor, rows: list[int], m: int):
@@ -528,10 +496,20 @@ def run_eval(run: Run) -> dict[str, float]:
     with run.timer("eval"):
         return {
             f"eval/{name}": evaluate_set(
-                run.engine, run.tokenizer, run.verifier, p, a, n=c.data.eval_n, sampling=params
+                run.engine,
+                run.tokenizer,
+                verifier_for(run, es.kind),
+                es.ids,
+                es.answers,
+                n=c.data.eval_n,
+                sampling=params,
             ).accuracy
-            for name, (p, a) in run.eval_sets.items()
+            for name, es in run.eval_sets.items()
         }
+
+
+def verifier_for(run: Run, kind: str) -> Verifier:
+    return run.verifier if kind == run.verifier.kind else run.eval_verifiers[kind]
 
 
 def step_metrics(run: Run, batch: Batch, groups: purify.LensGroups, stats: dict, upd: dict) -> dict[str, float]:
@@ -566,7 +544,7 @@ def reduce_over_ranks(run: Run, local: dict[str, float]) -> dict[str, float]:
         values = [p[key] for p in parts if key in p]
         if key.startswith(MAXED):
             out[key] = max(values)
-        elif key.startswith(SUMMED) and not key.endswith(("mean", "accuracy")):
+        elif key.startswith(SUMMED) and not key.endswith(("mean", "accuracy", "p_easy", "p_hard")):
             out[key] = sum(values)
         else:
             out[key] = sum(values) / len(values)
@@ -593,7 +571,10 @@ def save(run: Run, step: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    cfg = parse_args(argv)
+    cfg, args = parse_args(argv)
+    if args.dry_run:
+        preflight.print_summary(preflight.dry_run(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1"))))
+        return {}
     run = setup(cfg)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: setattr(run, "stop_requested", True))
@@ -637,7 +618,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             break
     progress.close()
     log.close()
-    run.verifier.close()
+    for verifier in (run.verifier, *run.eval_verifiers.values()):
+        verifier.close()
     if rank0:
         print_summary(first_eval, last)
     return last

@@ -117,7 +117,7 @@ def test_audit_jsonl_data_is_escaped(policy_dir: str, tmp_path: Path) -> None:
 
 def test_audit_rejects_bad_flags(policy_dir: str, tmp_path: Path) -> None:
     base = ["--policy", policy_dir, "--ref", REF, "--out", str(tmp_path)]
-    with pytest.raises(ValueError, match=r"--data 'nope\.jsonl'"):
+    with pytest.raises(FileNotFoundError, match=r"nope\.jsonl: no such data file"):
         audit.main([*base, "--data", "nope.jsonl"])
     src = tmp_path / "p.jsonl"
     src.write_text(json.dumps({"problem": "a = 1 ; ? a", "answer": "1"}) + "\n")

@@ -230,7 +230,9 @@ def test_yaml_round_trip_and_save(tmp_path):
 def test_parse_args(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setattr("lens.config._cuda_available", lambda: False)
-    cfg = parse_args(["--config", "cpu_grpo", "--resume", "auto", "optim.steps=3", "seed=7"])
+    cfg, args = parse_args(["--config", "cpu_grpo", "--resume", "auto", "optim.steps=3", "seed=7"])
     assert cfg.algorithm.name == "grpo" and cfg.checkpoint.resume == "auto"
     assert (cfg.optim.steps, cfg.seed) == (3, 7)
-    assert parse_args([]) == cpu()
+    assert parse_args([])[0] == cpu() and not args.dry_run
+    cfg, args = parse_args(["--resume", "auto", "seed=7", "--dry-run"])  # overrides after options too
+    assert cfg.seed == 7 and cfg.checkpoint.resume == "auto" and args.dry_run

@@ -63,8 +63,17 @@ def test_every_shared_file_loads_with_the_readme_count() -> None:
         assert len({p.uid for p in problems}) == expected, rel
 
 
+SHARED = sorted(n for n in BENCHMARKS if (DATA_DIR / BENCHMARKS[n].path).is_file())
+
+
 @needs_data
-@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_every_set_of_the_shared_readme_is_a_named_set() -> None:
+    excluded = ["dapo_math_17k/excluded.jsonl", "math_train_deepscaler/excluded.jsonl"]  # kept for provenance
+    assert sorted(_readme_counts()) == sorted([BENCHMARKS[n].path for n in SHARED] + excluded)
+
+
+@needs_data
+@pytest.mark.parametrize("name", SHARED)
 def test_load_benchmark(name: str) -> None:
     bench = load_benchmark(name)
     spec = BENCHMARKS[name]
@@ -89,22 +98,32 @@ def test_benchmark_spot_checks() -> None:
     assert load_benchmark("mmlu_pro", limit=1).problems[0].answer == "I"
 
 
-def test_load_benchmark_errors(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="unknown name 'nope'"):
+def test_load_benchmark_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="unknown data set name 'nope'"):
         load_benchmark("nope")
-    with pytest.raises(FileNotFoundError, match="LENS_DATA_DIR"):
-        load_benchmark("math500", data_dir=tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("LENS_DATA_DIR", str(tmp_path / "env"))
+    with pytest.raises(FileNotFoundError) as err:
+        load_benchmark("openr1_math_46k", data_dir=tmp_path / "cfg")
+    message = str(err.value)  # every place, in order, and the way to get the set
+    places = ["data.dir", "LENS_DATA_DIR", "beside the repository", "user cache", "python -m lens.data prepare"]
+    assert [message.index(p) for p in places] == sorted(message.index(p) for p in places)
+    assert str(tmp_path / "cfg" / "openr1_math_46k" / "train.jsonl") in message
 
 
-def test_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_data_dir_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("LENS_DATA_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     repo = Path(data.__file__).resolve().parent.parent
-    assert data.default_data_dir() == repo.parent / "shared" / "data"
-    monkeypatch.setenv("LENS_DATA_DIR", str(tmp_path))
-    assert data.default_data_dir() == tmp_path
-    (tmp_path / "aime24").mkdir()
-    (tmp_path / "aime24" / "test.jsonl").write_text('{"problem": "p", "answer": "1"}\n')
-    assert load_benchmark("aime24").problems == [Problem("test-1", "p", "1")]
+    assert [p for _, p in data.data_dirs()] == [repo.parent / "shared" / "data", tmp_path / "home/.cache/lens/data"]
+    for where in ("cfg", "env", "home/.cache/lens/data"):
+        (tmp_path / where / "aime24").mkdir(parents=True)
+        (tmp_path / where / "aime24" / "test.jsonl").write_text(f'{{"problem": "{where}", "answer": "1"}}\n')
+    monkeypatch.setenv("LENS_DATA_DIR", str(tmp_path / "env"))
+    assert data.default_data_dir() == tmp_path / "env"
+    assert load_benchmark("aime24").problems == [Problem("test-1", "env", "1")]
+    assert load_benchmark("aime24", tmp_path / "cfg").problems[0].problem == "cfg"
+    assert load_benchmark("dapo_math_17k", tmp_path / "cfg", limit=1).problems[0].uid == "dapo_math_17k-0"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -130,8 +149,8 @@ GOOD = json.dumps({"uid": "a", "problem": "1+1?", "answer": "2", "level": 1})
         ('{"uid": "b", "problem": "x", "answer": null}', "missing answer", "missing_answer"),
         ('{"uid": "b", "problem": "x", "answer": ""}', "empty answer", "empty_answer"),
         (
-            '{"uid": "b", "problem": "x", "answer": ["2"]}',
-            "answer field 'answer' must be a string, got list",
+            '{"uid": "b", "problem": "x", "answer": ["2", "3"]}',
+            "answer field 'answer': expected a string or a number, got list",
             "bad_answer_type",
         ),
         (
@@ -145,7 +164,7 @@ GOOD = json.dumps({"uid": "a", "problem": "1+1?", "answer": "2", "level": 1})
 )
 def test_bad_rows_raise_with_line_or_are_skipped(tmp_path: Path, bad_line: str, message: str, reason: str) -> None:
     path = _write_jsonl(tmp_path / "train.jsonl", [GOOD, "", bad_line, '{"problem": "3+3?", "answer": 6}'])
-    with pytest.raises(ValueError, match=rf"train\.jsonl:line 3: {message}"):
+    with pytest.raises(ValueError, match=rf"train\.jsonl:3: {message}"):
         load(path)
     if reason == "duplicate_uid":
         with pytest.warns(UserWarning, match="'a' on lines 1 and 3"):
@@ -175,7 +194,7 @@ def test_parquet(tmp_path: Path) -> None:
     path = tmp_path / "dapo.parquet"
     table = pa.table({"prompt": ["p0", "p1", ""], "ground_truth": ["0", "1", "2"], "source": ["s", "s", "s"]})
     pq.write_table(table, path)
-    with pytest.raises(ValueError, match=r"dapo\.parquet:row 3: empty problem"):
+    with pytest.raises(ValueError, match=r"dapo\.parquet:3: empty problem"):
         load(path, problem_key="prompt", answer_key="ground_truth")
     problems, report = load_with_report(path, problem_key="prompt", answer_key="ground_truth", on_error="skip")
     assert problems == [Problem("dapo-1", "p0", "0", {"source": "s"}), Problem("dapo-2", "p1", "1", {"source": "s"})]
@@ -186,9 +205,11 @@ def test_load_argument_errors(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no such data file"):
         load(tmp_path / "missing.jsonl")
     with pytest.raises(FileNotFoundError, match="no such data file"):
-        load(tmp_path / "a" / "b" / "c")  # not a file, and not a hub name either
-    with pytest.raises(ValueError, match="is a directory"):
-        load(tmp_path)
+        load(tmp_path / "a" / "b" / "c")
+    with pytest.raises(FileNotFoundError, match="written hf:someone/some-dataset"):
+        load("someone/some-dataset")  # a bare hub name is a missing path; the error says how to name the hub
+    with pytest.raises(ValueError, match="no `train` data file and not exactly one"):
+        load(tmp_path)  # an empty directory
     (tmp_path / "x.csv").write_text("a,b\n")
     with pytest.raises(ValueError, match="unsupported file type"):
         load(tmp_path / "x.csv")
@@ -199,30 +220,110 @@ def test_load_argument_errors(tmp_path: Path) -> None:
         load(path, limit=-1)
 
 
-def test_hf_names(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_json_files_directories_and_nested_fields(tmp_path: Path) -> None:
+    rows = [
+        {
+            "id": "a",
+            "prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "q1"}],
+            "reward_model": {"ground_truth": 27.0},
+        },
+        {"id": "b", "prompt": [{"role": "user", "content": "q2"}], "reward_model": {"ground_truth": ["$\\frac12$"]}},
+    ]
+    keys = {"problem_key": "prompt", "answer_key": "reward_model.ground_truth", "uid_key": "id"}
+    (tmp_path / "list.json").write_text(json.dumps(rows))
+    (tmp_path / "wrapped.json").write_text(json.dumps({"data": rows}))
+    (tmp_path / "lines.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for name in ("list.json", "wrapped.json", "lines.json"):
+        got = load(tmp_path / name, **keys)
+        assert [(p.uid, p.problem, p.answer) for p in got] == [("a", "q1", "27"), ("b", "q2", "\\frac12")], name
+    split_dir = tmp_path / "set"
+    split_dir.mkdir()
+    _write_jsonl(split_dir / "train.jsonl", [GOOD])
+    _write_jsonl(split_dir / "test.jsonl", [GOOD.replace('"a"', '"t"')])
+    assert load(split_dir)[0].uid == "a" and load(split_dir, split="test")[0].uid == "t"
+    assert load(split_dir)[0].where == f"{split_dir / 'train.jsonl'}:1"
+
+
+def test_non_utf8_and_empty_files_name_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"problem": "p", "answer": "1"}\n{"problem": "caf\xe9", "answer": "2"}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: not UTF-8 \(byte 0xe9 at column 17\)"):
+        load(bad)
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_bytes(b'[\n{"problem": "p", "answer": "1"},\n{"problem": "\xff", "answer": "2"}\n]')
+    with pytest.raises(ValueError, match=r"bad.json:3: not UTF-8 \(byte 0xff"):
+        load(bad_json)
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(ValueError, match="'empty': no problems"):
+        data.load_sets(str(tmp_path / "empty.jsonl"))
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (27, "27"),
+        (27.0, "27"),
+        (0.5, "0.5"),
+        (["3"], "3"),
+        (" $x^2$ ", "x^2"),
+        ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+        ("\\boxed{1}+\\boxed{2}", "\\boxed{1}+\\boxed{2}"),
+        ("B", "B"),
+    ],
+)
+def test_normalize_answer(value: object, expected: str) -> None:
+    assert data.normalize_answer(value) == expected
+
+
+def test_bad_golds_fail_at_load_time_with_file_and_line(tmp_path: Path) -> None:
+    rows = [{"problem": "p", "answer": "A"}, {"problem": "q", "answer": "B, C"}]
+    path = _write_jsonl(tmp_path / "mc.jsonl", [json.dumps(r) for r in rows])
+    assert data.load_sets(str(path), kind="math")[0].kind == "math"
+    with pytest.raises(ValueError, match=r"mc.jsonl:2: gold answer 'B, C' is unusable for the choice verifier"):
+        data.load_sets(str(path), kind="choice")
+
+
+@needs_data
+def test_load_sets_every_kind_of_source(tmp_path: Path) -> None:
+    (named,) = data.load_sets("dapo_math_17k", role="train", limit=7)
+    assert (named.name, named.kind, len(named.problems)) == ("dapo_math_17k", "math", 7)
+    assert named.prompt == MATH_PROMPT and named.problems[0].where.endswith("dapo_math_17k/train.jsonl:1")
+    clean, noisy = data.load_sets("vartrack", limit=5, seed=3)
+    assert (clean.name, noisy.name, clean.kind, len(noisy.problems)) == ("clean", "noisy", "vartrack", 5)
+    (train,) = data.load_sets("vartrack", role="train", limit=9)
+    assert train.name == "train" and len(train.problems) == 9
+    (mc,) = data.load_sets("mmlu_pro", limit=2)
+    assert mc.kind == "choice" and "letter" in mc.prompt
+    path = _write_jsonl(tmp_path / "my_problems.jsonl", [GOOD, GOOD.replace('"a"', '"x2"')])
+    (own,) = data.load_sets(str(path), limit=1)
+    assert (own.name, own.kind, len(own.problems)) == ("my_problems", "math", 1)
+    with pytest.raises(ValueError, match="role='dev'"):
+        data.load_sets("math500", role="dev")
+
+
+def test_hf_datasets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed
-    with pytest.raises(ValueError, match="needs the optional `datasets` package"):
-        load("someone/some-dataset")
+    with pytest.raises(ValueError, match=r"optional `datasets` package \(pip install 'lens-rl\[hub\]'\)"):
+        load("hf:someone/some-dataset")
     calls = []
 
-    def load_dataset(name: str, split: str) -> list[dict[str, str]]:
-        calls.append((name, split))
+    def load_dataset(name: str, config: str | None, split: str) -> list[dict[str, str]]:
+        calls.append((name, config, split))
         if name == "someone/unreachable":
-            raise ConnectionError("no route to host")
-        return [{"question": "q", "solution": "4"}]
+            raise ConnectionError("Couldn't reach 'someone/unreachable' on the Hub (LocalEntryNotFoundError)")
+        return [{"question": "q", "solution": 4}]
 
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ValueError, match="offline"):
-        load("someone/some-dataset")
-    assert calls == []
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
-    problems = load("someone/some-dataset", problem_key="question", answer_key="solution", split="test")
+    problems = load("hf:someone/some-dataset:main@test", problem_key="question", answer_key="solution")
     assert problems == [Problem("someone_some-dataset-1", "q", "4")]
-    assert calls == [("someone/some-dataset", "test")]
-    with pytest.raises(ValueError, match="not reachable"):
-        load("someone/unreachable")
+    assert problems[0].where == "hf:someone/some-dataset:main@test:1"
+    (s,) = data.load_sets("hf:someone/some-dataset", problem_key="question", answer_key="solution")
+    assert s.name == "some-dataset" and calls[-1] == ("someone/some-dataset", None, "test")  # eval: split test
+    data.load_sets("hf:someone/some-dataset", role="train", problem_key="question", answer_key="solution")
+    assert calls[-1][2] == "train"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match=r"hf:someone/unreachable@train: could not load \(the hub is offline"):
+        load("hf:someone/unreachable")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -300,7 +300,7 @@ def test_paper_protocol_and_k_defaults(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--benchmarks", "math500,gsm8k"], "unknown ['gsm8k']; known: math500, aime24"),
+        (["--benchmarks", "math500,gsm8k"], "['gsm8k'] are neither known names nor files; known: math500, aime24"),
         (["--n", "2", "--k", "4"], "--k 4 > the largest n (2)"),
         (["--n", "0"], "expected an int >= 1"),
         (["--top-p", "0"], "top_p must be in"),
@@ -320,9 +320,9 @@ def test_cli_missing_model_and_data(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert f"--model {tmp_path / 'nope'}: no such checkpoint directory" in err
     model = str(vartrack.ASSETS_DIR)
     with pytest.raises(SystemExit) as exit_info:
-        ev.main(["--model", model, "--benchmarks", "aime24", "--data-dir", str(tmp_path)])
+        ev.main(["--model", model, "--benchmarks", "openr1_math_46k", "--data-dir", str(tmp_path)])
     message = str(exit_info.value.code)
-    assert str(tmp_path / "aime24" / "test.jsonl") in message and "LENS_DATA_DIR" in message
+    assert str(tmp_path / "openr1_math_46k" / "train.jsonl") in message and "LENS_DATA_DIR" in message
     with pytest.raises(SystemExit) as exit_info:
         ev.main(["--model", model, "--benchmarks", "vartrack", "--limit", "2", "--max-prompt-len", "3"])
     assert "vartrack_clean: no prompt fits --max-prompt-len=3" in str(exit_info.value.code)

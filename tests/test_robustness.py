@@ -160,7 +160,7 @@ def test_cli_flag_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     for flags, message in [
         (["--distractors", " , "], "--distractors"),
         (["--per-prompt", "0"], "--per-prompt 0"),
-        (["--benchmarks", "nope"], "unknown ['nope']"),
+        (["--benchmarks", "nope"], "['nope'] are neither known names nor files"),
     ]:
         with pytest.raises(SystemExit) as exit_info:
             rb.parse_args(["--model", str(tmp_path), *flags])

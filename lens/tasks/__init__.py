@@ -1,1 +1,25 @@
-"""Built-in verifiable tasks. `lens.tasks.vartrack` is the synthetic CPU task of the default run."""
+"""Built-in verifiable tasks, by name. `vartrack` is the synthetic CPU task of the default run.
+
+`problem_sets(name, role=..., limit=..., seed=...)` is how `lens.data.load_sets` reads a task: the task module
+is imported only then (it pulls in transformers).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from lens.data import Problem
+
+NAMES = ("vartrack",)
+# Problems generated when no limit is given: enough for 40+ steps of 16 prompts, and a held-out set whose
+# accuracy the trainer checks cheaply (lens.eval asks for 200).
+DEFAULT_SIZE = {"train": 4096, "eval": 64}
+
+
+def problem_sets(name: str, *, role: str, limit: int | None, seed: int) -> dict[str, list[Problem]]:
+    """{set name: problems} of a built-in task: one `train` set, or the task's evaluation sets."""
+    if name not in NAMES:
+        raise ValueError(f"unknown built-in task {name!r}; known: {', '.join(NAMES)}")
+    task = importlib.import_module(f"lens.tasks.{name}")
+    n = limit or DEFAULT_SIZE[role]
+    return {"train": task.train_set(n, seed)} if role == "train" else task.eval_sets(n, seed=seed)

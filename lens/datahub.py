@@ -1,0 +1,167 @@
+"""Getting the data: `python -m lens.data prepare|check` (the entry point lives in lens/data.py).
+
+    python -m lens.data prepare math500 aime24 dapo_math_17k [--out DIR]   # needs the Hugging Face hub
+    python -m lens.data prepare all --out DIR
+    python -m lens.data check DIR                                          # rows and sha256 vs manifest.json
+
+`prepare` reads each set from its hub id (`CATALOG`) through `lens.data.load` (so the same answer
+normalisation and row checks apply as for every other source), and writes the layout `lens.data.find_data`
+reads: `DIR/<set>/<split>.jsonl` with `uid`, `problem`, `answer` per row, and `DIR/manifest.json` with each
+file's row count, sha256 and source. The default DIR is `~/.cache/lens/data`, the last place the loader
+looks. Without network it fails with one line naming the set and the hub id.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lens import data
+
+MANIFEST = "manifest.json"
+# The DAPO-Math-17k hub copy wraps every problem in an instruction that asks for "Answer: X" on the last
+# line; lens renders its own instruction (\boxed{}), so the wrapper is cut (the shared copy has it cut too).
+_DAPO_HEAD = re.compile(r"^Solve the following math problem step by step\..*?\n\n", re.DOTALL)
+_DAPO_TAIL = re.compile(r"\n\nRemember to put your answer on its own line after \"Answer:\"\.?\s*$")
+
+
+def _strip_dapo_wrapper(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "problem": _DAPO_TAIL.sub("", _DAPO_HEAD.sub("", row["problem"]))}
+
+
+def _with_options(row: dict[str, Any]) -> dict[str, Any]:
+    """Multiple choice: the options go into the problem text as `A. ...` lines (the shared layout)."""
+    options = row.get("options") or []
+    lines = [f"{chr(ord('A') + i)}. {opt}" for i, opt in enumerate(options)]
+    return {**row, "problem": row["problem"] + "\n\n" + "\n".join(lines)}
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """Where a named set (lens.data.BENCHMARKS) lives on the hub and how its fields map to ours."""
+
+    hub_id: str
+    split: str
+    problem_key: str
+    answer_key: str
+    config: str | None = None
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+    @property
+    def spec(self) -> str:
+        return f"hf:{self.hub_id}{':' + self.config if self.config else ''}@{self.split}"
+
+
+CATALOG: dict[str, HubSource] = {
+    "math500": HubSource("HuggingFaceH4/MATH-500", "test", "problem", "answer"),
+    "aime24": HubSource("HuggingFaceH4/aime_2024", "train", "problem", "answer"),
+    "aime25": HubSource("math-ai/aime25", "test", "problem", "answer"),
+    "amc23": HubSource("math-ai/amc23", "test", "question", "answer"),
+    "minerva_math": HubSource("math-ai/minervamath", "test", "question", "answer"),
+    "olympiadbench": HubSource("Hothan/OlympiadBench", "train", "question", "final_answer", "OE_TO_maths_en_COMP"),
+    "gaokao2023en": HubSource("MARIO-Math-Reasoning/Gaokao2023-Math-En", "train", "question", "answer"),
+    "mmlu_pro": HubSource("TIGER-Lab/MMLU-Pro", "test", "question", "answer", transform=_with_options),
+    "bbeh": HubSource("BBEH/bbeh", "train", "input", "target"),
+    "supergpqa_sample300": HubSource("m-a-p/SuperGPQA", "train", "question", "answer_letter", transform=_with_options),
+    "dapo_math_17k": HubSource(
+        "BytedTsinghua-SIA/DAPO-Math-17k", "train", "prompt", "reward_model.ground_truth", transform=_strip_dapo_wrapper
+    ),
+    "openr1_math_46k": HubSource("Elliott/Openr1-Math-46k-8192", "train", "prompt", "reward_model.ground_truth"),
+}
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _rows_of(name: str, source: HubSource) -> list[dict[str, Any]]:
+    """uid/problem/answer rows of one set, read from the hub through the one loader."""
+    problems = data.load(source.spec, problem_key=source.problem_key, answer_key=source.answer_key)
+    rows = [{"uid": f"{name}-{i}", "problem": p.problem, "answer": p.answer, **p.meta} for i, p in enumerate(problems)]
+    rows = [source.transform(r) if source.transform else r for r in rows]
+    return [{"uid": r["uid"], "problem": r["problem"], "answer": r["answer"]} for r in rows]
+
+
+def prepare(names: Sequence[str], out: Path) -> dict[str, dict[str, Any]]:
+    """Writes each named set under `out` and merges its entry into `out/manifest.json`; returns the entries."""
+    unknown = [n for n in names if n not in CATALOG]
+    if unknown:
+        raise ValueError(f"prepare: unknown set(s) {unknown}; known: {', '.join(CATALOG)} (or all)")
+    manifest = read_manifest(out) if (out / MANIFEST).is_file() else {}
+    written = {}
+    for name in names:
+        rows = _rows_of(name, CATALOG[name])
+        rel = data.BENCHMARKS[name].path.removesuffix(".gz")  # written uncompressed: plain JSON Lines
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        tmp.replace(path)  # never a half-written set under the final name
+        written[name] = {"file": rel, "rows": len(rows), "sha256": sha256(path), "source": CATALOG[name].spec}
+        print(f"{name}: {len(rows)} rows -> {path}")
+    manifest.update(written)
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return written
+
+
+def read_manifest(root: Path) -> dict[str, dict[str, Any]]:
+    file = root / MANIFEST
+    if not file.is_file():
+        raise ValueError(f"{root}: no {MANIFEST} (a directory written by `python -m lens.data prepare` has one)")
+    try:
+        manifest = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{file}:{e.lineno}: invalid JSON ({e.msg})") from None
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{file}: expected an object of sets")
+    return manifest
+
+
+def check(root: Path) -> list[str]:
+    """Problems of a data directory against its manifest (missing file, row count, sha256); [] when all match."""
+    problems = []
+    for name, entry in sorted(read_manifest(root).items()):
+        path = root / entry["file"]
+        if not path.is_file():
+            problems.append(f"{name}: {path} is missing")
+            continue
+        rows = len(data.load(path))
+        if rows != entry["rows"]:
+            problems.append(f"{name}: {path} has {rows} rows, the manifest says {entry['rows']}")
+        if sha256(path) != entry["sha256"]:
+            problems.append(f"{name}: {path} sha256 differs from the manifest")
+    return problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lens.data", description="Get and verify lens's data sets")
+    sub = parser.add_subparsers(dest="command", required=True)
+    prep = sub.add_parser("prepare", help="download named sets from the Hugging Face hub")
+    prep.add_argument("names", nargs="+", help=f"set names ({', '.join(CATALOG)}) or all")
+    prep.add_argument("--out", type=Path, default=data.data_dirs()[-1][1], help="data directory to write")
+    chk = sub.add_parser("check", help="verify a data directory against its manifest")
+    chk.add_argument("dir", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "prepare":
+            prepare(list(CATALOG) if args.names == ["all"] else args.names, args.out)
+            return 0
+        failures = check(args.dir)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"lens: error: {e}", file=sys.stderr)
+        return 2
+    for line in failures:
+        print(f"FAIL {line}")
+    print(f"{args.dir}: {'ok' if not failures else f'{len(failures)} problem(s)'}")
+    return 1 if failures else 0

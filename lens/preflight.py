@@ -1,0 +1,189 @@
+"""What a run reads before its first step, and `--dry-run`, which checks all of it without loading weights.
+
+    torchrun lens/train.py --config configs/paper_qwen3-4b_lens.yaml --dry-run [key=value ...]
+
+The trainer and the dry-run share these functions, so a preset that passes the dry-run starts: the config is
+resolved and validated (for a CUDA machine when the preset asks for one, so a GPU preset can be checked on a
+laptop), the tokenizer and the model config are read, every training and held-out problem is loaded through
+`lens.data.load_sets` (golds checked) and rendered, every rendered prompt's scorable span is checked to decode
+to its problem text, the prompt + response budget is checked against the model's context, and the engines'
+configs (DeepSpeed, the sampler) are built. A summary is printed; nothing is trained.
+"""
+
+from __future__ import annotations
+
+import statistics
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from lens import data
+from lens.config import Config, resolve_path
+
+
+@dataclass(frozen=True)
+class RenderedSet:
+    """A problem set rendered for the model: prompt ids [n][P], scorable spans [n], golds [n], uids [n]."""
+
+    name: str
+    kind: str
+    ids: list[list[int]]
+    spans: list[tuple[int, int]]
+    answers: list[str]
+    uids: list[str]
+    loaded: int  # problems loaded before rendering
+    skipped_too_long: int
+
+
+def load_tokenizer(cfg: Config) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_path(cfg.model.path))
+
+
+def load_data(cfg: Config) -> tuple[data.ProblemSet, list[data.ProblemSet]]:
+    """The training set and the held-out sets, through the one loader (lens.data.load_sets)."""
+    d = cfg.data
+    train_sets = data.load_sets(
+        d.train,
+        role="train",
+        limit=d.train_size,
+        seed=cfg.seed,
+        data_dir=d.dir,
+        kind=None if d.reward == "auto" else d.reward,  # the override is for training; eval sets keep their own
+        split=d.split,
+        problem_key=d.problem_key,
+        answer_key=d.answer_key,
+    )
+    if len(train_sets) != 1:
+        raise ValueError(f"data.train={d.train!r}: expected one training set, got {[s.name for s in train_sets]}")
+    evals = [s for name in d.eval for s in data.load_sets(name, limit=d.eval_limit, seed=cfg.seed, data_dir=d.dir)]
+    return train_sets[0], evals
+
+
+def render_set(cfg: Config, tokenizer: Any, problem_set: data.ProblemSet) -> RenderedSet:
+    """Problems -> prompts with their scorable spans; over-long ones are skipped with a warning."""
+    rendered, report = data.render_all(
+        problem_set.problems,
+        tokenizer,
+        template=cfg.data.template,
+        prompt=problem_set.prompt,
+        system_prompt=cfg.data.system_prompt,
+        max_prompt_len=cfg.data.max_prompt_len,
+    )
+    if not rendered:
+        raise ValueError(
+            f"data set {problem_set.name!r}: none of its {len(problem_set.problems)} prompts fits "
+            f"data.max_prompt_len={cfg.data.max_prompt_len}"
+        )
+    if report.skipped_too_long:
+        warnings.warn(
+            f"data set {problem_set.name!r}: skipped {report.skipped_too_long} prompts longer than "
+            f"data.max_prompt_len={cfg.data.max_prompt_len}",
+            stacklevel=2,
+        )
+    by_uid = {p.uid: p for p in problem_set.problems}
+    return RenderedSet(
+        name=problem_set.name,
+        kind=problem_set.kind,
+        ids=[r.ids for r in rendered],
+        spans=[r.scorable for r in rendered],
+        answers=[by_uid[r.uid].answer for r in rendered],
+        uids=[str(r.uid) for r in rendered],
+        loaded=len(problem_set.problems),
+        skipped_too_long=report.skipped_too_long,
+    )
+
+
+def check_spans(rendered: RenderedSet, problem_set: data.ProblemSet, tokenizer: Any) -> None:
+    """Every scorable span must decode to its problem text: LENS scores and deletes only those tokens, so a
+    span shifted into the chat template would purify the template instead (ValueError naming the uid)."""
+    by_uid = {p.uid: p.problem for p in problem_set.problems}
+    for ids, (lo, hi), uid in zip(rendered.ids, rendered.spans, rendered.uids, strict=True):
+        text = tokenizer.decode(ids[lo:hi])
+        if text.strip() != by_uid[uid].strip() and not by_uid[uid].startswith(text):  # a truncated tail is fine
+            raise ValueError(f"{uid}: the scorable span decodes to {text[:60]!r}, not the problem text")
+
+
+def check_context(cfg: Config, model_config: Any, longest_prompt: int) -> None:
+    """Prompt plus response must fit the model's positions: vLLM is started with max_model_len =
+    data.max_prompt_len + rollout.max_tokens and refuses a larger one after minutes of loading; the HF engine
+    needs only the longest rendered prompt, and silently degrades past the positions it was trained on."""
+    limit = getattr(model_config, "max_position_embeddings", None)
+    prompt, what = (
+        (cfg.data.max_prompt_len, "data.max_prompt_len")
+        if cfg.rollout.engine == "vllm"
+        else (longest_prompt, "the longest prompt")
+    )
+    if limit is not None and prompt + cfg.rollout.max_tokens > limit:
+        raise ValueError(
+            f"{what} + rollout.max_tokens = {prompt} + {cfg.rollout.max_tokens} > the model's "
+            f"max_position_embeddings={limit} ({cfg.model.path})"
+        )
+
+
+def sampler_config(cfg: Config) -> dict[str, Any]:
+    """The rollout engine's construction arguments (the trainer builds the engine from exactly these)."""
+    r = cfg.rollout
+    if r.engine == "vllm":
+        return {
+            "engine": "vllm",
+            "model": resolve_path(cfg.model.path),
+            "dtype": cfg.model.dtype,
+            "seed": cfg.seed,
+            "max_model_len": cfg.data.max_prompt_len + r.max_tokens,
+            "tensor_parallel_size": r.tensor_parallel_size,
+            "gpu_memory_utilization": r.gpu_memory_utilization,
+        }
+    separate = cfg.optim.zero_stage == 3  # ZeRO-3 shards the trainer's module: sample from an unsharded copy
+    return {"engine": "hf", "model": resolve_path(cfg.model.path), "shares_trainer_module": not separate}
+
+
+def _lengths(rendered: RenderedSet) -> str:
+    lengths = [len(ids) for ids in rendered.ids]
+    return f"{min(lengths)}/{int(statistics.median(lengths))}/{max(lengths)}"
+
+
+def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
+    """Everything a run reads before its first step, checked; returns (and the CLI prints) the summary."""
+    from transformers import AutoConfig
+
+    from lens.model import deepspeed_config
+
+    model_config = AutoConfig.from_pretrained(resolve_path(cfg.model.path))
+    tokenizer = load_tokenizer(cfg)
+    train_set, eval_sets = load_data(cfg)
+    sets = []
+    for problem_set in (train_set, *eval_sets):
+        rendered = render_set(cfg, tokenizer, problem_set)
+        check_spans(rendered, problem_set, tokenizer)
+        sets.append(rendered)
+    train = sets[0]
+    check_context(cfg, model_config, max(len(ids) for s in sets for ids in s.ids))
+    prompts_seen = cfg.optim.steps * cfg.data.batch_size
+    return {
+        "model": f"{cfg.model.path} ({model_config.model_type}, {model_config.architectures})",
+        "tokenizer": f"{type(tokenizer).__name__}, {len(tokenizer)} tokens, "
+        f"chat template: {'yes' if getattr(tokenizer, 'chat_template', None) else 'no'}",
+        "algorithm": f"{cfg.algorithm.name} (m={cfg.algorithm.m})",
+        "data": [
+            f"{s.name}: {s.loaded} loaded, {len(s.ids)} rendered, {s.skipped_too_long} skipped as too long, "
+            f"prompt tokens min/median/max {_lengths(s)}, verifier {s.kind}"
+            for s in sets
+        ],
+        "steps": f"{cfg.optim.steps} x {cfg.data.batch_size} prompts x {cfg.algorithm.m} rollouts = "
+        f"{prompts_seen / len(train.ids):.2f} epochs of {len(train.ids)} prompts",
+        "deepspeed": deepspeed_config(cfg, world_size),
+        "sampler": sampler_config(cfg),
+    }
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    for key, value in summary.items():
+        if isinstance(value, list):
+            print(f"{key}:")
+            for line in value:
+                print(f"  {line}")
+        else:
+            print(f"{key}: {value}")
+    print("dry run: ok (nothing was trained)")

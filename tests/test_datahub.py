@@ -1,0 +1,111 @@
+"""Tests of `python -m lens.data prepare|check` (lens/datahub.py) with the hub replaced by a local fake.
+
+Run: `.venv/bin/python -m pytest tests/test_datahub.py -q`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from lens import data, datahub
+
+HUB = {
+    "HuggingFaceH4/MATH-500": [{"problem": "1+1?", "answer": "2", "subject": "x"}, {"problem": "2+2?", "answer": 4}],
+    "TIGER-Lab/MMLU-Pro": [{"question": "Pick one", "options": ["yes", "no"], "answer": "B"}],
+    "BytedTsinghua-SIA/DAPO-Math-17k": [
+        {
+            "prompt": [
+                {
+                    "role": "user",
+                    "content": "Solve the following math problem step by step. The last line of your response should"
+                    " be of the form Answer: $Answer\n\nWhat is 3+4?\n\nRemember to put your answer on its own line "
+                    'after "Answer:".',
+                }
+            ],
+            "reward_model": {"ground_truth": "7", "style": "rule"},
+        }
+    ],
+}
+
+
+@pytest.fixture
+def fake_hub(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    calls: list[tuple] = []
+
+    def load_dataset(name: str, config: str | None, split: str) -> list[dict]:
+        calls.append((name, config, split))
+        if name not in HUB:
+            raise ConnectionError(f"Couldn't reach '{name}' on the Hub (offline)")
+        return HUB[name]
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    return calls
+
+
+def test_prepare_writes_the_layout_the_loader_reads(fake_hub: list, tmp_path: Path) -> None:
+    assert datahub.main(["prepare", "math500", "mmlu_pro", "dapo_math_17k", "--out", str(tmp_path)]) == 0
+    assert fake_hub == [
+        ("HuggingFaceH4/MATH-500", None, "test"),
+        ("TIGER-Lab/MMLU-Pro", None, "test"),
+        ("BytedTsinghua-SIA/DAPO-Math-17k", None, "train"),
+    ]
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["math500"]["rows"] == 2 and manifest["math500"]["file"] == "math500/test.jsonl"
+    assert manifest["mmlu_pro"]["file"] == "mmlu_pro/test.jsonl"  # written plain, found by the loader all the same
+    rows = [json.loads(line) for line in (tmp_path / "math500" / "test.jsonl").read_text().splitlines()]
+    assert rows == [
+        {"uid": "math500-0", "problem": "1+1?", "answer": "2"},
+        {"uid": "math500-1", "problem": "2+2?", "answer": "4"},
+    ]
+    (mc,) = data.load_sets("mmlu_pro", data_dir=tmp_path)
+    assert mc.problems[0].problem == "Pick one\n\nA. yes\nB. no" and mc.problems[0].answer == "B"
+    (dapo,) = data.load_sets("dapo_math_17k", role="train", data_dir=tmp_path)
+    assert dapo.problems[0].problem == "What is 3+4?" and dapo.problems[0].answer == "7"
+    assert datahub.check(tmp_path) == []
+    assert datahub.main(["check", str(tmp_path)]) == 0
+
+
+def test_check_finds_changed_missing_and_short_files(fake_hub: list, tmp_path: Path, capsys) -> None:
+    datahub.prepare(["math500", "mmlu_pro", "dapo_math_17k"], tmp_path)
+    path = tmp_path / "math500" / "test.jsonl"
+    path.write_text(path.read_text().splitlines()[0] + "\n")
+    (tmp_path / "mmlu_pro" / "test.jsonl").unlink()
+    dapo = tmp_path / "dapo_math_17k" / "train.jsonl"
+    dapo.write_text(dapo.read_text().replace("3+4", "3+5"))
+    problems = datahub.check(tmp_path)
+    assert any("math500" in p and "has 1 rows, the manifest says 2" in p for p in problems)
+    assert any("mmlu_pro" in p and "is missing" in p for p in problems)
+    assert any("dapo_math_17k" in p and "sha256 differs" in p for p in problems)
+    assert datahub.main(["check", str(tmp_path)]) == 1
+    assert "4 problem(s)" in capsys.readouterr().out
+
+
+def test_without_network_one_clear_line(fake_hub: list, tmp_path: Path, capsys) -> None:
+    assert datahub.main(["prepare", "aime24", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("lens: error: hf:HuggingFaceH4/aime_2024@train: could not load")
+    assert datahub.main(["prepare", "nope", "--out", str(tmp_path)]) == 2
+    assert "unknown set(s) ['nope']" in capsys.readouterr().err
+    assert datahub.main(["check", str(tmp_path)]) == 2  # nothing was written: no manifest
+    assert "no manifest.json" in capsys.readouterr().err
+
+
+def test_every_named_set_has_a_hub_source() -> None:
+    assert sorted(datahub.CATALOG) == sorted(data.BENCHMARKS.keys() - {"bbeh_mini", "math_train_deepscaler"})
+
+
+def test_module_entry_point(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "lens.data", "check", str(tmp_path)], capture_output=True, text=True, check=False
+    )
+    assert (
+        out.returncode == 2
+        and out.stderr.strip()
+        == f"lens: error: {tmp_path}: no manifest.json (a directory written by `python -m lens.data prepare` has one)"
+    )
