@@ -205,9 +205,9 @@ def rollout(
         d = run.cfg.algorithm.dapo
         if run.cfg.algorithm.name in DYNAMIC_SAMPLING and d.overlong_buffer > 0:
             lengths = torch.tensor([len(t) for t in out.tokens]).view(len(prompts), n)
-            rewards = rewards + algos.overlong_penalty(
-                lengths, run.cfg.rollout.max_tokens, d.overlong_buffer, d.overlong_factor
-            )
+            penalty = algos.overlong_penalty(lengths, run.cfg.rollout.max_tokens, d.overlong_buffer, d.overlong_factor)
+            rewards = rewards + penalty
+            return out, rewards, {**scored.reasons, "overlong_penalty": float(-penalty.sum())}
     return out, rewards, scored.reasons
 
 
@@ -221,6 +221,7 @@ def sample_batch(run: Run, step: int, stats: dict) -> Batch:
     parts: list[tuple[list[int], Rollouts, torch.Tensor]] = []
     records: list[tuple[int, float]] = []
     have = 0
+    epoch_at_start = run.sampler.epoch  # GRESO adapts once the step's prompts all have a history
     for attempt in range(a.dapo.max_gen_batches if dynamic else 1):
         index = run.sampler.next_indices(a.dapo.gen_batch_size if dynamic else cfg.data.batch_size)
         if a.name == "greso":
@@ -250,7 +251,7 @@ def sample_batch(run: Run, step: int, stats: dict) -> Batch:
             f"algorithm.dapo.max_gen_batches={a.dapo.max_gen_batches} generation batches"
         )
     if a.name == "greso":
-        greso_record(run, records, stats)
+        greso_record(run, records, stats, adapt=epoch_at_start >= 1)
     index, out, rewards = _concat(parts, want, a.m)
     return Batch(index, [run.prompts[i] for i in index], [run.answers[i] for i in index], out, rewards)
 
@@ -270,7 +271,7 @@ def greso_filter(run: Run, index: list[int], step: int, attempt: int, stats: dic
     return [i for i, k in zip(index, keep, strict=True) if k]
 
 
-def greso_record(run: Run, records: list[tuple[int, float]], stats: dict) -> None:
+def greso_record(run: Run, records: list[tuple[int, float]], stats: dict, *, adapt: bool) -> None:
     """Record every rank's group outcomes on every rank, in global order, then move p_easy / p_hard toward
     their targets (GRESO adapts only after the first epoch, when every prompt has a history)."""
     if run.world > 1:
@@ -281,7 +282,7 @@ def greso_record(run: Run, records: list[tuple[int, float]], stats: dict) -> Non
         threshold = run.cfg.algorithm.success_threshold
         means = torch.tensor([mean for _, mean in records])
         run.greso.record([run.uids[i] for i, _ in records], means, threshold)
-        if run.sampler.epoch >= 1:
+        if adapt:
             run.greso.adapt(float((means >= threshold).float().mean()), float((means <= 0).float().mean()))
     stats.update({"greso/p_easy": run.greso.p_easy, "greso/p_hard": run.greso.p_hard})
 

@@ -1,0 +1,109 @@
+"""Installable as users install it: the sdist holds everything a build needs, and an installed (non-editable)
+package run from another directory finds its presets, its assets and the data, and says when its native
+library is missing.
+
+Run: `.venv/bin/python -m pytest tests/test_packaging.py -q` (about a minute: it builds an sdist in an isolated
+env without torch, and a pure-Python wheel that it installs into a scratch directory). The full native wheel
+build is the `slow` test of tests/csrc/test_build.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import families
+import pytest
+
+from lens import data
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=600)
+    assert out.returncode == 0, f"{' '.join(cmd)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def sdist_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    out = tmp_path_factory.mktemp("sdist")
+    # Isolated, as `python -m build --sdist` runs for a user: no torch in the build env.
+    _run([sys.executable, "-m", "build", "--sdist", "--outdir", str(out), str(REPO)], cwd=out)
+    (archive,) = out.glob("lens_rl-*.tar.gz")
+    with tarfile.open(archive) as tar:
+        return [name.split("/", 1)[1] for name in tar.getnames() if "/" in name]
+
+
+def test_sdist_holds_what_a_build_needs(sdist_files: list[str]) -> None:
+    tracked = _run(["git", "ls-files", "csrc", "configs", "kernels", "lens/tasks/assets"], cwd=REPO).stdout.split()
+    needed = {"LICENSE", "README.md", "CMakeLists.txt", "setup.py", "pyproject.toml", *tracked}
+    assert needed <= set(sdist_files), sorted(needed - set(sdist_files))
+    assert not [f for f in sdist_files if f.endswith((".so", ".pyc"))]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A pure-Python wheel (LENS_BUILD_NATIVE=0) installed into a scratch directory, as site-packages."""
+    wheels, target = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("site")
+    env = {**os.environ, "LENS_BUILD_NATIVE": "0"}
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(REPO)],
+        cwd=wheels,
+        env=env,
+    )
+    (wheel,) = wheels.glob("lens_rl-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "lens/configs/paper_qwen3-4b_lens.yaml" in names and "lens_kernels/token_logprobs.py" in names
+    assert "lens/tasks/assets/vartrack/model.safetensors" in names and "lens/datahub.py" in names
+    _run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(target), str(wheel)], cwd=wheels)
+    return target
+
+
+# The dev venv also has lens installed in editable mode, whose import hook would still serve `lens._C` from the
+# checkout; drop that hook so the subprocess sees only the installed copy, as on a user's machine.
+_ONLY_INSTALLED = (
+    "import runpy, sys; sys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in repr(f)]; "
+    "sys.argv[0] = 'lens.train'; runpy.run_module('lens.train', run_name='__main__', alter_sys=True)"
+)
+
+
+def _train_cli(*args: str) -> list[str]:
+    return [sys.executable, "-c", _ONLY_INSTALLED, *args]
+
+
+def _installed_env(site: Path) -> dict[str, str]:
+    # The scratch site first, the checkout nowhere on the path: imports must resolve to the installed copy.
+    return {
+        **os.environ,
+        "PYTHONPATH": str(site),
+        "LENS_DATA_DIR": str(data.default_data_dir()),
+        "OMP_NUM_THREADS": "1",
+    }
+
+
+def test_installed_package_finds_presets_from_another_directory(installed: Path, tmp_path: Path) -> None:
+    env = _installed_env(installed)
+    where = _run(
+        [sys.executable, "-c", "import lens, lens.config as c; print(lens.__file__, c.CONFIG_DIR)"],
+        cwd=tmp_path,
+        env=env,
+    ).stdout
+    assert str(installed / "lens") in where and str(REPO) not in where
+    qwen3 = families.build("qwen3", tmp_path / "qwen3")
+    out = _run(_train_cli("--config", "paper_qwen3-4b_lens", "--dry-run", f"model.path={qwen3}"), cwd=tmp_path, env=env)
+    assert "dry run: ok" in out.stdout and "dapo_math_17k: 13936 loaded" in out.stdout
+
+
+def test_installed_package_trains_and_warns_once_without_native_ops(installed: Path, tmp_path: Path) -> None:
+    env = _installed_env(installed)
+    run_dir = f"run_dir={tmp_path / 'run'}"
+    cmd = _train_cli("optim.steps=1", "data.eval_every=0", "data.train_size=16", run_dir, "logging.tensorboard=false")
+    out = _run(cmd, cwd=tmp_path, env=env)
+    assert out.stderr.count("native library lens._C could not be loaded") == 1
+    assert (tmp_path / "run" / "metrics.jsonl").is_file()
