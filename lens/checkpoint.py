@@ -310,6 +310,18 @@ def _meta_key(path: Path) -> tuple[str, int, int]:
     return str(path.resolve()), stat.st_ino, stat.st_mtime_ns
 
 
+def _size_problems(path: Path, files: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Files of a manifest that are missing or of another size: a cheap check before hashing."""
+    problems = []
+    for name, entry in files.items():
+        file = path / name
+        if not file.is_file():
+            problems.append(f"{file}: missing")
+        elif file.stat().st_size != entry["size"]:
+            problems.append(f"{file}: {file.stat().st_size} bytes, expected {entry['size']} (truncated or overwritten)")
+    return problems
+
+
 def verify(path: str | os.PathLike) -> list[str]:
     """What is wrong with checkpoint `path` -> one line per bad file ([] when intact): files of its
     manifest that are missing, of another size (truncated) or another sha256 (corrupt). Sizes are
@@ -326,13 +338,9 @@ def verify(path: str | os.PathLike) -> list[str]:
     key = _meta_key(path)
     if key in _verified:
         return []
-    problems = []
-    for name, entry in meta["files"].items():
-        file = path / name
-        if not file.is_file():
-            problems.append(f"{file}: missing")
-        elif file.stat().st_size != entry["size"]:
-            problems.append(f"{file}: {file.stat().st_size} bytes, expected {entry['size']} (truncated or overwritten)")
+    # Every rank takes every decision below from gathered results, so all ranks make the same
+    # collective calls even if a shared filesystem shows them different sizes.
+    problems = sorted({p for part in _gathered(_size_problems(path, meta["files"])) for p in part})
     if not problems:  # same sizes: compare contents, each rank a share of the files
         names = sorted(meta["files"])[_rank() :: _world()]
         mine = [
