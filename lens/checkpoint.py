@@ -1,8 +1,9 @@
-"""Atomic, exact-resume checkpoints of a training run.
+"""Atomic, exact-resume, verified checkpoints of a training run, and the run directory they live in.
 
+    resume_from = claim_run_dir(run_dir, cfg.to_dict(), "auto")  # this run's dir; a verified checkpoint or None
     path = save(run_dir, step, engine_or_model=train.engine, state={"sampler": s.state_dict()},
                 config=cfg, generators={"purify": gen}, tokenizer=tok, keep_last=2)
-    ckpt = load(resolve_resume("auto", run_dir), engine_or_model=train.engine, generators={"purify": gen})
+    ckpt = load(resume_from, engine_or_model=train.engine, generators={"purify": gen})
 
 Layout of <run_dir>/checkpoints/step_<step:08d>/:
     hf/             the policy in HF format (safetensors + config + tokenizer): transformers and vLLM load it
@@ -11,21 +12,32 @@ Layout of <run_dir>/checkpoints/step_<step:08d>/:
     rng/rank_<r>.pt python, numpy, torch (CPU and CUDA) RNG states and the named torch.Generators, per rank
     state.pt        the caller's extra state (data sampler, GRESO history, ...): tensors, containers, numbers
     config.yaml     the resolved config
-    meta.json       written last: a directory without it is never a checkpoint
+    meta.json       written last: a directory without it is never a checkpoint. It lists every other
+                    file with its size and sha256; `resolve_resume` and `load` verify them, and
+                    `--resume auto` falls back past a damaged checkpoint to the previous intact one
 
 Everything is written to `checkpoints/.tmp-step_<step>` first, fsynced, then renamed into place; an
 interrupted save leaves only the temporary directory, which `latest` ignores and the next save removes.
-With several ranks, `save` and `load` are collective calls and run_dir must be on a shared filesystem.
+With several ranks, `save`, `load`, `verify`, `resolve_resume` and `claim_run_dir` are collective
+calls (each rank hashes a share of the files) and run_dir must be on a shared filesystem.
+
+A run directory belongs to one run: a fresh run refuses a directory that holds another run's
+metrics, config or checkpoints, and a resumed run refuses a config that changes what the run learns
+(see `check_resume_config`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import pickle
 import random
 import re
 import shutil
 import time
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,13 +45,23 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
+from lens.dist import rank as _rank
+from lens.dist import world as _world
+from lens.errors import one_line
+
 CHECKPOINTS = "checkpoints"
 META = "meta.json"
+CONFIG = "config.yaml"
 ENGINE_TAG = "state"
+FORMAT = 2  # 2: meta.json lists every file with size and sha256; 1 (older): no manifest
+# What makes a run directory somebody's: its metrics, its config, its checkpoints.
+RUN_MARKERS = ("metrics.jsonl", CONFIG, CHECKPOINTS)
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+_CHUNK = 8 << 20  # bytes per read while hashing: big enough to run at disk speed, small in memory
 
 
 @dataclass
@@ -57,14 +79,6 @@ class Checkpoint:
 # ----------------------------------------------------------------------------------------------
 
 
-def _rank() -> int:
-    return torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-
-
-def _world() -> int:
-    return torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-
-
 def _barrier() -> None:
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
@@ -72,6 +86,24 @@ def _barrier() -> None:
 
 def _is_engine(obj: Any) -> bool:
     return hasattr(obj, "save_checkpoint") and hasattr(obj, "load_checkpoint") and hasattr(obj, "module")
+
+
+def _from_rank0(obj: Any) -> Any:
+    """Rank 0's `obj` on every rank."""
+    if _world() == 1:
+        return obj
+    box = [obj]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _gathered(obj: Any) -> list[Any]:
+    """Every rank's `obj`, in rank order, on every rank."""
+    if _world() == 1:
+        return [obj]
+    parts: list[Any] = [None] * _world()
+    torch.distributed.all_gather_object(parts, obj)
+    return parts
 
 
 # ----------------------------------------------------------------------------------------------
@@ -144,7 +176,7 @@ def _write_rank0(tmp: Path, state: dict[str, Any], config: Any) -> None:
     torch.save(state, tmp / "state.pt")
     if config is not None:
         tree = config.to_dict() if hasattr(config, "to_dict") else dict(config)
-        (tmp / "config.yaml").write_text(yaml.safe_dump(tree, sort_keys=False))
+        (tmp / CONFIG).write_text(yaml.safe_dump(tree, sort_keys=False))
 
 
 def save(
@@ -187,16 +219,42 @@ def save(
     if _rank() == 0:
         _write_rank0(tmp, state or {}, config)
     _barrier()
+    files = _manifest(tmp)
     if _rank() == 0:
-        _publish(tmp, final, step)
+        _publish(tmp, final, step, files)
         _prune(root, keep_last)
     _barrier()
     return final
 
 
-def _publish(tmp: Path, final: Path, step: int) -> None:
-    meta = {"step": step, "world_size": _world(), "time": time.time(), "format": 1}
-    (tmp / META).write_text(json.dumps(meta))
+def _sha256(file: Path) -> str:
+    """Hex sha256 of a file, streamed in chunks (an HF export can be tens of GB)."""
+    digest = hashlib.sha256()
+    buffer = bytearray(_CHUNK)
+    view = memoryview(buffer)
+    with open(file, "rb", buffering=0) as f:
+        while n := f.readinto(buffer):
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+def _manifest(root: Path) -> dict[str, dict[str, Any]]:
+    """{relative path: {size, sha256}} of every file under root. Collective: rank 0 lists the files
+    (one listing, whatever a shared filesystem shows each rank), each rank hashes every world-th one
+    while they are still in the page cache, and every rank gets the whole manifest."""
+    names = _from_rank0(
+        sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) if _rank() == 0 else None
+    )
+    mine = {
+        name: {"size": (root / name).stat().st_size, "sha256": _sha256(root / name)}
+        for name in names[_rank() :: _world()]
+    }
+    return {name: entry for part in _gathered(mine) for name, entry in sorted(part.items())}
+
+
+def _publish(tmp: Path, final: Path, step: int, files: dict[str, dict[str, Any]]) -> None:
+    meta = {"step": step, "world_size": _world(), "time": time.time(), "format": FORMAT, "files": files}
+    (tmp / META).write_text(json.dumps(meta, indent=1))
     _fsync_tree(tmp)
     old = final.with_name(f".old-{final.name}")
     if final.exists():  # re-saving a step (e.g. after a resume): replace it
@@ -236,21 +294,114 @@ def _prune(root: Path, keep_last: int) -> None:
 
 
 def latest(run_dir: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint under <run_dir>/checkpoints, or None."""
+    """The newest complete checkpoint under <run_dir>/checkpoints, or None (not verified: see
+    `resolve_resume`)."""
     found = _complete(Path(run_dir) / CHECKPOINTS)
     return found[-1][1] if found else None
 
 
+# Checkpoints verified in this process, keyed by their meta.json's identity: `resolve_resume` and
+# then `load` read a checkpoint's files once, not twice. A re-save of the step writes a new meta.json.
+_verified: set[tuple[str, int, int]] = set()
+
+
+def _meta_key(path: Path) -> tuple[str, int, int]:
+    stat = (path / META).stat()
+    return str(path.resolve()), stat.st_ino, stat.st_mtime_ns
+
+
+def _size_problems(path: Path, files: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Files of a manifest that are missing or of another size: a cheap check before hashing."""
+    problems = []
+    for name, entry in files.items():
+        file = path / name
+        if not file.is_file():
+            problems.append(f"{file}: missing")
+        elif file.stat().st_size != entry["size"]:
+            problems.append(f"{file}: {file.stat().st_size} bytes, expected {entry['size']} (truncated or overwritten)")
+    return problems
+
+
+def verify(path: str | os.PathLike) -> list[str]:
+    """What is wrong with checkpoint `path` -> one line per bad file ([] when intact): files of its
+    manifest that are missing, of another size (truncated) or another sha256 (corrupt). Sizes are
+    checked first (cheap); then each rank hashes a share of the files. Collective."""
+    path = Path(path)
+    try:
+        meta = json.loads((path / META).read_text())
+    except (OSError, ValueError) as e:
+        return [f"{path / META}: unreadable ({one_line(e)})"]
+    if "files" not in meta:  # format 1, written before manifests: nothing to check against
+        if _rank() == 0:
+            warnings.warn(f"{path}: written without a file manifest; loading it unverified", stacklevel=2)
+        return []
+    key = _meta_key(path)
+    if key in _verified:
+        return []
+    # Every rank takes every decision below from gathered results, so all ranks make the same
+    # collective calls even if a shared filesystem shows them different sizes.
+    problems = sorted({p for part in _gathered(_size_problems(path, meta["files"])) for p in part})
+    if not problems:  # same sizes: compare contents, each rank a share of the files
+        names = sorted(meta["files"])[_rank() :: _world()]
+        mine = [
+            f"{path / n}: sha256 differs from meta.json (corrupt)"
+            for n in names
+            if _sha256(path / n) != meta["files"][n]["sha256"]
+        ]
+        problems = sorted(p for part in _gathered(mine) for p in part)
+    if not problems:
+        _verified.add(key)
+    return problems
+
+
 def resolve_resume(resume: str | None, run_dir: str | os.PathLike) -> Path | None:
-    """`checkpoint.resume`: none/None/"" -> None; auto -> latest or None; else that checkpoint dir."""
+    """`checkpoint.resume` -> the verified checkpoint to load, or None for a fresh start. Collective.
+
+    none/None/"": None. auto: the newest intact checkpoint under run_dir, skipping damaged ones with a
+    warning naming the bad file; None when there is none; ValueError when every one is damaged (a
+    fresh start would overwrite the run). A directory: that checkpoint; ValueError naming the bad file
+    when it is damaged (it was asked for by name: no silent fallback).
+    """
     if resume in (None, "", "none"):
         return None
     if resume == "auto":
-        return latest(run_dir)
+        found = _complete(Path(run_dir) / CHECKPOINTS)
+        damaged = []
+        for _, path in reversed(found):
+            problems = verify(path)
+            if not problems:
+                return path
+            damaged.append(f"{path.name}: {problems[0]}")
+            if _rank() == 0:
+                warnings.warn(f"skipping damaged checkpoint {path}: {'; '.join(problems)}", stacklevel=2)
+        if damaged:
+            raise ValueError(
+                f"every checkpoint under {Path(run_dir) / CHECKPOINTS} is damaged ({'; '.join(damaged)}); "
+                "move them away to start over, or resume from a copy"
+            )
+        return None
     path = Path(resume)
     if _meta_step(path) is None:
         raise ValueError(f"checkpoint.resume={resume}: not a complete checkpoint directory (no valid {META})")
+    problems = verify(path)
+    if problems:
+        raise ValueError(f"checkpoint.resume={resume}: damaged checkpoint: {'; '.join(problems)}")
     return path
+
+
+def saved_config(path: str | os.PathLike) -> dict[str, Any]:
+    """The config tree saved with a checkpoint ({} if none was)."""
+    file = Path(path) / CONFIG
+    return yaml.safe_load(file.read_text()) if file.exists() else {}
+
+
+def _read_torch(file: Path) -> Any:
+    """torch.load(weights_only) whose errors name the file: torch's own ("PytorchStreamReader failed
+    reading zip archive") name none."""
+    try:
+        return torch.load(file, weights_only=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as e:
+        raise ValueError(f"{file}: unreadable checkpoint file ({one_line(e)})") from e
 
 
 def _load_hf_weights(model: nn.Module, hf_dir: Path) -> None:
@@ -259,7 +410,10 @@ def _load_hf_weights(model: nn.Module, hf_dir: Path) -> None:
         raise ValueError(f"{hf_dir}: no safetensors weights")
     weights: dict[str, torch.Tensor] = {}
     for file in files:
-        weights.update(load_file(file))
+        try:
+            weights.update(load_file(file))
+        except SafetensorError as e:
+            raise ValueError(f"{file}: unreadable safetensors file ({one_line(e)})") from e
     missing, unexpected = model.load_state_dict(weights, strict=False)
     # HF drops tied copies (lm_head.weight = embed_tokens.weight) on save: those may be missing.
     names_of: dict[int, list[str]] = {}
@@ -272,7 +426,7 @@ def _load_hf_weights(model: nn.Module, hf_dir: Path) -> None:
 
 
 def _load_trainer(file: Path, optimizer: torch.optim.Optimizer | None, scheduler: Any) -> None:
-    trainer = torch.load(file, weights_only=True)
+    trainer = _read_torch(file)
     for key, obj in (("optimizer", optimizer), ("scheduler", scheduler)):
         if obj is None:
             continue
@@ -291,13 +445,21 @@ def load(
     restore_rng: bool = True,
 ) -> Checkpoint:
     """Load checkpoint `path` in place into engine_or_model (and optimizer/scheduler for a plain model),
-    restore this rank's RNG states and named generators -> Checkpoint(step, state, config). Collective."""
+    restore this rank's RNG states and named generators -> Checkpoint(step, state, config). Collective.
+    The files are verified against meta.json first (free after `resolve_resume` verified them); a
+    damaged checkpoint is a ValueError naming the bad file."""
     path = Path(path)
     step = _meta_step(path)
     if step is None:
         raise ValueError(f"{path}: not a complete checkpoint (no valid {META})")
+    problems = verify(path)
+    if problems:
+        raise ValueError(f"{path}: damaged checkpoint: {'; '.join(problems)}")
     if _is_engine(engine_or_model):
-        load_dir, _ = engine_or_model.load_checkpoint(str(path / "engine"), tag=ENGINE_TAG)
+        try:
+            load_dir, _ = engine_or_model.load_checkpoint(str(path / "engine"), tag=ENGINE_TAG)
+        except (RuntimeError, EOFError, pickle.UnpicklingError) as e:  # DeepSpeed's errors name no file
+            raise ValueError(f"{path / 'engine'}: unreadable DeepSpeed engine state ({one_line(e)})") from e
         if load_dir is None:
             raise ValueError(f"{path / 'engine'}: DeepSpeed found no engine state")
     else:
@@ -307,8 +469,114 @@ def load(
         rng_file = path / "rng" / f"rank_{_rank():05d}.pt"
         if not rng_file.exists():
             raise ValueError(f"{rng_file}: missing; the checkpoint was written by a different number of ranks")
-        set_rng_state(torch.load(rng_file, weights_only=True), generators)
-    state = torch.load(path / "state.pt", weights_only=True)
-    config_file = path / "config.yaml"
-    config = yaml.safe_load(config_file.read_text()) if config_file.exists() else {}
-    return Checkpoint(path=path, step=step, state=state, config=config)
+        set_rng_state(_read_torch(rng_file), generators)
+    return Checkpoint(path=path, step=step, state=_read_torch(path / "state.pt"), config=saved_config(path))
+
+
+# ----------------------------------------------------------------------------------------------
+# The run directory and its config
+# ----------------------------------------------------------------------------------------------
+
+# Keys a resumed run may change freely: how long it runs, how often it saves and logs, how it is
+# evaluated, and resource knobs that do not change what is learned (loss normalization is global, so
+# the micro-batch size only splits the same sums). Everything else changes the experiment.
+FREE_KEYS = (
+    "run_dir",
+    "optim.steps",
+    "optim.micro_batch_size",
+    "data.eval",
+    "data.eval_every",
+    "data.eval_n",
+    "data.eval_limit",
+    "rollout.gpu_memory_utilization",
+    "rollout.tensor_parallel_size",
+)
+FREE_SECTIONS = ("checkpoint.", "logging.")
+
+
+def default_run_dir(algorithm_name: str, seed: int) -> str:
+    """The run directory of a method and seed, `runs/<name>_s<seed>`: two runs that differ in either
+    never share a directory by default."""
+    return f"runs/{algorithm_name}_s{seed}"
+
+
+def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Dotted keys of a nested config; lists stay whole values."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+_ABSENT = "(absent)"
+
+
+def _diff(saved: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(dotted key, "key: old -> new") for every key whose value differs, sorted by key."""
+    old, cur = _flat(saved), _flat(new)
+    return [
+        (key, f"{key}: {old.get(key, _ABSENT)} -> {cur.get(key, _ABSENT)}")
+        for key in sorted(old.keys() | cur.keys())
+        if old.get(key, _ABSENT) != cur.get(key, _ABSENT)
+    ]
+
+
+def config_changes(saved: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Differences between two config trees, one "algorithm.m: 8 -> 4" line per changed key."""
+    return [line for _, line in _diff(saved, new)]
+
+
+def check_resume_config(saved: Mapping[str, Any], new: Mapping[str, Any], allow_change: bool) -> list[str]:
+    """Check a resumed run's config against the one it was saved with -> every change (for the log).
+
+    Changes outside FREE_KEYS/FREE_SECTIONS (the algorithm, data, model, seed, sampling, optimizer)
+    would continue the run as another experiment: ValueError listing them, unless allow_change, in
+    which case they are warned about (rank 0) and the run goes on.
+    """
+    changes = _diff(saved, new)
+    guarded = [line for key, line in changes if key not in FREE_KEYS and not key.startswith(FREE_SECTIONS)]
+    if guarded and not allow_change:
+        raise ValueError(
+            f"the config differs from the run's saved config ({'; '.join(guarded)}); undo the change, "
+            "use another run_dir, or set checkpoint.allow_config_change=true to continue anyway"
+        )
+    if guarded and _rank() == 0:
+        warnings.warn(f"resuming with a changed config: {'; '.join(guarded)}", stacklevel=2)
+    return [line for _, line in changes]
+
+
+def claim_run_dir(
+    run_dir: str | os.PathLike, config: Mapping[str, Any], resume: str | None, *, allow_config_change: bool = False
+) -> Path | None:
+    """Make run_dir this run's and pick what it continues from -> the verified checkpoint to `load`,
+    or None for a fresh start. Collective; call before anything is written to run_dir.
+
+    A fresh run (resume none) refuses a directory holding another run's metrics.jsonl, config.yaml or
+    checkpoints. A resumed run (auto or a checkpoint path) takes `resolve_resume`'s checkpoint and
+    checks the config against the one saved with it (with auto and no checkpoint yet: against
+    run_dir/config.yaml) by `check_resume_config`. Then rank 0 writes config.yaml, so the directory
+    is claimed before the first step.
+    """
+    root = Path(run_dir)
+    if resume in (None, "", "none"):
+        found = [name for name in RUN_MARKERS if (root / name).exists()]
+        if found:
+            raise ValueError(
+                f"run_dir {root} already holds a run ({', '.join(found)}); "
+                "continue it with --resume auto, or choose another run_dir"
+            )
+    path = resolve_resume(resume, root)
+    saved = saved_config(path) if path is not None else saved_config(root)
+    if saved:
+        check_resume_config(saved, config, allow_config_change)
+    _barrier()  # every rank has looked at the directory before rank 0 changes it
+    if _rank() == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = root / f".{CONFIG}.tmp"
+        tmp.write_text(yaml.safe_dump(dict(config), sort_keys=False))
+        os.replace(tmp, root / CONFIG)
+    _barrier()
+    return path

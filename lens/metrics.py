@@ -88,6 +88,58 @@ def response_length_stats(
     }
 
 
+def batch_counts(rewards: torch.Tensor) -> dict[str, float]:
+    """Prompts and rollouts of this rank's sampling (rewards [B, m]): the weights with which
+    lens.dist.reduce_metrics averages the per-prompt and per-rollout means over ranks."""
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be [B, m], got shape {tuple(rewards.shape)}")
+    return {"prompts": float(rewards.shape[0]), "rollouts": float(rewards.numel())}
+
+
+class LossMeter:
+    """The loss metrics of one optimizer step on one rank, summed over its micro-batches.
+
+        meter = LossMeter()
+        for rows in micro_batches:
+            loss, parts = algos.crpo_loss(..., num_tokens=global_tokens)
+            meter.add(loss, parts, mask, entropy)
+        row.update(meter.metrics())
+
+    `metrics()` has the form lens.dist.REDUCTIONS expects: loss/pg and loss/total as this rank's
+    share of the step's objective (crpo_loss already divides by the global count, so shares add up),
+    token means (loss/kl, loss/clipfrac_*, loss/ratio_mean, entropy) over this rank's tokens with
+    `tokens` as their weight, and loss/ratio_max.
+    """
+
+    TOKEN_MEANS = ("kl", "clipfrac_low", "clipfrac_high", "clipfrac_dual", "ratio_mean")
+
+    def __init__(self) -> None:
+        self.tokens = 0.0
+        self.shares = {"loss/pg": 0.0, "loss/total": 0.0}
+        self.token_sums = dict.fromkeys((*(f"loss/{k}" for k in self.TOKEN_MEANS), "entropy"), 0.0)
+        self.ratio_max = 0.0
+
+    def add(
+        self, loss: torch.Tensor, parts: Mapping[str, torch.Tensor], mask: torch.Tensor, entropy: torch.Tensor
+    ) -> None:
+        """One micro-batch: its loss, crpo_loss's metrics (means over its tokens), mask [R, T] and
+        per-token entropy [R, T]."""
+        n = float(mask.sum())
+        self.tokens += n
+        self.shares["loss/pg"] += float(parts["pg_loss"])
+        self.shares["loss/total"] += float(loss.detach())
+        for key in self.TOKEN_MEANS:
+            # crpo_loss reports means over the micro-batch's tokens: weight them back to sums.
+            self.token_sums[f"loss/{key}"] += float(parts[key]) * n
+        self.token_sums["entropy"] += float((entropy.detach().float() * mask).sum())
+        self.ratio_max = max(self.ratio_max, float(parts["ratio_max"]))
+
+    def metrics(self) -> dict[str, float]:
+        """This rank's loss metrics (see the class docstring); token means are 0 without tokens."""
+        means = {k: v / self.tokens if self.tokens else 0.0 for k, v in self.token_sums.items()}
+        return {**self.shares, **means, "tokens": self.tokens, "loss/ratio_max": self.ratio_max}
+
+
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
     """Mean of values [R, T] over mask [R, T] (e.g. token entropy over response tokens); 0 if empty."""
     count = int(mask.sum())

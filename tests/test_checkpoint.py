@@ -1,17 +1,25 @@
 """Tests of lens.checkpoint: exact round trips (weights, optimizer, scheduler, RNG, state), HF export,
-atomicity and `--resume auto`.
+atomicity, `--resume auto`, the verified file manifest, run directory ownership and config drift.
 
 Run: `OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_checkpoint.py -q`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
+import re
+import shutil
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import torch.distributed
+import torch.multiprocessing
+import yaml
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import WhitespaceSplit
@@ -240,3 +248,189 @@ def test_load_errors(tmp_path):
         ck.load(path, engine_or_model=bigger)
     with pytest.raises(ValueError, match="step must be >= 0"):
         ck.save(tmp_path, -1, engine_or_model=model)
+
+
+# ----------------------------------------------------------------------------------------------
+# Integrity: a manifest in meta.json, verified on resume
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_saves(tmp_path_factory):
+    """A run directory with checkpoints at steps 1 and 2 (copied by each test that damages it)."""
+    run = tmp_path_factory.mktemp("saves") / "run"
+    model = tiny_qwen2()
+    for step in (1, 2):
+        ck.save(run, step, engine_or_model=model, state={"step": step}, tokenizer=tiny_tokenizer(), keep_last=5)
+    return run
+
+
+def test_meta_lists_every_file_with_size_and_sha256(two_saves):
+    path = two_saves / ck.CHECKPOINTS / "step_00000002"
+    meta = json.loads((path / ck.META).read_text())
+    on_disk = sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() and p.name != ck.META)
+    assert sorted(meta["files"]) == on_disk and "hf/model.safetensors" in on_disk and meta["format"] == 2
+    state = meta["files"]["state.pt"]
+    assert state["size"] == (path / "state.pt").stat().st_size
+    assert state["sha256"] == hashlib.sha256((path / "state.pt").read_bytes()).hexdigest()
+    assert ck.verify(path) == []
+
+
+def _truncate(file):
+    file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
+
+
+def _flip_last_byte(file):
+    data = bytearray(file.read_bytes())
+    data[-1] ^= 0xFF
+    file.write_bytes(bytes(data))
+
+
+DAMAGE = {
+    "missing file": ("rng/rank_00000.pt", lambda f: f.unlink()),
+    "wrong size": ("hf/tokenizer.json", lambda f: f.write_text(f.read_text() + "\n")),
+    "wrong hash": ("hf/config.json", _flip_last_byte),
+    "truncated zip": ("state.pt", _truncate),
+    "truncated safetensors": ("hf/model.safetensors", _truncate),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_checkpoint_is_skipped_or_refused_naming_the_file(two_saves, tmp_path, damage):
+    run = tmp_path / "run"
+    shutil.copytree(two_saves, run)
+    name, hurt = DAMAGE[damage]
+    bad = run / ck.CHECKPOINTS / "step_00000002"
+    hurt(bad / name)
+    with pytest.warns(UserWarning, match=f"skipping damaged checkpoint .*step_00000002.*{re.escape(name)}"):
+        assert ck.resolve_resume("auto", run) == run / ck.CHECKPOINTS / "step_00000001"
+    with pytest.raises(ValueError, match=f"damaged checkpoint: .*{re.escape(name)}"):
+        ck.resolve_resume(str(bad), run)  # asked for by name: an error, no fallback
+    with pytest.raises(ValueError, match=f"damaged checkpoint: .*{re.escape(name)}"):
+        ck.load(bad, engine_or_model=tiny_qwen2())
+    with pytest.warns(UserWarning, match="skipping damaged checkpoint"):
+        assert ck.load(ck.resolve_resume("auto", run), engine_or_model=tiny_qwen2()).state == {"step": 1}
+
+
+def test_every_checkpoint_damaged_is_an_error_not_a_fresh_start(two_saves, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(two_saves, run)
+    for step in (1, 2):
+        _truncate(run / ck.CHECKPOINTS / f"step_{step:08d}" / "hf" / "model.safetensors")
+    with pytest.warns(UserWarning), pytest.raises(ValueError, match=r"every checkpoint under .* is damaged"):
+        ck.resolve_resume("auto", run)
+
+
+def test_unreadable_files_are_named_even_without_a_manifest(two_saves, tmp_path):
+    # A format-1 checkpoint (no manifest) cannot be verified: a truncated file must still be named.
+    run = tmp_path / "run"
+    shutil.copytree(two_saves, run)
+    path = run / ck.CHECKPOINTS / "step_00000002"
+    meta = json.loads((path / ck.META).read_text())
+    del meta["files"]
+    (path / ck.META).write_text(json.dumps({**meta, "format": 1}))
+    _truncate(path / "state.pt")
+    with pytest.warns(UserWarning, match="without a file manifest"), pytest.raises(ValueError) as error:
+        ck.load(path, engine_or_model=tiny_qwen2())
+    assert str(path / "state.pt") in str(error.value) and "\n" not in str(error.value)
+    _truncate(path / "hf" / "model.safetensors")
+    with pytest.warns(UserWarning), pytest.raises(ValueError, match=r"model\.safetensors: unreadable safetensors"):
+        ck.load(path, engine_or_model=tiny_qwen2())
+
+
+def test_verification_reads_the_files_once(two_saves, monkeypatch):
+    path = two_saves / ck.CHECKPOINTS / "step_00000001"
+    ck._verified.clear()
+    hashed = []
+    real = ck._sha256
+    monkeypatch.setattr(ck, "_sha256", lambda f: hashed.append(f) or real(f))
+    ck.load(ck.resolve_resume(str(path), two_saves), engine_or_model=tiny_qwen2())
+    assert len(hashed) == len(set(hashed)) == len(json.loads((path / ck.META).read_text())["files"])
+
+
+def _two_rank_worker(rank: int, tmp: str) -> None:
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=rank, world_size=2)
+    run = Path(tmp) / "run"
+    model = tiny_qwen2()
+    for step in (1, 2):
+        ck.save(run, step, engine_or_model=model, state={"step": step}, keep_last=5)
+    if rank == 1:  # damage seen by one rank's share of the hashing only
+        _flip_last_byte(run / ck.CHECKPOINTS / "step_00000002" / "rng" / "rank_00000.pt")
+    torch.distributed.barrier()
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        chosen = ck.resolve_resume("auto", run)
+    files = json.loads((run / ck.CHECKPOINTS / "step_00000002" / ck.META).read_text())["files"]
+    (Path(tmp) / f"rank{rank}.json").write_text(json.dumps({"chosen": chosen.name, "files": sorted(files)}))
+    torch.distributed.destroy_process_group()
+
+
+def test_two_ranks_hash_and_verify_together(tmp_path):
+    torch.multiprocessing.spawn(_two_rank_worker, args=(str(tmp_path),), nprocs=2, join=True)
+    got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert got[0] == got[1] and got[0]["chosen"] == "step_00000001"
+    assert {"rng/rank_00000.pt", "rng/rank_00001.pt", "state.pt", "trainer.pt"} <= set(got[0]["files"])
+
+
+# ----------------------------------------------------------------------------------------------
+# The run directory belongs to one run; config drift on resume
+# ----------------------------------------------------------------------------------------------
+
+
+def test_default_run_dir_names_method_and_seed():
+    assert ck.default_run_dir("lens", 3) == "runs/lens_s3"
+    assert ck.default_run_dir("grpo", 3) != ck.default_run_dir("lens", 3) != ck.default_run_dir("lens", 4)
+
+
+@pytest.mark.parametrize("marker", ["metrics.jsonl", "config.yaml", "checkpoints"])
+def test_a_fresh_run_refuses_a_used_run_dir(tmp_path, marker):
+    cfg = load_config(None, [], cuda_available=False).to_dict()
+    assert ck.claim_run_dir(tmp_path / "new", cfg, "none") is None  # an unused directory is claimed ...
+    assert yaml.safe_load((tmp_path / "new" / "config.yaml").read_text()) == cfg  # ... by its config
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / marker).mkdir() if marker == "checkpoints" else (used / marker).write_text("")
+    with pytest.raises(ValueError) as error:
+        ck.claim_run_dir(used, cfg, "none")
+    message = str(error.value)
+    assert "\n" not in message and str(used) in message and marker in message
+    assert "--resume auto" in message and "another run_dir" in message
+    assert ck.claim_run_dir(used, cfg, "auto") is None  # auto continues it (nothing saved yet)
+
+
+def test_resume_auto_continues_and_checks_the_config(tmp_path):
+    cfg = load_config(None, ["algorithm.m=8"], cuda_available=False)
+    assert ck.claim_run_dir(tmp_path, cfg.to_dict(), "none") is None
+    path = ck.save(tmp_path, 2, engine_or_model=tiny_qwen2(), config=cfg)
+    longer = load_config(None, ["algorithm.m=8", "optim.steps=80", "checkpoint.every=5"], cuda_available=False)
+    assert ck.claim_run_dir(tmp_path, longer.to_dict(), "auto") == path  # extending a run is fine
+    changed = load_config(None, ["algorithm.m=4", "optim.steps=80"], cuda_available=False).to_dict()
+    with pytest.raises(ValueError, match=r"algorithm\.m: 8 -> 4.*checkpoint\.allow_config_change=true") as error:
+        ck.claim_run_dir(tmp_path, changed, "auto")
+    assert "optim.steps" not in str(error.value)
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["optim"]["steps"] == 80  # refused: untouched
+    with pytest.warns(UserWarning, match=r"changed config: algorithm\.m: 8 -> 4"):
+        assert ck.claim_run_dir(tmp_path, changed, "auto", allow_config_change=True) == path
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["algorithm"]["m"] == 4
+
+
+def test_config_changes_and_the_rule():
+    saved = {"seed": 0, "algorithm": {"m": 8, "dapo": {"max_gen_batches": 10}}, "data": {"eval": ["a"]}}
+    new = {"seed": 1, "algorithm": {"m": 4, "dapo": {}}, "data": {"eval": ["a", "b"]}, "extra": None}
+    assert ck.config_changes(saved, new) == [
+        "algorithm.dapo.max_gen_batches: 10 -> (absent)",
+        "algorithm.m: 8 -> 4",
+        "data.eval: ['a'] -> ['a', 'b']",
+        "extra: (absent) -> None",
+        "seed: 0 -> 1",
+    ]
+    assert ck.config_changes(saved, saved) == []
+    base = load_config(None, [], cuda_available=False).to_dict()
+    for override in ["seed=1", "data.batch_size=32", "model.path=x", "rollout.temperature=0.7", "optim.lr=0.1"]:
+        new = load_config(None, [override], cuda_available=False).to_dict()
+        with pytest.raises(ValueError, match=re.escape(override.split("=")[0])):
+            ck.check_resume_config(base, new, allow_change=False)
+    for override in ["optim.steps=99", "checkpoint.keep_last=5", "logging.tensorboard=false", "data.eval_every=3"]:
+        new = load_config(None, [override], cuda_available=False).to_dict()
+        assert len(ck.check_resume_config(base, new, allow_change=False)) == 1, override

@@ -145,3 +145,34 @@ def test_console_helpers(capsys):
     table = mx.format_table(["stage", "seconds"], [["generate", 1.23456], ["update", 2]])
     assert table.splitlines() == ["stage     seconds", "--------  -------", "generate  1.235  ", "update    2      "]
     assert math.isfinite(len(mx.format_table(["a"], [])))
+
+
+def test_batch_counts():
+    assert mx.batch_counts(torch.zeros(3, 4)) == {"prompts": 3.0, "rollouts": 12.0}
+    with pytest.raises(ValueError, match=r"rewards must be \[B, m\]"):
+        mx.batch_counts(torch.zeros(4))
+
+
+def test_loss_meter_sums_shares_and_weights_token_means():
+    meter = mx.LossMeter()
+    parts = {k: torch.tensor(0.0) for k in mx.LossMeter.TOKEN_MEANS}
+    # micro-batch 1: 3 tokens, kl mean 0.1, ratio_max 1.5; micro-batch 2: 1 token, kl mean 0.5
+    meter.add(
+        torch.tensor(0.25),
+        {**parts, "pg_loss": torch.tensor(0.2), "kl": torch.tensor(0.1), "ratio_max": torch.tensor(1.5)},
+        torch.tensor([[True, True, True]]),
+        torch.tensor([[1.0, 2.0, 3.0]]),
+    )
+    meter.add(
+        torch.tensor(0.5),
+        {**parts, "pg_loss": torch.tensor(0.4), "kl": torch.tensor(0.5), "ratio_max": torch.tensor(1.2)},
+        torch.tensor([[True, False, False]]),
+        torch.tensor([[6.0, 100.0, 100.0]]),  # entropy at padding is ignored
+    )
+    got = meter.metrics()
+    assert got["tokens"] == 4.0 and got["loss/ratio_max"] == 1.5
+    # loss/pg and loss/total are shares of the global objective: summed, not averaged over micro-batches
+    assert got["loss/pg"] == pytest.approx(0.6) and got["loss/total"] == 0.75
+    assert got["loss/kl"] == pytest.approx((0.1 * 3 + 0.5 * 1) / 4)  # token-weighted, not (0.1 + 0.5) / 2
+    assert got["entropy"] == 3.0 and got["loss/clipfrac_low"] == 0.0
+    assert mx.LossMeter().metrics()["loss/kl"] == 0.0  # no tokens: zero means, as before

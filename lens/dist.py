@@ -1,0 +1,269 @@
+"""Data-parallel helpers: rank slices and offsets, one all-reduce, the table of metric reductions,
+and stops that every rank takes after the same step.
+
+    lo, hi = rank_slice(len(index), rank(), world())          # this rank's prompts of the global batch
+    first = rank_offset(len(local_rows))                       # global index of this rank's first row
+    total = all_reduce(float(mask.sum()), "sum")
+    row = reduce_metrics(local_row, world())                   # every key reduced as REDUCTIONS declares
+    with StopFlag() as stop:
+        for step in ...:
+            ...
+            if stop.should_stop():                             # collective, once per step on every rank
+                break
+
+Every helper is a no-op (or the identity) in one process without torch.distributed. The collectives
+run on the process group's device: the current CUDA device under NCCL, the CPU under gloo.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import os
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+
+from lens.metrics import BINS
+from lens.reward import REASONS
+
+Op = Literal["sum", "max", "min", "mean"]
+_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "mean": dist.ReduceOp.SUM}
+
+
+def rank() -> int:
+    """This process's rank (0 without torch.distributed)."""
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def world() -> int:
+    """The number of ranks (1 without torch.distributed)."""
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def _device() -> torch.device:
+    # NCCL only reduces CUDA tensors; gloo only CPU ones.
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def rank_slice(n: int, rank: int, world: int) -> tuple[int, int]:
+    """This rank's contiguous share [lo, hi) of n global items; shares differ by at most one item."""
+    if not 0 <= rank < world:
+        raise ValueError(f"rank must be in [0, {world}), got {rank}")
+    return n * rank // world, n * (rank + 1) // world
+
+
+def rank_offset(count: int) -> int:
+    """Sum of `count` over the ranks before this one: the global index of this rank's first item.
+    Collective: every rank calls it, also with count 0."""
+    if world() == 1:
+        return 0
+    mine = torch.tensor([count], dtype=torch.int64, device=_device())
+    counts = [torch.zeros_like(mine) for _ in range(world())]
+    dist.all_gather(counts, mine)
+    return int(sum(int(c) for c in counts[: rank()]))
+
+
+def all_reduce(value: float | torch.Tensor, op: Op = "sum") -> float | torch.Tensor:
+    """`value` reduced over all ranks (sum, max, min or mean): a float for a float, a new tensor for a
+    tensor (on the tensor's device). Collective; the identity in one process."""
+    if op not in _OPS:
+        raise ValueError(f"op must be one of {sorted(_OPS)}, got {op!r}")
+    if world() == 1:
+        return value
+    is_tensor = isinstance(value, torch.Tensor)
+    # float64 on the wire: token counts beyond 2^24 stay exact, and sums of shares lose nothing.
+    t = value.detach().clone() if is_tensor else torch.tensor(value, dtype=torch.float64, device=_device())
+    dist.all_reduce(t, op=_OPS[op])
+    if op == "mean":
+        t = t / world()
+    return t if is_tensor else float(t)
+
+
+# ----------------------------------------------------------------------------------------------
+# The table of metric reductions
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """How one metric combines over ranks. A mean names `weight`, the key of the local count it is a
+    mean over (reduced as the global weighted mean: sum of value * weight / sum of weight); a mean
+    without weight counts every rank once."""
+
+    op: Op
+    weight: str | None = None
+
+
+SUM, MAX, MIN = Reduction("sum"), Reduction("max"), Reduction("min")
+PER_TOKEN = Reduction("mean", "tokens")
+PER_PROMPT = Reduction("mean", "prompts")
+PER_ROLLOUT = Reduction("mean", "rollouts")
+
+# Every metric that goes through `reduce_metrics`, declared once. Keys with `*` are fnmatch patterns;
+# an exact key wins over a pattern. A key found nowhere is an error: a new metric must say how it
+# combines, because the wrong default (an average of averages) looks plausible and is silently wrong.
+REDUCTIONS: dict[str, Reduction] = {
+    # Local counts: the weights of the means below.
+    "tokens": SUM,  # response tokens of this rank's update
+    "prompts": SUM,  # groups of this rank's first sampling
+    "rollouts": SUM,  # rows of this rank's first sampling
+    # crpo_loss divides by the GLOBAL token (or sequence) count, so each rank's loss is its share of
+    # the step's objective: the sum over ranks is the objective. Averaging would divide it by world.
+    "loss/pg": SUM,
+    "loss/total": SUM,
+    **{f"loss/{k}": PER_TOKEN for k in ("kl", "clipfrac_low", "clipfrac_high", "clipfrac_dual", "ratio_mean")},
+    "entropy": PER_TOKEN,
+    "loss/ratio_max": MAX,
+    # The same number on every rank: DeepSpeed all-reduces gradients before taking their norm, and
+    # every rank steps one LR schedule. MAX returns it unchanged (a mean could round it).
+    "grad_norm": MAX,
+    "lr": MAX,
+    "reward/mean": PER_ROLLOUT,
+    **{f"reward/{reason}": SUM for reason in REASONS},  # verdict counts
+    **{f"bins/{name}": PER_PROMPT for name in BINS},
+    "zero_variance_share": PER_PROMPT,
+    "response/len_mean": PER_ROLLOUT,
+    "response/clip_ratio": PER_ROLLOUT,
+    "response/len_max": MAX,
+    "dapo/zero_variance": SUM,
+    # GRESO decides on the global batch, identically on every rank: a sum would count it world times.
+    "greso/skipped": MAX,
+    **{
+        f"lens/{k}": SUM
+        for k in (
+            "below_tau",
+            "skipped_no_signal",
+            "skipped_short",
+            "tokens_deleted",
+            "purified",
+            "guard_passes",
+            "rollouts_replaced",
+            "purified_joined",
+        )
+    },
+    "lens/purified_accuracy": Reduction("mean", "lens/purified"),  # success rate of the re-sampled groups
+    "lens/group_size_mean": PER_PROMPT,
+    "time/*": MAX,  # stage times: the step waits for the slowest rank
+}
+
+
+def reduction_of(key: str) -> Reduction:
+    """The declared reduction of a metric key; KeyError for a key REDUCTIONS does not declare."""
+    if key in REDUCTIONS:
+        return REDUCTIONS[key]
+    matches = [r for pattern, r in REDUCTIONS.items() if "*" in pattern and fnmatch.fnmatchcase(key, pattern)]
+    if not matches:
+        raise KeyError(f"metric {key!r} has no reduction over ranks: declare it in lens.dist.REDUCTIONS")
+    assert len(matches) == 1, f"metric {key!r} matches several patterns of REDUCTIONS"
+    return matches[0]
+
+
+def reduce_metrics(local: Mapping[str, float], world: int) -> dict[str, float]:
+    """This rank's step metrics -> the step's metrics over all ranks, each key reduced as REDUCTIONS
+    declares. Keys may be missing on some ranks (a stage that did not run there). Collective when
+    world > 1 (two all-reduces and one small all-gather of key names); checks the keys in any case."""
+    for key in local:
+        weight = reduction_of(key).weight
+        if weight is not None and weight not in local:
+            raise KeyError(f"metric {key!r} is a mean over {weight!r}, which is missing from the metrics")
+    if world == 1:
+        return dict(local)
+    names: list[Any] = [None] * world
+    dist.all_gather_object(names, sorted(local))
+    keys = sorted({k for part in names for k in part})
+    sums: list[float] = []
+    maxes: list[float] = []  # MIN travels as MAX of the negation: one collective for both
+    for key in keys:
+        r, present = reduction_of(key), key in local
+        value = float(local[key]) if present else 0.0
+        if r.op == "sum":
+            sums.append(value)
+        elif r.op == "mean":
+            weight = (float(local[r.weight]) if r.weight else 1.0) if present else 0.0
+            sums += [value * weight, weight]
+        else:
+            sign = 1.0 if r.op == "max" else -1.0
+            maxes.append(sign * value if present else -math.inf)
+    sum_t = all_reduce(torch.tensor(sums, dtype=torch.float64, device=_device()), "sum").tolist()
+    max_t = all_reduce(torch.tensor(maxes, dtype=torch.float64, device=_device()), "max").tolist()
+    out: dict[str, float] = {}
+    for key in keys:
+        r = reduction_of(key)
+        if r.op == "sum":
+            out[key] = sum_t.pop(0)
+        elif r.op == "mean":
+            total, weight = sum_t.pop(0), sum_t.pop(0)
+            out[key] = total / weight if weight else 0.0  # no items anywhere: 0, as the local means do
+        else:
+            out[key] = max_t.pop(0) * (1.0 if r.op == "max" else -1.0)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Stops
+# ----------------------------------------------------------------------------------------------
+
+
+class StopFlag:
+    """SIGINT/SIGTERM ask for a stop after the current step; `should_stop` makes every rank agree.
+
+        with StopFlag() as stop:            # installs the handlers; restores the previous ones on exit
+            for step in range(start, steps):
+                ...                         # one whole step
+                stopping = stop.should_stop()   # collective: all ranks, once per step, same place
+                if stopping or step_is_a_save_step:
+                    save(...)
+                if stopping:
+                    break
+
+    The handler only sets a local flag; `should_stop` all-reduces it with MAX, so a signal that
+    reached one rank (a scheduler, the OOM killer's neighbour, `kill` by hand) stops all ranks after
+    the same step and none waits forever in the next collective. A second signal of the same kind
+    while a stop is pending runs the previous handler (Ctrl-C twice: KeyboardInterrupt at once).
+
+    Time limit: torchrun forwards SIGTERM/SIGINT to every worker and SIGKILLs them
+    TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds later (default 30), so the rest of the step plus the
+    checkpoint must fit in it; raise it for long steps: `TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600 torchrun ...`
+    (a batch scheduler's own grace period, e.g. SLURM's KillWait, still bounds it). Signal handlers
+    can only be installed from the main thread.
+    """
+
+    def __init__(self, signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)) -> None:
+        self.signals = signals
+        self.requested: signal.Signals | None = None  # the first signal received, if any
+        self._previous: dict[signal.Signals, Any] = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        sig = signal.Signals(signum)
+        if self.requested != sig:
+            self.requested = self.requested or sig
+            return
+        previous = self._previous[sig]
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:  # e.g. SIGTERM's default: terminate now
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    def __enter__(self) -> StopFlag:
+        for sig in self.signals:
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, previous in self._previous.items():
+            # None: a handler set from C that Python cannot reinstall; the default is the safe choice.
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+    def should_stop(self) -> bool:
+        """Whether any rank received a stop signal (collective: call on every rank once per step)."""
+        return bool(all_reduce(float(self.requested is not None), "max"))

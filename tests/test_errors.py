@@ -1,0 +1,78 @@
+"""Tests of lens.errors: one-line user errors (exit 2, rank 0 only, tracebacks with LENS_DEBUG=1) and
+UTF-8 errors that name the file, line and column.
+
+Run: `.venv/bin/python -m pytest tests/test_errors.py -q`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lens.errors import cli_errors, read_text_lines
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@cli_errors
+def command(error: BaseException | None) -> str:
+    if error is not None:
+        raise error
+    return "ok"
+
+
+def test_a_user_error_is_one_line_and_exit_2(capsys, monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("LENS_DEBUG", raising=False)
+    assert command(None) == "ok"
+    for error in (
+        ValueError("data.batch_size=3: must be\n  divisible by 2"),
+        TypeError("x"),
+        FileNotFoundError(2, "gone"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            command(error)
+        assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "lens: error: data.batch_size=3: must be divisible by 2",
+        "lens: error: x",
+        "lens: error: [Errno 2] gone",
+    ]
+
+
+def test_only_rank_0_prints_and_debug_shows_the_traceback(capsys, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(SystemExit):
+        command(ValueError("bad"))
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("LENS_DEBUG", "1")
+    with pytest.raises(ValueError, match="bad"):
+        command(ValueError("bad"))
+    monkeypatch.delenv("LENS_DEBUG")
+    with pytest.raises(RuntimeError):  # a bug, not a user mistake: never hidden
+        command(RuntimeError("internal"))
+
+
+def test_no_traceback_reaches_the_terminal():
+    code = "from lens.errors import cli_errors\n@cli_errors\ndef main():\n    raise ValueError('bad flag')\nmain()"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env={"RANK": "0"})
+    assert (done.returncode, done.stderr) == (2, "lens: error: bad flag\n")
+
+
+def test_read_text_lines_names_file_line_and_column(tmp_path):
+    good = tmp_path / "good.jsonl"
+    good.write_bytes('{"a": "café"}\r\n\n{"b": 2}'.encode())
+    assert list(read_text_lines(good)) == ['{"a": "café"}', "", '{"b": 2}']
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"a": 1}\n{"a": 2}\n{"q": "caf\xc3\xa9 \xff"}\n')
+    with pytest.raises(ValueError, match=r"^.*bad\.jsonl:3: not UTF-8 \(byte 0xff at column 13\)$"):
+        list(read_text_lines(bad))
+    packed = tmp_path / "bad.jsonl.gz"
+    packed.write_bytes(gzip.compress(b"ok\n\x80\n"))
+    with pytest.raises(ValueError, match=r"bad\.jsonl\.gz:2: not UTF-8 \(byte 0x80 at column 1\)"):
+        list(read_text_lines(packed))
