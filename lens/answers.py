@@ -10,8 +10,8 @@ Extraction (`extract_final`):
 2. Else the text after the last answer marker ("answer is", "Answer:", "final answer:"): its math span if
    it starts with one (possibly on the next line: `The answer is:\\n\\[...\\]`), else the rest of the line.
 3. Else, only when the caller asks (`fallback_last_number`, for benchmarks that expect it): the last math
-   span (its right-hand side after the last `=`) or the last plain number outside math, whichever ends
-   later, so `$\\sqrt{130}$` gives `\\sqrt{130}` and not 130.
+   span or the last plain number outside math, whichever ends later, so `$\\sqrt{130}$` gives `\\sqrt{130}`
+   and not 130.
 
 Normalization (`normalize_math`) removes only what cannot change the answer (spacing, `\\left`, `\\dfrac`,
 degrees, `\\$`, `\\%`, a trailing unit, a `x =` prefix) and rewrites scientific notation `1.87e6` as
@@ -20,6 +20,7 @@ degrees, `\\$`, `\\%`, a trailing unit, a `x =` prefix) and rewrites scientific 
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 from fractions import Fraction
@@ -147,6 +148,7 @@ def math_spans(text: str) -> list[tuple[int, int, str]]:
 _ANSWER_MARKER_RE = re.compile(r"(?i:answer)\s*(?:is\b|:)[\s:]*|(?i:answer)\s*\*\*\s*:?[\s:]*")
 _NUMBER_RE = re.compile(r"(?<![\w.])-?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])|(?<![\w.])-?\d+(?:\.\d+)?(?:/\d+)?")
 _LEADING_NOISE = " \t*:"
+_LIST_GLUE_RE = re.compile(r"\s*(?:,|;|and|,\s*and)\s*")
 
 
 def _after_answer_marker(text: str) -> str | None:
@@ -162,15 +164,23 @@ def _after_answer_marker(text: str) -> str | None:
     if not line.strip(_LEADING_NOISE + "."):
         rest = after.lstrip(" \t\n*")  # `The answer is:` then the answer on the next line
         line = rest.split("\n", 1)[0]
-    spans = math_spans(rest)
-    # Math that starts on the answer line is the answer; otherwise the line up to its first sentence end.
-    answer = spans[0][2] if spans and spans[0][0] < len(line) else re.split(r"\.\s", line, maxsplit=1)[0]
+    spans = [span for span in math_spans(rest) if span[0] < len(line)]
+    if not spans:
+        answer = re.split(r"\.\s", line, maxsplit=1)[0]
+    else:
+        # Math on the answer line is the answer; several spans joined by commas or "and" are one list answer.
+        answer = spans[0][2]
+        for (_, end, _), (start, _, content) in itertools.pairwise(spans):
+            if not _LIST_GLUE_RE.fullmatch(rest[end:start]):
+                break
+            answer += ", " + content
     answer = answer.replace("**", "").strip().rstrip(".").strip()
     return answer or None
 
 
 def _last_math_or_number(text: str) -> str | None:
-    """The last math span (right of its last `=`) or plain number outside math, whichever ends later."""
+    """The last math span or plain number outside math, whichever ends later (the verifier reads the right
+    side of an equation when the gold is not one)."""
     spans = math_spans(text)
     span = spans[-1] if spans else None
     number = None
@@ -178,10 +188,9 @@ def _last_math_or_number(text: str) -> str | None:
         number = m
     if number is not None:
         return number.group().replace(",", "")
-    if span is None:
+    if span is None or not span[2]:
         return None
-    rhs = span[2].rsplit("=", 1)[-1].strip()
-    return rhs or None
+    return span[2]
 
 
 def extract_final(text: str, *, fallback_last_number: bool = False) -> str | None:
@@ -309,7 +318,8 @@ def normalize_math(answer: str, *, strip_var: bool = True) -> str:
     if s.startswith(("\\[", "\\(")) and s.endswith(("\\]", "\\)")):
         s = s[2:-2]
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\displaystyle", "")
-    s = s.replace("−", "-").replace("\\$", "").replace("\\%", "").replace("%", "")
+    # `\$` is currency; a bare `$` left inside is a math delimiter (`$a$,$b$` golds): both are formatting.
+    s = s.replace("−", "-").replace("\\$", "").replace("$", "").replace("\\%", "").replace("%", "")
     s = _LEFT_RIGHT_RE.sub("", s)
     s = _DEGREE_RE.sub("", s)
     s = _SPACING_RE.sub(" ", s).strip()

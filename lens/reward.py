@@ -275,6 +275,8 @@ def _stage_math(completion: Any, gold: str, max_chars: int, fallback_last_number
     if len(pred) > MAX_ANSWER_CHARS:
         return (0.0, "too_long")
     strip_var = "=" not in gold  # `x = 5` answers the gold `5`; an equation gold keeps its left side
+    if strip_var and "=" in pred:
+        pred = pred.rsplit("=", 1)[1]  # `a + b = 2 + 3 = 5`: the value is what comes last
     norm_pred, norm_gold = normalize_math(pred, strip_var=strip_var), normalize_math(gold, strip_var=strip_var)
     if not norm_pred:
         return (0.0, "no_answer")
