@@ -292,6 +292,7 @@ _TRAILING_UNIT_RE = re.compile(
     rf"|(?:{_UNIT_WORDS})|\s(?:[mgsh]|in|mi|l))(?:\^\{{?[23]\}}?)?"
 )
 _VAR_EQ_RE = re.compile(r"^[a-zA-Z](?:_\{?[a-zA-Z0-9]+\}?)?(?:\([a-z]\))?\s*=\s*(?!=)")
+_BARE_SCRIPT_RE = re.compile(r"([_^]|\\sqrt)([A-Za-z0-9])")
 _THOUSANDS_RE = re.compile(r"-?\d{1,3}(?:(?:,|\{,\})\d{3})+(?:\.\d+)?")
 
 
@@ -331,6 +332,7 @@ def normalize_math(answer: str, *, strip_var: bool = True) -> str:
         s = _VAR_EQ_RE.sub("", s)
     s = s.replace(" ", "").rstrip(".")
     s = _expand_short_fracs(s)
+    s = _BARE_SCRIPT_RE.sub(r"\1{\2}", s)  # `m_p c^2 \sqrt3` -> `m_{p} c^{2} \sqrt{3}`: one spelling per group
     if _THOUSANDS_RE.fullmatch(s):
         s = s.replace("{,}", "").replace(",", "")
     sci = _SCI_RE.fullmatch(s) or _TIMES_TEN_RE.fullmatch(s)
