@@ -292,6 +292,7 @@ _TRAILING_UNIT_RE = re.compile(
     rf"|(?:{_UNIT_WORDS})|\s(?:[mgsh]|in|mi|l))(?:\^\{{?[23]\}}?)?"
 )
 _VAR_EQ_RE = re.compile(r"^[a-zA-Z](?:_\{?[a-zA-Z0-9]+\}?)?(?:\([a-z]\))?\s*=\s*(?!=)")
+_INNER_SPACE_RE = re.compile(r"(?<![A-Za-z]) | (?![A-Za-z])")
 _BARE_SCRIPT_RE = re.compile(r"([_^]|\\sqrt)([A-Za-z0-9])")
 _THOUSANDS_RE = re.compile(r"-?\d{1,3}(?:(?:,|\{,\})\d{3})+(?:\.\d+)?")
 
@@ -330,14 +331,16 @@ def normalize_math(answer: str, *, strip_var: bool = True) -> str:
     s = _TEXT_WRAP_RE.sub(r"\1", s)
     if strip_var:
         s = _VAR_EQ_RE.sub("", s)
-    s = s.replace(" ", "").rstrip(".")
+    # Spaces go, except between letters: `\sin x` must not become the unknown command `\sinx`.
+    s = _INNER_SPACE_RE.sub("", s).rstrip(".")
     s = _expand_short_fracs(s)
-    s = _BARE_SCRIPT_RE.sub(r"\1{\2}", s)  # `m_p c^2 \sqrt3` -> `m_{p} c^{2} \sqrt{3}`: one spelling per group
     if _THOUSANDS_RE.fullmatch(s):
         s = s.replace("{,}", "").replace(",", "")
+    # Before the script rule below: a whole answer `4.46\cdot10^19` means 10^{19}, as its writer meant.
     sci = _SCI_RE.fullmatch(s) or _TIMES_TEN_RE.fullmatch(s)
     if sci is not None:
         s = f"{sci.group(1)}\\times10^{{{int(sci.group(2))}}}"
+    s = _BARE_SCRIPT_RE.sub(r"\1{\2}", s)  # `m_p c^2 \sqrt3` -> `m_{p} c^{2} \sqrt{3}`: one spelling per group
     return _strip_outer_braces(s)
 
 
