@@ -6,10 +6,16 @@ gold answers of /work/shared/data/math500/test.jsonl (read through lens.data, ne
   rewritten (integers as `\\frac{2n}{2}`, `\\frac{a}{b}` as `a/b`, `\\dfrac`), 40% wrong (another integer
   for integer golds, another problem's answer otherwise), 10% answered with "The answer is ..." only;
 - `all_wrong`: the same batch with every rollout wrong: the most work for math-verify;
+- `pool_bound`: every rollout wrong as `gold + k`, k random (never a plain number, never equal as a string,
+  all distinct): no fast path applies, every item crosses the worker pool (the pool's own throughput);
 - `adversarial`: the typical batch plus hanging items (`7^{123456789}`, `(10^{100})!`): the latency of a
   whole batch is what the trainer waits for.
 
-Run: `OMP_NUM_THREADS=1 .venv/bin/python -m pytest bench/bench_reward.py -q` (about a minute). Rows go to
+Each mix is timed for lens (`Verifier("math")`, 2 workers, no verdict cache) and, side by side, for math-verify
+called directly the way graders call it (`verify(parse(gold), parse(completion))`, one process, its own
+timeouts).
+
+Run: `OMP_NUM_THREADS=1 .venv/bin/python -m pytest bench/bench_reward.py -q -s` (about two minutes). Rows go to
 bench/results/results.jsonl through bench/harness.py; `completions_per_s` is in each row.
 """
 
@@ -65,6 +71,8 @@ def _completion(rng: random.Random, gold: str, golds: list[str], mode: str) -> s
         return body + f"Therefore the answer is $\\boxed{{{_wrong(rng, gold, golds)}}}$."
     if mode == "other_form":
         return body + f"Therefore the answer is $\\boxed{{{_other_form(gold)}}}$."
+    if mode == "wrong_expr":
+        return body + f"Therefore the answer is $\\boxed{{{gold}+{rng.randint(1, 10**6)}}}$."
     if mode == "answer_is":
         return body + f"The answer is ${gold}$."
     return body + f"Therefore the answer is $\\boxed{{{gold}}}$."
@@ -89,22 +97,34 @@ def verifier() -> Verifier:
         yield v
 
 
-@pytest.mark.parametrize("mix_name", ["typical", "all_wrong"])
-def test_math_throughput(benchmark, verifier: Verifier, mix_name: str) -> None:
-    mix = TYPICAL if mix_name == "typical" else {"wrong": 1.0}
+MIXES = {"typical": TYPICAL, "all_wrong": {"wrong": 1.0}, "pool_bound": {"wrong_expr": 1.0}}
+
+
+def _math_verify_direct(completions: list[str], golds: list[str]) -> None:
+    from math_verify import parse, verify
+
+    for completion, gold in zip(completions, golds, strict=True):
+        verify(parse(gold), parse(completion))
+
+
+@pytest.mark.parametrize("provider", ["lens", "math_verify"])
+@pytest.mark.parametrize("mix_name", list(MIXES))
+def test_math_throughput(benchmark, verifier: Verifier, mix_name: str, provider: str) -> None:
     # Fresh batches for every call (5 rounds, warm-up, peak-memory call): gold-parse caches stay cold-ish.
-    batches = iter([_batch(mix, BATCH, seed) for seed in range(10)])
+    batches = iter([_batch(MIXES[mix_name], BATCH, seed) for seed in range(10)])
 
     def score() -> None:
         completions, golds = next(batches)
-        verifier.score(completions, golds)
+        if provider == "lens":
+            verifier.score(completions, golds)
+        else:
+            _math_verify_direct(completions, golds)
 
-    row = harness.run_case(
-        benchmark, "reward_math", f"pool{NUM_WORKERS}_{mix_name}", {"R": BATCH}, score, device="cpu", rounds=5
-    )
+    name = f"pool{NUM_WORKERS}_{mix_name}" if provider == "lens" else f"math_verify_direct_{mix_name}"
+    row = harness.run_case(benchmark, "reward_math", name, {"R": BATCH}, score, device="cpu", rounds=5)
     per_s = BATCH / row["median"]
     benchmark.extra_info["completions_per_s"] = per_s
-    print(f"\nreward math {mix_name}: {per_s:.0f} completions/s on {NUM_WORKERS} workers")
+    print(f"\nreward math {mix_name} {provider}: {per_s:.0f} completions/s")
 
 
 def test_adversarial_batch_latency(benchmark) -> None:

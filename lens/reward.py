@@ -1,44 +1,61 @@
-"""Verifiers: untrusted completions + gold answers -> rewards, fast, safely, and never raising.
+"""Verifiers: untrusted completions + gold answers -> rewards, fast, safely, deterministically, never raising.
 
 Kinds (`Verifier(kind=...)`, and one plain function each, usable without a pool):
-- `math` (`verify_math`): the final answer is the content of the last `\\boxed{...}` (balanced braces; `\\fbox`
-  too), else the text after the last "answer is" / "Answer:", else the last number. A normalized string
-  equality (dfrac -> frac, no spaces, no `\\left`/`\\right`, no `\\text{}` wrappers, ...) accepts at once,
-  exact arithmetic settles plain numbers (equal values; two unequal integers), otherwise math-verify's
-  `parse`/`verify` compare the prediction with the gold answer.
-- `choice` (`verify_choice`): the chosen letter A-J from `\\boxed{C}`, "answer is (C)", "Answer: C", or a
-  completion that is only the letter.
-- `text` (`verify_text`): free-form answers (BBEH): the final answer extracted as for `math` (no
-  last-number fallback), compared case-insensitively after stripping LaTeX wrappers, markdown and
-  punctuation noise; "(B)" equals "B". Stricter than BBEH's official fuzzy match.
-- `vartrack` (`verify_vartrack`): the built-in CPU task: reward 1 when the first non-space character after
-  the FIRST `#` is the gold digit.
+- `math` (`verify_math`): the final answer (`lens.answers.extract_final`: the last closed `\\boxed{}`, else
+  the text after the last "answer is"/"Answer:", else, only with `fallback_last_number`, the last number or
+  math span). Fast path first: normalized string equality (`lens.answers.normalize_math`), then exact
+  arithmetic on plain numbers (scientific notation included). Otherwise math-verify's `parse`/`verify` in a
+  worker process; when math-verify visibly mis-parses either side (a result with `zoo` or `nan`, nothing
+  parsed, or fewer free symbols than the text names) its verdict is not trusted and a structural comparison
+  decides instead (equal normalized strings, or the same top-level sum in another order).
+- `choice` (`verify_choice`): the chosen letter A-J (`lens.answers.extract_choice`); a hedge ("H or D") is
+  no answer.
+- `text` (`verify_text`): free-form answers (BBEH): extracted as for `math` (no last-number fallback),
+  compared case-insensitively after stripping LaTeX/markdown wrappers; equal numbers are equal (`853.0`,
+  `853`, `1,194`), as BBEH's own scorer accepts them.
+- `vartrack` (`verify_vartrack`): the built-in CPU task, and the one rule `lens.tasks.vartrack.reward` uses:
+  the first whitespace-separated token after the FIRST `#` must equal the gold digit.
 - `exact` (`verify_exact`): stripped string equality.
 
-Every verdict is `(reward, reason)` with reward 1.0 (correct) or 0.0 and a reason from `REASONS`.
+Every verdict is `(reward, reason)` with a reason from `REASONS`; reward 1.0 only for `correct`.
 
-Safety decisions (model output is untrusted):
-- Nothing is executed: predictions go only through regexes and math-verify's LaTeX parser (ANTLR grammar ->
-  sympy objects). math-verify's `ExprExtractionConfig` path calls sympy's `parse_expr`, which `eval`s
-  text, so it is never used; answers containing `__` are rejected before parsing (defense in depth).
-- A completion longer than `max_chars` is not scored: reward 0, reason `too_long` (a model that writes
-  more than that is degenerate, and scoring only its tail would reward text it never finished
-  coherently). An extracted answer longer than `MAX_ANSWER_CHARS` is `too_long` too.
-- Invalid UTF-8 (lone surrogates from `errors="surrogateescape"` decoding) and bytes are repaired with
-  U+FFFD / "?" replacements; any other non-string is a `parse_error`.
-- math-verify hangs for seconds on inputs such as `7^{123456789}` or `(10^{100})!`, its own timeouts
-  use SIGALRM (main thread only, whole seconds) and some calls hang in C code where no signal reaches.
-  So `Verifier("math")` runs math-verify in worker PROCESSES with a hard per-item deadline enforced by
-  the parent: a worker past its deadline is SIGKILLed and respawned, the item scores `timeout`. A batch
-  with k hanging items returns within about ceil(k / num_workers) * timeout_s. Workers may grow by at most
-  `max_memory_mb` of address space, so a huge integer is a MemoryError (`parse_error`), not an OOM.
-  Like every multiprocessing child, a worker re-imports the parent's main module: guard scripts with
-  `if __name__ == "__main__":`.
-- The cheap stages (length check, extraction, normalized equality, exact arithmetic on plain numbers) and
-  the cheap kinds (choice, text, vartrack, exact) run inline in the caller: they are linear-time regexes
-  over at most `max_chars` characters, cannot hang, and a pool round trip would cost more than they do.
-- Verdicts of math-verify on (prediction, gold) pairs are pure, so `Verifier` keeps an LRU cache of them
-  (`cache_size`); timeouts and crashes, which depend on load, are never cached.
+Truncation policy (algorithm.md, "Rewards"):
+- An unclosed last `\\boxed{` is no answer (never an earlier box or a number before it).
+- A completion that ended by length (`finish_reason == "length"` passed to `Verifier.score`) is not scored:
+  it gets `truncated_reward` (default 0.0, as DAPO treats over-long outputs) and reason `truncated`.
+- The last-number fallback is off by default (training); evaluation turns it on per benchmark with
+  `fallback_last_number=True`.
+
+Gold answers: `validate_gold(kind, answer)` says why a gold is unusable (None when fine) so the data loader
+rejects it at load time with file:line; `normalize_gold` strips an enclosing `\\boxed{}` (verifiers apply it
+themselves too, so a boxed gold never scores every rollout 0).
+
+Deadlines are CPU time, not wall time, so verdicts do not depend on machine load:
+- Each math-verify call in a worker gets `timeout_s` seconds of the worker's own CPU time (ITIMER_VIRTUAL:
+  a Python exception, the worker lives on). If the call is stuck in C code, where no Python handler runs,
+  ITIMER_PROF kills the worker `_HARD_GRACE_S` CPU seconds later (the kernel's default action for SIGPROF).
+  Either way the verdict is `timeout`, counted in `RewardBatch.reasons`. Waiting for a core, being paused,
+  or a loaded machine costs wall time but no CPU time, so the same batch gets the same verdicts.
+- A wall-clock safety net (`_wall_timeout`: 10x the budget plus 30 s) kills a worker that neither finishes
+  nor uses CPU (e.g. stopped); it never fires in normal operation.
+- math-verify's own SIGALRM timeouts (whole seconds, main thread only, `timeout_s // 2` inside the old pool)
+  are not used.
+
+Safety (model output is untrusted):
+- Nothing is executed: predictions go only through regexes and math-verify's LaTeX parser (ANTLR -> sympy).
+  math-verify's `ExprExtractionConfig` path calls sympy's `parse_expr`, which `eval`s text, so it is never
+  used; answers containing `__` are rejected before parsing (defense in depth).
+- A completion longer than `max_chars` is `too_long` (reward 0); so is an extracted answer longer than
+  `MAX_ANSWER_CHARS`. Invalid UTF-8 is repaired; any other non-string is a `parse_error`.
+- Workers run in a `pebble.ProcessPool` (forkserver context: forks come from a small clean server, never from
+  the trainer with its threads and CUDA state); a worker that dies mid-item is replaced, the item retried
+  once, then `worker_crash`. Workers may grow by at most `max_memory_mb` of address space, so a huge integer
+  is a MemoryError (`parse_error`), not an OOM. Like every multiprocessing child, a worker re-imports the
+  parent's main module: guard scripts with `if __name__ == "__main__":`.
+- The cheap stages and the cheap kinds run inline in the caller: linear-time regexes over at most
+  `max_chars` characters that cannot hang, cheaper than a pool round trip.
+- math-verify verdicts on (prediction, gold) pairs are pure, so `Verifier` keeps an LRU cache of them
+  (`cache_size`); timeouts and crashes are never cached.
 
 Run the tests with `.venv/bin/python -m pytest tests/test_reward.py -q`, the benchmark with
 `.venv/bin/python -m pytest bench/bench_reward.py -q`.
@@ -49,19 +66,32 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import multiprocessing
-import multiprocessing.connection
 import re
 import signal
-import threading
-import time
 import weakref
-from collections import Counter, OrderedDict, deque
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from lens.answers import (
+    MAX_ANSWER_CHARS,
+    _after_answer_marker,  # noqa: F401 (lens.eval reads the text verifier's fallback through this module)
+    additive_terms,
+    as_number,
+    extract_boxed,
+    extract_choice,
+    extract_final,
+    normalize_math,
+    normalize_text,
+    strip_enclosing_box,
+)
+
 if TYPE_CHECKING:
+    import multiprocessing.context
+
+    import pebble
     import torch
 
 __all__ = [
@@ -75,6 +105,7 @@ __all__ = [
     "extract_boxed",
     "extract_choice",
     "extract_math_answer",
+    "normalize_gold",
     "validate_gold",
     "verify_choice",
     "verify_exact",
@@ -84,17 +115,22 @@ __all__ = [
 ]
 
 KINDS = ("math", "choice", "text", "vartrack", "exact")
-REASONS = ("correct", "wrong", "no_answer", "timeout", "too_long", "parse_error", "worker_crash")
+REASONS = ("correct", "wrong", "no_answer", "truncated", "timeout", "too_long", "parse_error", "worker_crash")
 DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_MAX_CHARS = 65_536
-MAX_ANSWER_CHARS = 1_000
 DEFAULT_MAX_MEMORY_MB = 4_096
 DEFAULT_CACHE_SIZE = 65_536
+# CPU seconds past the budget before the kernel kills a worker stuck in C code (the Python-level timer
+# fires first whenever the interpreter gets control back).
+_HARD_GRACE_S = 0.5
 _STARTUP_TIMEOUT_S = 60.0
-_MAX_SPAWN_FAILURES = 3
+
+# math-verify warns on each call that its own (SIGALRM) timeouts are off: ours are CPU-time deadlines.
+logging.getLogger("math_verify").setLevel(logging.CRITICAL)
 
 Verdict = tuple[float, str]
 _CORRECT: Verdict = (1.0, "correct")
+_WRONG: Verdict = (0.0, "wrong")
 _CACHEABLE = frozenset({"correct", "wrong", "parse_error"})
 
 
@@ -102,8 +138,9 @@ _CACHEABLE = frozenset({"correct", "wrong", "parse_error"})
 class RewardBatch:
     """Rewards of one scored batch of R completions.
 
-    rewards: [R] float32, 1.0 correct / 0.0 otherwise. reasons: count per reason (every key of
-    `REASONS`, zeros included, so metrics keep stable keys). item_reasons: [R] the reason of each item.
+    rewards: [R] float32, 1.0 correct, `truncated_reward` for truncated rows, else 0.0. reasons: count per
+    reason (every key of `REASONS`, zeros included, so metrics keep stable keys). item_reasons: [R] the
+    reason of each item.
     """
 
     rewards: torch.Tensor
@@ -112,23 +149,77 @@ class RewardBatch:
 
 
 # ----------------------------------------------------------------------------------------------------
-# Text hygiene and extraction (linear-time regexes only: these run inline on untrusted text)
+# Gold answers
 # ----------------------------------------------------------------------------------------------------
 
-_BRACE_RE = re.compile(r"(?<!\\)[{}]")
-_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_ANSWER_IS_RE = re.compile(r"(?i:answer)\s*(?:is\b|:)[\s:]*")
-_NUMBER_RE = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?(?:/\d+)?")
-_DOLLAR_MATH_RE = re.compile(r"\$\$?([^$]{1,1000})\$")
-_TEXT_WRAP_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox|textit)\s*\{([^{}]*)\}")
-_LEFT_RIGHT_RE = re.compile(r"\\(?:left|right)(?![a-zA-Z])")
-_SPACING_RE = re.compile(r"\\[,;:! ]|\\quad|\\qquad|\s+")
-_DEGREE_RE = re.compile(r"\^\s*\{?\\circ\}?")
-_PLAIN_NUMBER_RE = re.compile(r"-?(?:\d+(?:\.\d+)?|\.\d+)")
-_FRACTION_RE = re.compile(r"(-?)\\frac\{(-?\d+)\}\{(\d+)\}|(-?\d+)/(\d+)")
-_CHOICE_ANSWER_RE = re.compile(r"(?i:answer)\s*(?:is\b|:)[\s:*]*\(?([A-J])\)?(?![A-Za-z])")
-_CHOICE_ALONE_RE = re.compile(r"[\s*]*\(?([A-J])\)?[\s.*]*")
-_CHOICE_BOXED_RE = re.compile(r"\(?([A-Ja-j])\)?\.?")
+_NOT_FINITE = frozenset({"nan", "inf", "-inf", "+inf", "\\infty?", "none", "null", "undefined", "n/a", "na"})
+_CHOICE_GOLD_RE = re.compile(r"\(?\s*([A-Ja-j])\s*\)?\.?")
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"verifier kind={kind!r}: expected one of {KINDS}")
+
+
+def normalize_gold(kind: str, answer: str) -> str:
+    """The gold answer as the verifier of `kind` compares it: stripped, an enclosing `\\boxed{}` removed,
+    a choice letter in upper case without parentheses. Assumes `validate_gold(kind, answer)` is None."""
+    _check_kind(kind)
+    gold = strip_enclosing_box(answer)
+    if kind == "choice":
+        m = _CHOICE_GOLD_RE.fullmatch(gold)
+        return m.group(1).upper() if m else gold
+    return gold
+
+
+def _braces_balance(s: str) -> bool:
+    depth = 0
+    for ch in re.sub(r"\\[{}]", "", s):
+        depth += (ch == "{") - (ch == "}")
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def validate_gold(kind: str, answer: Any) -> str | None:
+    """None when `answer` is a usable gold answer for the verifier `kind`, else a short reason why not.
+
+    Meant for data loading (report it with file:line), so a bad gold fails before training, not when its
+    prompt is first scored. ValueError for an unknown kind.
+    """
+    _check_kind(kind)
+    if not isinstance(answer, str):
+        return f"gold must be a string, got {type(answer).__name__}"
+    gold = normalize_gold(kind, answer)
+    if not gold:
+        return "empty gold answer"
+    if len(gold) > MAX_ANSWER_CHARS:
+        return f"gold longer than {MAX_ANSWER_CHARS} characters"
+    if kind == "choice" and not _CHOICE_GOLD_RE.fullmatch(gold):
+        return f"choice gold must be one letter A-J, got {answer!r}"
+    if kind == "vartrack" and not (len(gold) == 1 and gold.isdigit()):
+        return f"vartrack gold must be one digit, got {answer!r}"
+    if kind == "math":
+        if gold.strip("$ ").lower() in _NOT_FINITE:
+            return f"math gold {answer!r} is not a finite answer"
+        if not _braces_balance(gold):
+            return f"math gold {answer!r} has unbalanced braces"
+        if "__" in gold:
+            return f"math gold {answer!r} contains '__', which is never parsed"
+    return None
+
+
+def _gold(kind: str, answer: str) -> str:
+    """The normalized gold, or ValueError when it is unusable (a caller mistake: validate at load time)."""
+    problem = validate_gold(kind, answer)
+    if problem is not None:
+        raise ValueError(f"{kind} verifier: {problem}")
+    return normalize_gold(kind, answer)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Inline stages (linear-time regexes only: these run in the caller on untrusted text)
+# ----------------------------------------------------------------------------------------------------
 
 
 def _as_text(value: Any) -> str | None:
@@ -143,136 +234,6 @@ def _as_text(value: Any) -> str | None:
     return value.encode("utf-8", "replace").decode("utf-8")
 
 
-def _brace_pairs(text: str, start: int = 0) -> dict[int, int]:
-    """{position of "{": position of its matching "}"} for text[start:], in one pass (escaped braces skipped)."""
-    stack: list[int] = []
-    closing: dict[int, int] = {}
-    for m in _BRACE_RE.finditer(text, start):
-        if m.group() == "{":
-            stack.append(m.start())
-        elif stack:
-            closing[stack.pop()] = m.start()
-    return closing
-
-
-def _strip_outer_braces(s: str) -> str:
-    """`{{x}}` -> `x`: drops groups that wrap the whole string (a LaTeX group changes nothing)."""
-    if not s.startswith("{"):
-        return s
-    closing = _brace_pairs(s)
-    k = 0
-    while k < len(s) - 1 - k and s[k] == "{" and closing.get(k) == len(s) - 1 - k:
-        k += 1
-    return s[k : len(s) - k]
-
-
-def extract_boxed(text: str) -> str | None:
-    """Content of the last `\\boxed{...}` / `\\fbox{...}` whose braces balance, stripped; None if none.
-
-    One pass over the braces (escaped `\\{` `\\}` are content) matches every pair, so the cost is
-    linear even for thousands of nested or unbalanced braces.
-    """
-    opens = [m.end() - 1 for m in _BOXED_RE.finditer(text)]
-    if not opens:
-        return None
-    closing = _brace_pairs(text, opens[0])
-    for start in reversed(opens):
-        if start in closing:
-            return text[start + 1 : closing[start]].strip()
-    return None
-
-
-def _after_answer_marker(text: str) -> str | None:
-    """Text after the last "answer is" / "Answer:" up to the end of its line (math in $...$ preferred)."""
-    last = None
-    for last in _ANSWER_IS_RE.finditer(text):  # noqa: B007 (only the last match is wanted)
-        pass
-    if last is None:
-        return None
-    rest = text[last.end() : last.end() + MAX_ANSWER_CHARS].split("\n", 1)[0]
-    math = _DOLLAR_MATH_RE.search(rest)
-    if math:
-        rest = math.group(1)
-    rest = rest.replace("\\(", "").replace("\\)", "").replace("**", "").strip().rstrip(".").strip()
-    return rest or None
-
-
-def _last_number(text: str) -> str | None:
-    """The last plain number of `text` (thousands separators removed), or None."""
-    last = None
-    for last in _NUMBER_RE.finditer(text):  # noqa: B007 (only the last match is wanted)
-        pass
-    return None if last is None else last.group().replace(",", "")
-
-
-def extract_math_answer(text: str) -> str | None:
-    """Final answer of a math completion: last boxed, else after "answer is"/"Answer:", else last number."""
-    boxed = extract_boxed(text)
-    if boxed is not None:
-        return boxed
-    return _after_answer_marker(text) or _last_number(text)
-
-
-def extract_choice(text: str) -> str | None:
-    """The chosen letter A-J (upper case) of a multiple-choice completion, or None."""
-    boxed = extract_boxed(text)
-    if boxed is not None:
-        m = _CHOICE_BOXED_RE.fullmatch(_TEXT_WRAP_RE.sub(r"\1", boxed).strip())
-        if m:
-            return m.group(1).upper()
-    last = None
-    for last in _CHOICE_ANSWER_RE.finditer(text):  # noqa: B007 (only the last match is wanted)
-        pass
-    if last is not None:
-        return last.group(1)
-    alone = _CHOICE_ALONE_RE.fullmatch(text)
-    return alone.group(1) if alone else None
-
-
-def _normalize_math(answer: str) -> str:
-    """Formatting-only normalization: two answers equal after it are the same answer."""
-    s = answer.strip().strip("$")
-    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\displaystyle", "")
-    s = _LEFT_RIGHT_RE.sub("", s)
-    s = _DEGREE_RE.sub("", s)
-    s = _TEXT_WRAP_RE.sub(r"\1", s)
-    return _strip_outer_braces(_SPACING_RE.sub("", s).rstrip("."))
-
-
-def _as_number(normalized: str) -> Fraction | None:
-    """The exact value of a normalized plain number (`-12`, `0.5`, `\\frac{3}{4}`, `3/4`), else None."""
-    if _PLAIN_NUMBER_RE.fullmatch(normalized):
-        return Fraction(normalized)
-    m = _FRACTION_RE.fullmatch(normalized)
-    if m is None:
-        return None
-    sign, num, den = (m.group(1), m.group(2), m.group(3)) if m.group(2) else ("", m.group(4), m.group(5))
-    return None if int(den) == 0 else Fraction(int(num), int(den)) * (-1 if sign else 1)
-
-
-def _numeric_verdict(pred: str, gold: str) -> Verdict | None:
-    """Verdict for two plain numbers where exact arithmetic settles it, else None (ask math-verify).
-
-    Equal values are correct; two unequal INTEGERS are wrong. Unequal non-integers are left to
-    math-verify, which accepts answers equal after rounding (0.333333 vs 1/3).
-    """
-    p, g = _as_number(pred), _as_number(gold)
-    if p is None or g is None:
-        return None
-    if p == g:
-        return _CORRECT
-    return (0.0, "wrong") if p.denominator == 1 and g.denominator == 1 else None
-
-
-def _normalize_text(answer: str) -> str:
-    """Case-insensitive normalization of free-form answers; "(b)" becomes "b"."""
-    s = _TEXT_WRAP_RE.sub(r"\1", answer.strip().strip("$")).replace("**", "")
-    s = " ".join(s.lower().split()).strip(" .'\"`")
-    s = s.replace(", ", ",")
-    letter = re.fullmatch(r"\(([a-z])\)", s)
-    return letter.group(1) if letter else s
-
-
 def _precheck(completion: Any, max_chars: int) -> str | Verdict:
     """The repaired completion text, or the final verdict for a non-string or over-long completion."""
     if isinstance(completion, (str, bytes)) and len(completion) > max_chars:
@@ -281,25 +242,102 @@ def _precheck(completion: Any, max_chars: int) -> str | Verdict:
     return (0.0, "parse_error") if text is None else text
 
 
-# ----------------------------------------------------------------------------------------------------
-# Plain verifier functions (no pool)
-# ----------------------------------------------------------------------------------------------------
+def extract_math_answer(text: str, *, fallback_last_number: bool = False) -> str | None:
+    """Final answer of a math completion (`lens.answers.extract_final`); the last-number fallback is off
+    unless asked for (training never pays for a number that merely appears last)."""
+    return extract_final(text, fallback_last_number=fallback_last_number)
 
 
-def _stage_math(completion: Any, answer: str, max_chars: int) -> str | Verdict:
-    """Cheap inline stage of `math`: a final verdict, or the extracted prediction for math-verify."""
+def _numeric_verdict(pred: str, gold: str) -> Verdict | None:
+    """Verdict for two normalized plain numbers where exact arithmetic settles it, else None (ask math-verify).
+
+    Equal values are correct; unequal integers, and values more than 1% apart (no rounding of the gold
+    accepts those), are wrong. Close non-integers are left to math-verify's rounding rules (0.333 vs 1/3).
+    """
+    p, g = as_number(pred), as_number(gold)
+    if p is None or g is None:
+        return None
+    if p == g:
+        return _CORRECT
+    if p.denominator == 1 and g.denominator == 1:
+        return _WRONG
+    return _WRONG if abs(p - g) > abs(g) / 100 else None
+
+
+def _stage_math(completion: Any, gold: str, max_chars: int, fallback_last_number: bool) -> Verdict | tuple[str, str]:
+    """Cheap inline stage of `math`: a final verdict, or the normalized (prediction, gold) for math-verify."""
     text = _precheck(completion, max_chars)
     if not isinstance(text, str):
         return text
-    pred = extract_math_answer(text)
+    pred = extract_final(text, fallback_last_number=fallback_last_number)
     if pred is None or not pred.strip():
         return (0.0, "no_answer")
     if len(pred) > MAX_ANSWER_CHARS:
         return (0.0, "too_long")
-    norm_pred, norm_gold = _normalize_math(pred), _normalize_math(answer)
+    strip_var = "=" not in gold  # `x = 5` answers the gold `5`; an equation gold keeps its left side
+    if strip_var and "=" in pred:
+        pred = pred.rsplit("=", 1)[1]  # `a + b = 2 + 3 = 5`: the value is what comes last
+    norm_pred, norm_gold = normalize_math(pred, strip_var=strip_var), normalize_math(gold, strip_var=strip_var)
+    if not norm_pred:
+        return (0.0, "no_answer")
     if norm_pred == norm_gold:
         return _CORRECT
-    return _numeric_verdict(norm_pred, norm_gold) or pred
+    return _numeric_verdict(norm_pred, norm_gold) or (norm_pred, norm_gold)
+
+
+# ----------------------------------------------------------------------------------------------------
+# math-verify, and when not to trust it
+# ----------------------------------------------------------------------------------------------------
+
+_GREEK_NAMES = (
+    "alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi rho sigma "
+    "tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Sigma Upsilon Phi Psi Omega"
+)
+_GREEK = frozenset(_GREEK_NAMES.split())
+_WORD_WRAP_RE = re.compile(r"\\(?:text|textbf|textit|mathrm|mbox|operatorname|mathbb|mathcal)\s*\{[^{}]*\}")
+_COMMAND_RE = re.compile(r"\\([a-zA-Z]+)")
+_SYMBOL_RE = re.compile(r"([a-zA-Z])(?:_\{?([a-zA-Z0-9]+)\}?)?")
+
+
+def _text_symbols(latex: str) -> int:
+    """How many distinct variables the LaTeX names: letters (with their subscripts) and Greek letters outside
+    commands and words; `e` and `i` are left out, as math-verify reads them as constants."""
+    names: set[str] = set()
+
+    def command(m: re.Match[str]) -> str:
+        if m.group(1) in _GREEK:
+            names.add(m.group(1))
+        return " "
+
+    rest = _COMMAND_RE.sub(command, _WORD_WRAP_RE.sub(" ", latex))
+    for m in _SYMBOL_RE.finditer(rest):
+        if m.group(1) in "ei" and not m.group(2):
+            continue
+        names.add(f"{m.group(1)}_{m.group(2)}" if m.group(2) else m.group(1))
+    return len(names)
+
+
+def _trusted(parsed: list[Any], latex: str) -> bool:
+    """False when math-verify visibly mis-parsed `latex`: nothing parsed, `zoo`/`nan` in the result (e.g.
+    `\\gamma^{2}` read as the gamma function at a pole), or fewer free symbols than the text names (e.g.
+    `\\frac{1}{3}E_{1}+\\frac{2}{3}E_{2}` parsed as 2/3)."""
+    from sympy import Basic, S
+
+    if not parsed or not isinstance(parsed[0], Basic):
+        return False
+    expr = parsed[0]
+    if expr.has(S.ComplexInfinity, S.NaN):
+        return False
+    return len(expr.free_symbols) >= _text_symbols(latex)
+
+
+def _structural_verdict(pred: str, gold: str) -> Verdict:
+    """Comparison without math-verify for normalized answers it cannot be trusted with: equal strings, or
+    the same top-level sum in another order."""
+    if pred == gold:
+        return _CORRECT
+    terms = additive_terms(gold)
+    return _CORRECT if terms is not None and terms == additive_terms(pred) else _WRONG
 
 
 def _latex_config() -> list[Any]:
@@ -309,142 +347,116 @@ def _latex_config() -> list[Any]:
     return [LatexExtractionConfig()]
 
 
-@functools.lru_cache(maxsize=8192)
-def _parse_gold(gold: str, timeout_s: int | None) -> tuple[Any, ...]:
-    """Parsed gold answer, cached: the m rollouts of a prompt share it. Empty tuple if unparsable."""
+def _parse(latex: str) -> list[Any]:
     from math_verify import parse
 
-    return tuple(parse("\\boxed{" + gold.strip().strip("$") + "}", _latex_config(), parsing_timeout=timeout_s))
+    return parse("\\boxed{" + latex + "}", _latex_config(), parsing_timeout=None, raise_on_error=True)
 
 
-def _math_verify(pred: str, gold: str, timeout_s: int | None) -> Verdict:
-    """Compares an extracted prediction with the gold answer via math-verify. Never raises.
+@functools.lru_cache(maxsize=8192)
+def _parse_gold(gold: str) -> tuple[Any, ...]:
+    """Parsed gold answer, cached: the m rollouts of a prompt share it."""
+    return tuple(_parse(gold))
 
-    timeout_s: math-verify's own SIGALRM budget per call (whole seconds; None off the main thread).
+
+def _math_verify(pred: str, gold: str) -> Verdict:
+    """Compares normalized prediction and gold via math-verify, or structurally where it mis-parses.
+
+    No deadline of its own: the worker (`_worker_verify`) bounds it in CPU time. Raises only
+    `_OverBudget`; a parser or sympy failure on untrusted text is a verdict.
     """
-    from math_verify import parse, verify
-    from math_verify.errors import TimeoutException
+    from math_verify import verify
 
     if "__" in pred:
         return (0.0, "parse_error")
-    start = time.monotonic()
     try:
-        gold_parsed = list(_parse_gold(gold, timeout_s))
-        pred_parsed = parse("\\boxed{" + pred + "}", _latex_config(), parsing_timeout=timeout_s, raise_on_error=True)
-        if not pred_parsed:
-            return (0.0, "parse_error")
-        if gold_parsed and verify(gold_parsed, pred_parsed, timeout_seconds=timeout_s):
-            return _CORRECT
-    except TimeoutException:
-        return (0.0, "timeout")
-    except Exception:  # a parser or sympy failure on untrusted text is a verdict, not an error
+        gold_parsed = list(_parse_gold(gold))
+        pred_parsed = _parse(pred)
+        if not _trusted(gold_parsed, gold) or not _trusted(pred_parsed, pred):
+            return _structural_verdict(pred, gold)
+        return _CORRECT if verify(gold_parsed, pred_parsed, timeout_seconds=None) else _WRONG
+    except Exception:  # sympy and ANTLR raise anything on hostile input: that is a verdict
         return (0.0, "parse_error")
-    # verify() swallows its own timeouts and answers False: tell them apart by the time spent.
-    if timeout_s is not None and time.monotonic() - start >= timeout_s:
-        return (0.0, "timeout")
-    return (0.0, "wrong")
 
 
-def _signal_timeout(timeout_s: float) -> int | None:
-    """math-verify's SIGALRM budget in whole seconds, or None where signals cannot be used."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return max(1, round(timeout_s))
+# ----------------------------------------------------------------------------------------------------
+# Plain verifier functions (no pool)
+# ----------------------------------------------------------------------------------------------------
 
 
 def verify_math(
-    completion: str, answer: str, *, max_chars: int = DEFAULT_MAX_CHARS, timeout_s: float = DEFAULT_TIMEOUT_S
+    completion: str,
+    answer: str,
+    *,
+    max_chars: int = DEFAULT_MAX_CHARS,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    fallback_last_number: bool = False,
 ) -> Verdict:
-    """Scores one math completion in this process: `(1.0, "correct")` or `(0.0, reason)`. Never raises.
+    """Scores one math completion in this process: `(1.0, "correct")` or `(0.0, reason)`.
 
-    Without the pool the only deadline is math-verify's own SIGALRM timeout (main thread only; off the
-    main thread there is none, and some inputs hang in C code regardless): use `Verifier("math")` for
-    untrusted output at scale.
+    The CPU-time deadline needs signals: on the main thread it is the one `Verifier` workers use (minus
+    the hard kill, which would end this process); elsewhere there is none, and some inputs hang in C code
+    regardless. Use `Verifier("math")` for untrusted output at scale.
     """
-    staged = _stage_math(completion, answer, max_chars)
-    if not isinstance(staged, str):
-        return staged
-    return _math_verify(staged, answer, _signal_timeout(timeout_s))
-
-
-def _check_choice_gold(answer: str) -> str:
-    """The gold letter A-J (upper case) of a multiple-choice answer; ValueError otherwise."""
-    letter = answer.strip().strip("()").strip().upper()
-    if len(letter) != 1 or letter not in "ABCDEFGHIJ":
-        raise ValueError(f"choice answer must be one letter A-J, got {answer!r}")
-    return letter
+    staged = _stage_math(completion, _gold("math", answer), max_chars, fallback_last_number)
+    if isinstance(staged[0], float):
+        return staged  # type: ignore[return-value]
+    pred, gold = staged
+    return _within_cpu_budget(_math_verify, (pred, gold), timeout_s, hard_kill=False)
 
 
 def verify_choice(completion: str, answer: str, *, max_chars: int = DEFAULT_MAX_CHARS) -> Verdict:
     """Scores a multiple-choice completion against the gold letter (A-J). Never raises on the completion."""
-    gold = _check_choice_gold(answer)
+    gold = _gold("choice", answer)
     text = _precheck(completion, max_chars)
     if not isinstance(text, str):
         return text
     chosen = extract_choice(text)
     if chosen is None:
         return (0.0, "no_answer")
-    return _CORRECT if chosen == gold else (0.0, "wrong")
+    return _CORRECT if chosen == gold else _WRONG
 
 
 def verify_text(completion: str, answer: str, *, max_chars: int = DEFAULT_MAX_CHARS) -> Verdict:
     """Scores a free-form answer (boxed or after "answer is"/"Answer:") by normalized, case-free equality."""
+    gold = _gold("text", answer)
     text = _precheck(completion, max_chars)
     if not isinstance(text, str):
         return text
-    pred = extract_boxed(text)
-    if pred is None:
-        pred = _after_answer_marker(text)
+    pred = extract_final(text)
     if pred is None or not pred.strip():
         return (0.0, "no_answer")
     if len(pred) > MAX_ANSWER_CHARS:
         return (0.0, "too_long")
-    return _CORRECT if _normalize_text(pred) == _normalize_text(answer) else (0.0, "wrong")
+    return _CORRECT if normalize_text(pred) == normalize_text(gold) else _WRONG
 
 
 def verify_vartrack(completion: str, answer: str, *, max_chars: int = DEFAULT_MAX_CHARS) -> Verdict:
-    """Built-in task: reward 1 when the first non-space character after the FIRST `#` is the gold digit.
+    """Built-in task: correct when the first whitespace-separated token after the FIRST `#` is the gold digit.
 
-    Example completion: `g = 7 ; a = 7 - 7 = 0 ; # 0` with gold "0".
+    `g = 7 ; a = 7 - 7 = 0 ; # 0` with gold "0" is correct; `# 12` and `# 1.` are not answers "1" (the
+    task's tokens are whitespace-separated, so the whole token must be the digit).
     """
-    gold = answer.strip()
-    if len(gold) != 1:
-        raise ValueError(f"vartrack answer must be one character, got {answer!r}")
+    gold = _gold("vartrack", answer)
     text = _precheck(completion, max_chars)
     if not isinstance(text, str):
         return text
-    hash_at = text.find("#")
-    tail = text[hash_at + 1 :].lstrip(" ") if hash_at >= 0 else ""
-    if not tail:
+    _, marker, rest = text.partition("#")
+    tokens = rest.split(maxsplit=1)
+    if not marker or not tokens:
         return (0.0, "no_answer")
-    return _CORRECT if tail[0] == gold else (0.0, "wrong")
+    return _CORRECT if tokens[0] == gold else _WRONG
 
 
 def verify_exact(completion: str, answer: str, *, max_chars: int = DEFAULT_MAX_CHARS) -> Verdict:
-    """Reward 1 when the stripped completion equals the stripped answer."""
+    """Reward 1 when the stripped completion equals the stripped gold (an enclosing `\\boxed{}` removed)."""
+    gold = _gold("exact", answer)
     text = _precheck(completion, max_chars)
     if not isinstance(text, str):
         return text
     if not text.strip():
         return (0.0, "no_answer")
-    return _CORRECT if text.strip() == answer.strip() else (0.0, "wrong")
-
-
-def validate_gold(kind: str, answer: str) -> str | None:
-    """None when `answer` is a usable gold for a `kind` verifier, else why not (checked at data load time,
-    so a bad gold fails before training instead of when its prompt is first scored)."""
-    if kind not in KINDS:
-        return f"unknown verifier kind {kind!r} (known: {', '.join(KINDS)})"
-    if not answer.strip():
-        return "empty answer"
-    try:
-        if kind == "choice":
-            _check_choice_gold(answer)
-        elif kind == "vartrack" and len(answer.strip()) != 1:
-            return "a built-in task answer is one character"
-    except ValueError as e:
-        return str(e)
-    return None
+    return _CORRECT if text.strip() == gold else _WRONG
 
 
 _INLINE_VERIFIERS = {
@@ -456,12 +468,54 @@ _INLINE_VERIFIERS = {
 
 
 # ----------------------------------------------------------------------------------------------------
-# Worker processes with a hard per-item deadline
+# CPU-time deadlines and the worker processes
 # ----------------------------------------------------------------------------------------------------
 
-_READY = "ready"
+
+class _OverBudget(BaseException):
+    """Raised by the CPU-time alarm; a BaseException so math-verify's and sympy's `except Exception` let it
+    through."""
+
+
+_armed = False
+
+
+def _on_virtual_alarm(signum: int, frame: Any) -> None:
+    if _armed:  # a late signal after the item finished must not hit the next one
+        raise _OverBudget
+
+
+def _within_cpu_budget(fn: Any, args: tuple[str, str], budget_s: float, *, hard_kill: bool) -> Verdict:
+    """`fn(*args)` with `budget_s` seconds of this process's CPU time; `timeout` past it.
+
+    hard_kill: also arm ITIMER_PROF with the default SIGPROF action, which terminates the process
+    `_HARD_GRACE_S` CPU seconds after the budget (workers only: it is the only way out of a C-level hang).
+    Off the main thread no timer can be installed and `fn` runs unbounded.
+    """
+    global _armed
+    try:
+        previous = signal.signal(signal.SIGVTALRM, _on_virtual_alarm)
+    except ValueError:  # not the main thread
+        return fn(*args)
+    try:
+        _armed = True
+        signal.setitimer(signal.ITIMER_VIRTUAL, budget_s)
+        if hard_kill:
+            signal.signal(signal.SIGPROF, signal.SIG_DFL)
+            signal.setitimer(signal.ITIMER_PROF, budget_s + _HARD_GRACE_S)
+        return fn(*args)
+    except _OverBudget:
+        return (0.0, "timeout")
+    finally:
+        _armed = False
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        if hard_kill:
+            signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGVTALRM, previous)
+
+
 # Common answer shapes: ANTLR's adaptive prediction is slow until its per-process DFA cache knows them.
-_WARMUP = ("1", r"\frac{1}{2}", r"2\sqrt{3}", "x^2 + 1", "(1, 2]", r"\{1, 2\}", r"3\pi", r"\text{yes}", "(3, -1)")
+_WARMUP = ("1", r"\frac{1}{2}", r"2\sqrt{3}", "x^2+1", "(1,2]", r"\{1,2\}", r"3\pi", r"\text{yes}", "(3,-1)")
 
 
 def _limit_memory(max_memory_mb: int | None) -> None:
@@ -482,222 +536,107 @@ def _limit_memory(max_memory_mb: int | None) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
 
 
-def _worker_main(conn: multiprocessing.connection.Connection, max_memory_mb: int | None, signal_s: int) -> None:
-    """Worker loop: receives (task_id, pred, gold), answers (task_id, reward, reason); None stops it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
-    logging.getLogger("math_verify").setLevel(logging.CRITICAL)
+def _worker_init(max_memory_mb: int | None) -> None:
+    """Runs once in each worker: memory cap, warm parser caches."""
     _limit_memory(max_memory_mb)
-    for latex in _WARMUP:  # compiles math-verify's regexes and fills the LaTeX parser's prediction cache
-        _math_verify(latex, latex, signal_s)
-    conn.send(_READY)
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message is None:
-            return
-        task_id, pred, gold = message
-        conn.send((task_id, *_math_verify(pred, gold, signal_s)))
+    for latex in _WARMUP:
+        _math_verify(latex, latex)
+
+
+def _worker_verify(pred: str, gold: str, budget_s: float) -> Verdict:
+    """One pool task: `_math_verify` within `budget_s` CPU seconds (hard kill just after)."""
+    return _within_cpu_budget(_math_verify, (pred, gold), budget_s, hard_kill=True)
 
 
 def _mp_context() -> multiprocessing.context.BaseContext:
     """forkserver (fork from a small clean server with math-verify preloaded: respawns take ms, and the
     trainer's threads/CUDA state are never forked); spawn where forkserver does not exist."""
+    import multiprocessing
+
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
     # Only takes effect if this process has not started its forkserver yet; workers then import alone.
-    ctx.set_forkserver_preload(["lens.reward", "math_verify", "latex2sympy2_extended"])
+    ctx.set_forkserver_preload(["lens.reward", "math_verify", "latex2sympy2_extended", "pebble"])
     return ctx
 
 
-class _Worker:
-    """One worker process and its state as seen by the parent."""
-
-    def __init__(self, ctx: multiprocessing.context.BaseContext, max_memory_mb: int | None, signal_s: int) -> None:
-        self.conn, child_conn = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=_worker_main, args=(child_conn, max_memory_mb, signal_s), daemon=True)
-        self.proc.start()
-        child_conn.close()
-        self.ready = False
-        self.task: int | None = None
-        self.since = time.monotonic()  # spawn time until ready, then dispatch time of `task`
-
-    def kill(self) -> None:
-        """SIGKILLs the process (no-op if gone) and releases the pipe."""
-        with contextlib.suppress(Exception):
-            self.proc.kill()
-            self.proc.join(5)
-        with contextlib.suppress(Exception):
-            self.conn.close()
-
-    def stop(self) -> None:
-        """Asks the process to exit, then kills it if it does not within a second."""
-        with contextlib.suppress(Exception):
-            self.conn.send(None)
-            self.proc.join(1)
-        self.kill()
+def _wall_timeout(budget_s: float) -> float:
+    """The wall-clock safety net per item: only for a worker that neither finishes nor uses CPU."""
+    return 10 * budget_s + 30
 
 
-class _TaskQueue:
-    """Pending task ids grouped by gold answer: each worker drains one group at a time, so a gold answer
-    (the m rollouts of a prompt share it) is parsed by one worker, not by all; idle workers steal from
-    the largest group left."""
-
-    def __init__(self, tasks: list[tuple[str, str]], num_workers: int) -> None:
-        by_gold: dict[str, deque[int]] = {}
-        for task, (_, gold) in enumerate(tasks):
-            by_gold.setdefault(gold, deque()).append(task)
-        self._groups = deque(by_gold.values())
-        self._own: list[deque[int]] = [deque() for _ in range(num_workers)]
-
-    def __bool__(self) -> bool:
-        return bool(self._groups) or any(self._own)
-
-    def pop(self, worker: int) -> int | None:
-        """The next task for `worker`: from its group, else a new group, else stolen; None when empty."""
-        if not self._own[worker] and self._groups:
-            self._own[worker] = self._groups.popleft()
-        if self._own[worker]:
-            return self._own[worker].popleft()
-        largest = max(self._own, key=len)
-        return largest.pop() if largest else None
-
-    def push_front(self, task: int) -> None:
-        self._groups.appendleft(deque([task]))
-
-    def drain(self) -> list[int]:
-        """Removes and returns every queued task."""
-        out = [t for group in self._groups for t in group] + [t for own in self._own for t in own]
-        self._groups.clear()
-        for own in self._own:
-            own.clear()
-        return out
+_TIMEOUT_EXIT_CODES = frozenset({-signal.SIGPROF, -signal.SIGXCPU})
 
 
 class _MathPool:
-    """Runs `_math_verify` in worker processes, one item in flight per worker, with a hard deadline.
-
-    The parent owns every deadline: an item running past `timeout_s` gets `timeout`, its worker is
-    SIGKILLed and a fresh one is forked. An item that kills two workers gives `worker_crash`. If workers
-    keep failing to start, the remaining items get `worker_crash` instead of waiting forever.
-    """
+    """`_worker_verify` on a `pebble.ProcessPool`: one item per task, CPU-time deadlines in the worker, the
+    wall safety net and worker replacement in pebble, a fresh pool when pebble's breaks."""
 
     def __init__(self, num_workers: int, timeout_s: float, max_memory_mb: int | None) -> None:
-        self._ctx = _mp_context()
         self._timeout_s = timeout_s
-        self._max_memory_mb = max_memory_mb
-        # math-verify's own alarm recovers most slow items without a kill; the parent's deadline is final.
-        self._signal_s = max(1, int(timeout_s // 2))
-        self._spawn_failures = 0
-        self.workers = [self._spawn() for _ in range(num_workers)]
-        self._await_startup()
+        self._args = (num_workers, max_memory_mb)
+        self.pool = self._start()
 
-    def _spawn(self) -> _Worker:
-        return _Worker(self._ctx, self._max_memory_mb, self._signal_s)
+    def _start(self) -> pebble.ProcessPool:
+        """A fresh pebble pool, checked with one round trip: pebble starts workers on first use and respawns
+        ones whose initializer fails forever, so a broken setup is an error here, not a batch that hangs."""
+        import pebble
 
-    def _await_startup(self) -> None:
-        """Blocks until every worker is ready (or startup failed too often), so batch deadlines are fair."""
-        while not self.broken and not all(w.ready for w in self.workers):
-            self._poll([])
-        if self.broken:
-            self.close()
-            raise RuntimeError("Verifier: math-verify worker processes failed to start (see their stderr)")
-
-    @property
-    def broken(self) -> bool:
-        """True once workers failed to start `_MAX_SPAWN_FAILURES` times per slot in a row."""
-        return self._spawn_failures >= _MAX_SPAWN_FAILURES * len(self.workers)
+        num_workers, max_memory_mb = self._args
+        pool = pebble.ProcessPool(
+            max_workers=num_workers, initializer=_worker_init, initargs=(max_memory_mb,), context=_mp_context()
+        )
+        try:
+            pool.schedule(_worker_verify, ("1", "1", _STARTUP_TIMEOUT_S)).result(timeout=_STARTUP_TIMEOUT_S)
+        except Exception as error:
+            pool.stop()
+            raise RuntimeError("Verifier: math-verify worker processes failed to start") from error
+        return pool
 
     def run(self, tasks: list[tuple[str, str]]) -> list[Verdict]:
-        """Verdicts for (pred, gold) tasks, in order; returns within ~ceil(hung / workers) * timeout_s.
-
-        A task whose worker dies is retried once on a fresh worker (the death may be unrelated, e.g. an
-        OOM kill of the process); if it kills a second worker it is a `worker_crash`.
-        """
-        results: list[Verdict | None] = [None] * len(tasks)
-        queue = _TaskQueue(tasks, len(self.workers))
-        crashed: set[int] = set()
-        while queue or any(w.task is not None for w in self.workers):
-            if self.broken:
-                for task in queue.drain():
-                    results[task] = (0.0, "worker_crash")
-            self._dispatch(tasks, queue)
-            for task in self._poll(results):
-                if task in crashed:
-                    results[task] = (0.0, "worker_crash")
+        """Verdicts for (pred, gold) tasks, in order. An item whose worker dies (not by its CPU budget) is
+        retried once on a fresh worker (the death may be unrelated, e.g. an OOM kill); twice is a crash."""
+        results: list[Verdict] = [(0.0, "worker_crash")] * len(tasks)
+        pending = list(range(len(tasks)))
+        for _attempt in range(2):
+            if not self.pool.active:
+                # pebble gives up on the whole pool when a worker dies while idle (its "All workers
+                # expired"): start a fresh one rather than fail every later batch.
+                self.pool.stop()
+                self.pool = self._start()
+            futures = {i: self._submit(*tasks[i]) for i in pending}
+            pending = []
+            for i, future in futures.items():
+                verdict = self._result(future)
+                if verdict is None:
+                    pending.append(i)
                 else:
-                    crashed.add(task)
-                    queue.push_front(task)
-        return results  # type: ignore[return-value]
+                    results[i] = verdict
+        return results
 
-    def _dispatch(self, tasks: list[tuple[str, str]], queue: _TaskQueue) -> None:
-        """Sends the next queued task to every ready, idle worker."""
-        for i, w in enumerate(self.workers):
-            if not w.ready or w.task is not None:
-                continue
-            task = queue.pop(i)
-            if task is None:
-                return
-            try:
-                w.conn.send((task, *tasks[task]))
-            except (OSError, ValueError):  # died while idle: not the item's fault, retry it elsewhere
-                queue.push_front(task)
-                self._replace(i, failed_start=False)
-                continue
-            w.task, w.since = task, time.monotonic()
+    def _submit(self, pred: str, gold: str) -> pebble.ProcessFuture:
+        return self.pool.schedule(_worker_verify, (pred, gold, self._timeout_s), timeout=_wall_timeout(self._timeout_s))
 
-    def _deadline(self, w: _Worker) -> float | None:
-        """When worker w must have answered (its item or its startup), or None when it is idle."""
-        if not w.ready:
-            return w.since + _STARTUP_TIMEOUT_S
-        return None if w.task is None else w.since + self._timeout_s
+    @staticmethod
+    def _result(future: pebble.ProcessFuture) -> Verdict | None:
+        """The verdict of a finished task, or None when its worker died for another reason than its budget."""
+        from pebble import ProcessExpired
 
-    def _poll(self, results: list[Verdict | None]) -> list[int]:
-        """Waits for the next message or deadline, records results and timeouts; returns crashed tasks."""
-        waiting = [w for w in self.workers if self._deadline(w) is not None]
-        if not waiting:
-            return []
-        wait_s = max(0.0, min(self._deadline(w) for w in waiting) - time.monotonic())  # type: ignore[type-var]
-        multiprocessing.connection.wait([w.conn for w in waiting] + [w.proc.sentinel for w in waiting], wait_s)
-        crashed = [task for i, w in enumerate(self.workers) if (task := self._receive(i, w, results)) is not None]
-        now = time.monotonic()
-        for i, w in enumerate(self.workers):
-            deadline = self._deadline(w)
-            if deadline is not None and now >= deadline:
-                if w.task is not None:
-                    results[w.task] = (0.0, "timeout")
-                self._replace(i, failed_start=not w.ready)
-        return crashed
-
-    def _receive(self, i: int, w: _Worker, results: list[Verdict | None]) -> int | None:
-        """Drains worker i's pipe; a worker found dead is replaced and its task (if any) returned."""
-        alive = True
         try:
-            while w.conn.poll():
-                message = w.conn.recv()
-                if message == _READY:
-                    w.ready, w.since = True, time.monotonic()
-                    self._spawn_failures = 0
-                elif message[0] == w.task:
-                    results[w.task] = (float(message[1]), str(message[2]))
-                    w.task = None
-        except (EOFError, OSError):
-            alive = False
-        if alive and w.proc.is_alive():
+            return future.result()
+        except FutureTimeoutError:
+            return (0.0, "timeout")
+        except ProcessExpired as error:
+            return (0.0, "timeout") if error.exitcode in _TIMEOUT_EXIT_CODES else None
+        except MemoryError:
+            return (0.0, "parse_error")
+        except Exception:  # the pool itself broke (see `run`): retry the item on a fresh one
             return None
-        self._replace(i, failed_start=not w.ready)
-        return w.task
-
-    def _replace(self, i: int, *, failed_start: bool) -> None:
-        self.workers[i].kill()
-        self._spawn_failures += int(failed_start)
-        self.workers[i] = self._spawn()
 
     def close(self) -> None:
-        for w in self.workers:
-            w.stop()
+        self.pool.stop()
+        self.pool.join(timeout=10)
 
 
 def _close_pool(pool: _MathPool) -> None:
@@ -709,13 +648,20 @@ def _close_pool(pool: _MathPool) -> None:
 # ----------------------------------------------------------------------------------------------------
 
 
+def _positive_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"Verifier {name}={value!r}: expected an int >= {minimum}")
+
+
 class Verifier:
     """Scores batches of completions; `math` uses a process pool, the other kinds run inline.
 
     Use as a context manager (or call `close()`): `with Verifier("math") as v: v.score(completions, answers)`.
-    timeout_s: hard deadline per math item (parent-enforced). max_chars: longer completions are
-    `too_long`. max_memory_mb: address-space cap of each worker (None: no cap). cache_size: how many
-    math-verify verdicts on (prediction, gold) pairs to remember across batches (0: none).
+    timeout_s: CPU-time budget per math item (see the module docstring). truncated_reward: the reward of a
+    completion that ended by length. fallback_last_number: let `math` read the last number or math span when
+    there is no box and no answer marker (evaluation only). max_chars: longer completions are `too_long`.
+    max_memory_mb: address-space growth cap of each worker (None: no cap). cache_size: how many math-verify
+    verdicts on (prediction, gold) pairs to remember across batches (0: none).
     """
 
     def __init__(
@@ -724,21 +670,24 @@ class Verifier:
         *,
         num_workers: int = 2,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        truncated_reward: float = 0.0,
+        fallback_last_number: bool = False,
         max_chars: int = DEFAULT_MAX_CHARS,
         max_memory_mb: int | None = DEFAULT_MAX_MEMORY_MB,
         cache_size: int = DEFAULT_CACHE_SIZE,
     ) -> None:
-        if kind not in KINDS:
-            raise ValueError(f"Verifier kind={kind!r}: expected one of {KINDS}")
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-            raise ValueError(f"Verifier num_workers={num_workers!r}: expected an int >= 1")
-        if not timeout_s > 0:
-            raise ValueError(f"Verifier timeout_s={timeout_s!r}: expected > 0")
-        if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
-            raise ValueError(f"Verifier max_chars={max_chars!r}: expected an int >= 1")
-        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
-            raise ValueError(f"Verifier cache_size={cache_size!r}: expected an int >= 0")
+        _check_kind(kind)
+        _positive_int("num_workers", num_workers, 1)
+        _positive_int("max_chars", max_chars, 1)
+        _positive_int("cache_size", cache_size, 0)
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+            raise ValueError(f"Verifier timeout_s={timeout_s!r}: expected a number > 0")
+        if isinstance(truncated_reward, bool) or not isinstance(truncated_reward, (int, float)):
+            raise ValueError(f"Verifier truncated_reward={truncated_reward!r}: expected a number")
         self.kind = kind
+        self.timeout_s = float(timeout_s)
+        self.truncated_reward = float(truncated_reward)
+        self.fallback_last_number = bool(fallback_last_number)
         self.max_chars = max_chars
         self.cache_size = cache_size
         # Rollouts repeat answers across steps (same prompt next epoch, common mistakes): math-verify's
@@ -746,54 +695,70 @@ class Verifier:
         self._cache: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
         self._pool: _MathPool | None = None
         if kind == "math":
-            self._pool = _MathPool(num_workers, float(timeout_s), max_memory_mb)
+            self._pool = _MathPool(num_workers, self.timeout_s, max_memory_mb)
             self._finalizer = weakref.finalize(self, _close_pool, self._pool)
         self._closed = False
 
-    def score(self, completions: list[str], answers: list[str]) -> RewardBatch:
+    def score(
+        self,
+        completions: Sequence[str],
+        answers: Sequence[str],
+        finish_reasons: Sequence[str | None] | None = None,
+    ) -> RewardBatch:
         """Rewards of R completions against their R gold answers. Never raises on model output.
 
-        Raises ValueError for caller mistakes only (length mismatch, invalid gold answers, closed verifier).
+        finish_reasons: the engine's reason per completion ("stop", "length", None); a "length" row is not
+        scored: it gets `truncated_reward` and reason `truncated`. Raises ValueError/TypeError for caller
+        mistakes only (length mismatch, a gold `validate_gold` rejects, closed verifier).
         """
         if len(completions) != len(answers):
             raise ValueError(f"score: {len(completions)} completions but {len(answers)} answers")
+        if finish_reasons is not None and len(finish_reasons) != len(completions):
+            raise ValueError(f"score: {len(completions)} completions but {len(finish_reasons)} finish_reasons")
         if self._closed:
             raise ValueError("score: this Verifier is closed")
+        golds = []
         for i, a in enumerate(answers):
             if not isinstance(a, str):
                 raise TypeError(f"score: answers[{i}] must be a str, got {type(a).__name__}")
+            golds.append(_gold(self.kind, a))
+        truncated = [r == "length" for r in finish_reasons] if finish_reasons is not None else [False] * len(golds)
+        rows = [i for i, cut in enumerate(truncated) if not cut]
         if self.kind == "math":
-            verdicts = self._score_math(completions, answers)
+            scored = self._score_math([completions[i] for i in rows], [golds[i] for i in rows])
         else:
             fn = _INLINE_VERIFIERS[self.kind]
-            verdicts = [fn(c, a, max_chars=self.max_chars) for c, a in zip(completions, answers, strict=True)]
+            scored = [fn(completions[i], golds[i], max_chars=self.max_chars) for i in rows]
+        verdicts: list[Verdict] = [(self.truncated_reward, "truncated")] * len(golds)
+        for i, verdict in zip(rows, scored, strict=True):
+            verdicts[i] = verdict
         return _to_batch(verdicts)
 
-    def _score_math(self, completions: list[str], answers: list[str]) -> list[Verdict]:
+    def _score_math(self, completions: list[str], golds: list[str]) -> list[Verdict]:
         """Cheap stage inline, then each distinct (prediction, gold) pair not in the cache through the pool."""
         assert self._pool is not None
         verdicts: list[Verdict | None] = []
         task_of: dict[tuple[str, str], int] = {}
         item_task: dict[int, int] = {}
-        for i, (c, a) in enumerate(zip(completions, answers, strict=True)):
-            staged = _stage_math(c, a, self.max_chars)
-            if not isinstance(staged, str):
-                verdicts.append(staged)
-            elif (staged, a) in self._cache:
-                self._cache.move_to_end((staged, a))
-                verdicts.append(self._cache[(staged, a)])
+        for i, (c, g) in enumerate(zip(completions, golds, strict=True)):
+            staged = _stage_math(c, g, self.max_chars, self.fallback_last_number)
+            if isinstance(staged[0], float):
+                verdicts.append(staged)  # type: ignore[arg-type]
+            elif staged in self._cache:
+                self._cache.move_to_end(staged)  # type: ignore[arg-type]
+                verdicts.append(self._cache[staged])  # type: ignore[index]
             else:
-                item_task[i] = task_of.setdefault((staged, a), len(task_of))
+                item_task[i] = task_of.setdefault(staged, len(task_of))  # type: ignore[arg-type]
                 verdicts.append(None)
         tasks = list(task_of)
-        task_verdicts = self._pool.run(tasks)
+        task_verdicts = self._pool.run(tasks) if tasks else []
         for i, t in item_task.items():
             verdicts[i] = task_verdicts[t]
         self._remember(tasks, task_verdicts)
         return verdicts  # type: ignore[return-value]
 
     def _remember(self, tasks: list[tuple[str, str]], verdicts: list[Verdict]) -> None:
-        """Caches deterministic verdicts (not timeouts or crashes, which depend on load), LRU-bounded."""
+        """Caches deterministic verdicts (not timeouts or crashes), LRU-bounded."""
         if self.cache_size == 0:
             return
         for task, verdict in zip(tasks, verdicts, strict=True):

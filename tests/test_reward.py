@@ -13,17 +13,19 @@ import string
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
+from lens.answers import normalize_math
 from lens.reward import (
+    _HARD_GRACE_S,
     DEFAULT_MAX_CHARS,
     MAX_ANSWER_CHARS,
     REASONS,
     Verifier,
     _math_verify,
-    _normalize_math,
     _numeric_verdict,
     extract_boxed,
     extract_choice,
@@ -38,6 +40,7 @@ from lens.reward import (
 DEADLINE_S = 1.0
 # Fork/kill/respawn and pipe round trips on two busy cores: generous, still far below a hang.
 SLACK_S = 1.5
+RESPAWN_S = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +59,7 @@ def math_verifier() -> Verifier:
     [
         (r"so $\boxed{\frac{1}{2}}$.", r"\frac{1}{2}"),
         (r"\boxed{1} then \boxed{ 2 }", "2"),
-        (r"\boxed{3} and finally \boxed{4 + {5", "3"),  # the last one never closes
+        (r"\boxed{3} and finally \boxed{4 + {5", None),  # the last one never closes: cut off, no answer
         (r"\boxed{\{1,2\}}", r"\{1,2\}"),  # escaped braces are content
         (r"\fbox{7}", "7"),
         (r"\boxed {8}", "8"),
@@ -81,7 +84,9 @@ def test_extract_boxed(text: str, expected: str | None) -> None:
     ],
 )
 def test_extract_math_answer_fallbacks(text: str, expected: str | None) -> None:
-    assert extract_math_answer(text) == expected
+    assert extract_math_answer(text, fallback_last_number=True) == expected
+    # Training (the default) never reads a number that merely comes last.
+    assert extract_math_answer(text) == (expected if "answer" in text.lower() or "boxed" in text else None)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -106,7 +111,6 @@ COT = "Let us compute step by step. We simplify the expression and check each ca
         (COT + r"$\boxed{3, 5, 1}$", "1,3,5"),
         (COT + r"first guess \boxed{3}, corrected: \boxed{4}", "4"),
         (COT + r"The answer is $\frac{14}{3}$.", r"\frac{14}{3}"),
-        (COT + "so there are 25 ways", "25"),
         (COT + r"$\boxed{\left( 3, \frac{\pi}{2} \right)}$", r"\left( 3, \frac{\pi}{2} \right)"),
         (COT + r"$\boxed{{ {(3, \frac{\pi}{2})} }}$", r"\left( 3, \frac{\pi}{2} \right)"),
     ],
@@ -151,13 +155,13 @@ NUMERIC_PAIRS = [
 def test_numeric_shortcut_agrees_with_math_verify() -> None:
     decided = 0
     for pred, gold in NUMERIC_PAIRS:
-        shortcut = _numeric_verdict(_normalize_math(pred), _normalize_math(gold))
+        shortcut = _numeric_verdict(normalize_math(pred), normalize_math(gold))
         if shortcut is not None:
             decided += 1
-            assert shortcut == _math_verify(pred, gold, 5), (pred, gold)
-    # Unequal non-integers (0.5 vs 0.4, 0.333333 vs 1/3) are left to math-verify's rounding rules.
-    assert decided == len(NUMERIC_PAIRS) - 2
-    assert _numeric_verdict("0.333333", _normalize_math(r"\frac{1}{3}")) is None
+            assert shortcut == _math_verify(normalize_math(pred), normalize_math(gold)), (pred, gold)
+    # Close unequal non-integers (0.333333 vs 1/3) are left to math-verify's rounding rules.
+    assert decided == len(NUMERIC_PAIRS) - 1
+    assert _numeric_verdict("0.333333", normalize_math(r"\frac{1}{3}")) is None
 
 
 def test_verify_math_off_main_thread_does_not_raise() -> None:
@@ -398,26 +402,39 @@ def test_mixed_batch_scores_good_items_right(math_verifier: Verifier, tmp_path: 
     elapsed = time.monotonic() - start
     assert batch.rewards.tolist() == expected
     hung = batch.reasons["timeout"] + batch.reasons["worker_crash"]
-    # Two workers take the hanging items two at a time.
-    assert elapsed < (hung + 1) // 2 * DEADLINE_S + 2 * SLACK_S, (elapsed, batch.reasons)
+    # Two workers take the hanging items two at a time; one stuck in C code is killed _HARD_GRACE_S of CPU
+    # after its budget, and its replacement forks and warms up (RESPAWN_S).
+    per_hang = DEADLINE_S + _HARD_GRACE_S + RESPAWN_S
+    assert elapsed < (hung + 1) // 2 * per_hang + 2 * SLACK_S, (elapsed, batch.reasons)
     assert not (tmp_path / "PWNED").exists()
 
 
+def _pebble_manager(v: Verifier) -> Any:
+    """pebble's private pool manager: the tests need its worker pids and running tasks."""
+    assert v._pool is not None
+    return v._pool.pool._pool_manager
+
+
+def _worker_pids(v: Verifier) -> list[int]:
+    return list(_pebble_manager(v).worker_manager.workers)
+
+
 def _kill_busy_worker(v: Verifier, not_pid: int | None, start: float) -> int:
-    """SIGKILLs the pool's single worker once it is busy (and is not process `not_pid`); returns its pid."""
+    """SIGKILLs the worker running an item (and that is not process `not_pid`); returns its pid."""
     while time.monotonic() - start < 10:
-        worker = v._pool.workers[0]
-        if worker.task is not None and worker.proc.pid != not_pid:
-            os.kill(worker.proc.pid, signal.SIGKILL)
-            return worker.proc.pid
+        busy = [t.worker_id for t in list(_pebble_manager(v).task_manager.tasks.values()) if t.worker_id]
+        if busy and busy[0] != not_pid:
+            os.kill(busy[0], signal.SIGKILL)
+            return busy[0]
         time.sleep(0.005)
-    raise AssertionError("the worker never became busy")
+    raise AssertionError("no worker became busy")
 
 
 def test_worker_crash_is_a_verdict_and_the_pool_recovers() -> None:
     with Verifier("math", num_workers=1, timeout_s=30.0) as v:
         # The worker dies while idle: the next batch still scores.
-        os.kill(v._pool.workers[0].proc.pid, signal.SIGKILL)
+        os.kill(_worker_pids(v)[0], signal.SIGKILL)
+        time.sleep(0.3)  # pebble notices dead workers on its 0.1 s management tick
         assert v.score([r"\boxed{0.5}"], [r"\frac13"]).item_reasons == ("wrong",)
         # The worker dies in the middle of an item twice (the item is retried once on a fresh worker): the
         # item is a worker_crash, long before its 30 s deadline.
@@ -435,20 +452,20 @@ def test_worker_crash_is_a_verdict_and_the_pool_recovers() -> None:
 
 def test_verdict_cache_keeps_only_deterministic_verdicts() -> None:
     with Verifier("math", num_workers=1, timeout_s=DEADLINE_S, cache_size=2) as v:
-        v.score([r"\boxed{0.5}", r"\boxed{(1,2]}", r"\boxed{7^{123456789}}"], [r"\frac13", "[1,2)", "2"])
-        assert list(v._cache) == [("0.5", r"\frac13"), ("(1,2]", "[1,2)")]  # the timeout is not cached
+        v.score([r"\boxed{\sqrt{2}}", r"\boxed{(1,2]}", r"\boxed{7^{123456789}}"], [r"\frac13", "[1,2)", "2"])
+        assert list(v._cache) == [(r"\sqrt{2}", r"\frac{1}{3}"), ("(1,2]", "[1,2)")]  # the timeout is not cached
         assert v.score([r"\boxed{(1,2]}"], ["[1,2)"]).item_reasons == ("wrong",)
         v.score([r"\boxed{x^2}"], ["y"])
-        assert list(v._cache) == [("(1,2]", "[1,2)"), ("x^2", "y")]  # least recently used evicted
+        assert list(v._cache) == [("(1,2]", "[1,2)"), ("x^{2}", "y")]  # least recently used evicted
     with Verifier("math", num_workers=1, cache_size=0) as v:
-        v.score([r"\boxed{0.5}"], [r"\frac13"])
+        v.score([r"\boxed{\sqrt{2}}"], [r"\frac13"])
         assert not v._cache
 
 
 def test_close_stops_workers() -> None:
     v = Verifier("math", num_workers=2, timeout_s=DEADLINE_S)
-    procs = [w.proc for w in v._pool.workers]
-    assert all(p.is_alive() for p in procs)
+    procs = list(_pebble_manager(v).worker_manager.workers.values())
+    assert procs and all(p.is_alive() for p in procs)
     v.close()
     v.close()
     assert not any(p.is_alive() for p in procs)

@@ -34,6 +34,7 @@ from transformers import (
 )
 
 from lens.data import Problem
+from lens.reward import verify_vartrack
 
 VARIABLES = tuple("abcdefghij")
 DIGITS = tuple("0123456789")
@@ -136,10 +137,11 @@ def delete_positions(text: str, positions: Sequence[int]) -> str:
 
 
 def reward(response: str, answer: str) -> float:
-    """1.0 when the first token after the FIRST `#` of `response` equals `answer`, else 0.0."""
-    _, marker, rest = response.partition(FINAL_MARKER)
-    tokens = rest.split()
-    return float(bool(marker) and bool(tokens) and tokens[0] == answer)
+    """1.0 when the first token after the FIRST `#` of `response` equals `answer`, else 0.0.
+
+    The task has one reward rule: this is `lens.reward.verify_vartrack`, which `Verifier("vartrack")` uses too.
+    """
+    return verify_vartrack(response, answer)[0]
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:

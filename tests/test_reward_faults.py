@@ -1,0 +1,425 @@
+"""Tests of the reward faults of issue 15, one section per category, each with its own variants; plus the
+labelled case set (tests/data/reward_cases.jsonl, written by bench/make_reward_cases.py).
+
+Run: `OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_reward_faults.py -q` (about 30 s on two cores).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lens.answers import extract_choice, extract_final, normalize_text
+from lens.reward import (
+    REASONS,
+    Verifier,
+    normalize_gold,
+    validate_gold,
+    verify_choice,
+    verify_exact,
+    verify_math,
+    verify_text,
+    verify_vartrack,
+)
+from lens.tasks import vartrack
+
+COT = "We expand, collect terms and check the boundary cases before concluding. "
+CASES = Path(__file__).resolve().parent / "data" / "reward_cases.jsonl"
+
+
+def _box(answer: str) -> str:
+    return COT + f"Therefore the answer is $\\boxed{{{answer}}}$."
+
+
+# ------------------------------------------------------------------------------------------------
+# math-verify mis-parses a gold: its verdict is not trusted, a structural comparison decides
+# ------------------------------------------------------------------------------------------------
+
+MISPARSED_GOLDS = [
+    # (gold, a right answer in another form, near-miss wrong answers)
+    (
+        r"m_{p} c^{2}\left(\gamma^{2}-1\right)\sin^{2}\theta",
+        r"m_p c^2 (\gamma^2 - 1) \sin^2\theta",
+        [r"m_{p} c^{2}\left(\gamma-1\right)\sin^{2}\theta", r"m_{e} c^{2}\left(\gamma^{2}-1\right)\sin^{2}\theta", "0"],
+    ),
+    (
+        r"\frac{1}{3}E_{1}+\frac{2}{3}E_{2}",
+        r"\frac{2}{3}E_{2}+\frac{1}{3}E_{1}",
+        [r"\frac{2}{3}E_{1}+\frac{1}{3}E_{2}", r"\frac{2}{3}", r"\frac{1}{3}E_{1}", r"E_{1}+E_{2}"],
+    ),
+    (
+        r"\frac{1}{2}k_{1}-\frac{3}{4}k_{2}",
+        r"-\frac{3}{4}k_{2}+\frac{1}{2}k_{1}",
+        [r"\frac{1}{2}k_{1}+\frac{3}{4}k_{2}", r"-\frac{1}{4}"],
+    ),
+    (r"\Gamma_{0}\gamma^{2}", r"\Gamma_0 \gamma^2", [r"\Gamma_{0}\gamma", r"\Gamma_{1}\gamma^{2}"]),
+]
+
+
+@pytest.mark.parametrize(("gold", "right", "wrongs"), MISPARSED_GOLDS)
+def test_misparsed_golds_reward_only_the_right_answer(gold: str, right: str, wrongs: list[str]) -> None:
+    assert verify_math(_box(gold), gold) == (1.0, "correct")
+    assert verify_math(_box(right), gold) == (1.0, "correct")
+    for wrong in wrongs:
+        assert verify_math(_box(wrong), gold)[0] == 0.0, wrong
+
+
+def test_misparsed_prediction_is_not_trusted_either() -> None:
+    # A prediction math-verify reads as `zoo` must not equal a gold that also collapses to `zoo`.
+    assert verify_math(_box(r"\gamma^{2}x"), r"\gamma^{2}y")[0] == 0.0
+    assert verify_math(_box(r"F_{1}+F_{2}"), r"F_{1}+F_{3}")[0] == 0.0
+
+
+# ------------------------------------------------------------------------------------------------
+# scientific notation
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("gold", "answer", "reward"),
+    [
+        ("1.87e6", r"1.87 \times 10^{6}", 1.0),
+        ("1.87e6", r"1.87\cdot10^6", 1.0),
+        ("1.87e6", "1870000", 1.0),
+        ("1.87e6", "1,870,000", 1.0),
+        ("1.87e6", "1.87e6", 1.0),
+        ("1.87e6", "1.87E+06", 1.0),
+        ("1.87e6", r"1.87 \times 10^{7}", 0.0),
+        ("1.87e6", "1.87", 0.0),
+        ("1.87e6", r"2.5 \times 10^{6}", 0.0),
+        ("3.89e-10", r"3.89 \times 10^{-10}", 1.0),
+        ("3.89e-10", r"3.89 \times 10^{10}", 0.0),
+        ("4e33", r"4 \times 10^{33}", 1.0),
+        ("4e33", r"4 \times 10^{33} \text{ erg}", 1.0),
+        ("7.5e7", "75000000", 1.0),
+        ("1e-5", "0.00001", 1.0),
+        ("1e-5", "0.0001", 0.0),
+    ],
+)
+def test_scientific_notation(gold: str, answer: str, reward: float) -> None:
+    assert verify_math(_box(answer), gold)[0] == reward
+
+
+# ------------------------------------------------------------------------------------------------
+# multiple choice
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        (r"\boxed{B. Unsafe practices, Distress}", "B"),
+        (r"\boxed{(C) the second law}", "C"),
+        (r"\boxed{C: entropy increases}", "C"),
+        (r"\boxed{\textbf{(D)}}", "D"),
+        ("so the correct option is G.", "G"),
+        ("Hence the correct choice is (E).", "E"),
+        ("The best option is J", "J"),
+        ("Answer: A careful comparison shows (H)", "H"),
+        ("Answer: I think it is (B).", "B"),
+        ("Answer: A", "A"),
+        ("The answer is A.", "A"),
+        ("The answer is (A) because the others fail.", "A"),
+        ("The answer is H or D.", None),
+        ("Answer: (B) and (D)", None),
+        ("The answer is B/C", None),
+        (r"\boxed{B, D}", None),
+        (r"\boxed{A or C}", None),
+        (r"The answer is \boxed{G", None),  # cut off inside the box
+        ("Answer: a careful reading gives nothing", None),
+    ],
+)
+def test_extract_choice_variants(completion: str, expected: str | None) -> None:
+    assert extract_choice(COT + completion) == expected
+
+
+def test_choice_hedge_gets_no_credit() -> None:
+    assert verify_choice(COT + "The answer is H or D.", "H") == (0.0, "no_answer")
+    assert verify_choice(COT + "The answer is H or D.", "D") == (0.0, "no_answer")
+    assert verify_choice(COT + "Answer: A careful comparison shows (H)", "A") == (0.0, "wrong")
+
+
+# ------------------------------------------------------------------------------------------------
+# text answers (BBEH)
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold", "reward"),
+    [
+        ("853.0", "853", 1.0),
+        ("853", "853.0", 1.0),
+        ("212.00", "212", 1.0),
+        ("1,194", "1194", 1.0),
+        ("57.760", "57.76", 1.0),
+        ("-26.0", "-26", 1.0),
+        ("854", "853", 0.0),
+        ("85.3", "853", 0.0),
+        ("1,195", "1194", 0.0),
+        ("Yes, Unknown, No", "yes, unknown, no", 1.0),
+        ("0, 0, 1", "0,0,1", 1.0),
+        ("[Sunday]", "[sunday]", 1.0),
+        ("(b)", "(B)", 1.0),
+        ("disproved", "proved", 0.0),
+    ],
+)
+def test_text_numbers_and_forms(answer: str, gold: str, reward: float) -> None:
+    assert verify_text(COT + f"The answer is: {answer}", gold)[0] == reward
+    assert verify_text(_box(answer), gold)[0] == reward
+
+
+def test_normalize_text_numbers() -> None:
+    assert normalize_text("853.0") == normalize_text("853") == normalize_text("853.000")
+    assert normalize_text("1,194") == "1194"
+    assert normalize_text("0.48") == normalize_text("0.480") != normalize_text("0.4")
+
+
+# ------------------------------------------------------------------------------------------------
+# no box, no marker; answer on the next line; escaped dollars; degrees; bare units
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (r"so the length is $\sqrt{130}$", r"\sqrt{130}"),
+        (r"which gives $2\frac58$", r"2\frac58"),
+        (r"we get $x = 14$", "x = 14"),
+        (r"hence $\frac{3}{4}$ of the tank, which is 12 liters", "12"),
+        ("so there are 25 ways", "25"),
+        ("nothing numeric", None),
+    ],
+)
+def test_last_number_fallback_reads_whole_math(text: str, expected: str | None) -> None:
+    assert extract_final(COT + text, fallback_last_number=True) == expected
+    assert extract_final(COT + text) is None  # training: off
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold"),
+    [
+        ("The answer is:\n\\[\n\\frac{3}{4}\n\\]", r"\frac34"),
+        ("The final answer is:\n\n$$\n42\n$$", "42"),
+        ("**Answer:**\n\\(2\\sqrt{3}\\)", r"2\sqrt{3}"),
+        (r"The answer is $\$36$.", "36"),
+        (r"The answer is $\$1,250$.", "1250"),
+        ("The answer is \\$12.50.", "12.5"),
+        ("The answer is 76°.", "76"),
+        (r"The answer is $76^{\circ}$.", "76"),
+        ("The angle is \\boxed{45°}", r"45^\circ"),
+        (r"The answer is $\frac{600}{7}$ km/h.", r"\frac{600}{7}"),
+        (r"\boxed{\frac{600}{7} km/h}", r"\frac{600}{7}"),
+        (r"\boxed{12 \text{ cm}^2}", "12"),
+        (r"\boxed{15 \mbox{ dollars}}", "15"),
+        (r"\boxed{50\%}", "50"),
+        (r"The answer is $\frac{\sqrt{3}}{2}$ and we are done.", r"\frac{\sqrt3}{2}"),
+        (r"**Answer:** $\frac{32}{9}$, $\frac{1}{2}$", r"$\frac{32}{9}$,$\frac{1}{2}$"),
+    ],
+)
+def test_answer_forms_without_box(completion: str, gold: str) -> None:
+    assert verify_math(COT + completion, gold) == (1.0, "correct")
+
+
+def test_units_do_not_eat_variables() -> None:
+    assert verify_math(_box("5m"), "5")[0] == 0.0  # `5m` may be an expression: no unit stripped
+    assert verify_math(_box("2x"), "2")[0] == 0.0
+    assert verify_math(_box(r"3\text{ cm}"), "4")[0] == 0.0
+
+
+# ------------------------------------------------------------------------------------------------
+# truncated outputs
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        r"The answer is \boxed{G",
+        r"First \boxed{7}. Then finally \boxed{7",
+        r"\boxed{\frac{1}{2}",
+        r"so $\boxed{7 + {",
+    ],
+)
+def test_unclosed_last_box_is_no_answer(completion: str) -> None:
+    assert verify_math(COT + completion, "7") == (0.0, "no_answer")
+    assert verify_choice(COT + completion, "G") == (0.0, "no_answer")
+    assert verify_text(COT + completion, "7") == (0.0, "no_answer")
+
+
+def test_length_finish_reason_scores_truncated_reward() -> None:
+    right = _box("7")
+    with Verifier("text", truncated_reward=-0.5) as v:
+        batch = v.score([right, right, right], ["7", "7", "7"], ["stop", "length", None])
+    assert batch.rewards.tolist() == [1.0, -0.5, 1.0]
+    assert batch.item_reasons == ("correct", "truncated", "correct")
+    assert batch.reasons["truncated"] == 1 and set(batch.reasons) == set(REASONS)
+    with Verifier("choice") as v:
+        assert v.score([r"\boxed{C}"], ["C"], ["length"]).item_reasons == ("truncated",)
+    with pytest.raises(ValueError, match="finish_reasons"):
+        Verifier("exact").score(["a"], ["a"], [])
+
+
+def test_reasoning_cut_off_with_the_gold_as_last_number_scores_zero() -> None:
+    cut = COT + "Adding the two cases gives 12 + 30 = 42, and now we must subtract the"
+    assert verify_math(cut, "42") == (0.0, "no_answer")
+    assert verify_math(cut, "42", fallback_last_number=True) == (1.0, "correct")  # evaluation only
+
+
+# ------------------------------------------------------------------------------------------------
+# gold validation and normalization
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "gold", "problem"),
+    [
+        ("choice", "B, C", "one letter"),
+        ("choice", "K", "one letter"),
+        ("choice", "", "empty"),
+        ("math", "nan", "not a finite"),
+        ("math", "  inf ", "not a finite"),
+        ("math", r"\frac{1}{2", "unbalanced"),
+        ("math", "__import__", "'__'"),
+        ("math", "\\boxed{}", "empty"),
+        ("vartrack", "12", "one digit"),
+        ("text", "   ", "empty"),
+        ("exact", 3, "string"),
+    ],
+)
+def test_validate_gold_rejects(kind: str, gold: str, problem: str) -> None:
+    message = validate_gold(kind, gold)
+    assert message is not None and problem in message
+
+
+@pytest.mark.parametrize(
+    ("kind", "gold"),
+    [("choice", "(B)"), ("choice", "c"), ("math", "1.87e6"), ("math", r"\boxed{\frac12}"), ("text", "(B)")],
+)
+def test_validate_gold_accepts(kind: str, gold: str) -> None:
+    assert validate_gold(kind, gold) is None
+
+
+def test_boxed_gold_is_normalized_for_every_kind() -> None:
+    assert normalize_gold("math", r"$\boxed{\frac{1}{2}}$") == r"\frac{1}{2}"
+    assert normalize_gold("choice", r"\boxed{(c)}") == "C"
+    assert verify_text(_box("football"), r"\boxed{football}") == (1.0, "correct")
+    assert verify_exact("Paris", r"\boxed{Paris}") == (1.0, "correct")
+    assert verify_choice(_box("C"), r"\boxed{C}") == (1.0, "correct")
+    assert verify_vartrack("a = 1 ; # 1", r"\boxed{1}") == (1.0, "correct")
+    assert verify_math(_box("0.5"), r"\boxed{\frac12}") == (1.0, "correct")
+
+
+def test_score_rejects_bad_gold_with_its_reason() -> None:
+    with Verifier("choice") as v, pytest.raises(ValueError, match="one letter A-J"):
+        v.score([r"\boxed{B}"], ["B, C"])
+
+
+# ------------------------------------------------------------------------------------------------
+# one built-in-task rule
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold"),
+    [
+        ("a = 1 ; # 12", "1"),
+        ("# 1.", "1"),
+        ("# 1", "1"),
+        ("#1", "1"),
+        ("g = 3 ; # 3 # 4", "4"),
+        ("g = 3 ; # 3 # 4", "3"),
+        ("no marker 3", "3"),
+        ("#", "3"),
+        ("# 3\n", "3"),
+    ],
+)
+def test_vartrack_has_one_rule(completion: str, gold: str) -> None:
+    assert vartrack.reward(completion, gold) == verify_vartrack(completion, gold)[0]
+    with Verifier("vartrack") as v:
+        assert v.score([completion], [gold]).rewards.tolist() == [verify_vartrack(completion, gold)[0]]
+
+
+def test_vartrack_rule_values() -> None:
+    assert verify_vartrack("a = 1 ; # 12", "1") == (0.0, "wrong")
+    assert verify_vartrack("# 1.", "1") == (0.0, "wrong")
+    assert verify_vartrack("a = 1 ; #  1 ;", "1") == (1.0, "correct")
+
+
+# ------------------------------------------------------------------------------------------------
+# deterministic deadlines
+# ------------------------------------------------------------------------------------------------
+
+MIXED = [
+    (r"\boxed{\sqrt{2}/2}", r"\frac{\sqrt{2}}{2}"),
+    (r"\boxed{x^2+2x+1}", "(x+1)^2"),
+    (r"\boxed{(1,2]}", "[1,2)"),
+    (r"\boxed{7^{123456789}}", "2"),
+    (r"\boxed{\frac{\pi}{3}}", r"60^\circ"),
+    (r"\boxed{(10^{100})!}", "2"),
+    (r"\boxed{2\sqrt{3}}", r"\sqrt{12}"),
+]
+
+
+def _stop_workers_while(v: Verifier, work: threading.Thread, pause_s: float) -> None:
+    """Runs `work`, pausing every worker (SIGSTOP) for `pause_s` seconds while it runs: a slowed machine."""
+    assert v._pool is not None
+    pids = list(v._pool.pool._pool_manager.worker_manager.workers)
+    work.start()
+    time.sleep(0.05)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    time.sleep(pause_s)
+    for pid in pids:
+        os.kill(pid, signal.SIGCONT)
+    work.join(60)
+
+
+def test_same_verdicts_on_a_slowed_worker() -> None:
+    budget_s = 1.0
+    completions, golds = [c for c, _ in MIXED], [g for _, g in MIXED]
+    with Verifier("math", num_workers=2, timeout_s=budget_s, cache_size=0) as v:
+        idle = v.score(completions, golds)
+        out: list = []
+        # Workers stopped for longer than the whole budget: wall time passes, CPU time does not.
+        _stop_workers_while(v, threading.Thread(target=lambda: out.append(v.score(completions, golds))), 2.5)
+    assert out[0].item_reasons == idle.item_reasons
+    assert idle.item_reasons.count("timeout") == 2
+    assert idle.item_reasons[:3] == ("correct", "correct", "wrong")
+
+
+def test_timeout_is_counted() -> None:
+    with Verifier("math", num_workers=1, timeout_s=0.5) as v:
+        batch = v.score([r"\boxed{(10^{100})!}", r"\boxed{3}"], ["2", "3"])
+    assert batch.item_reasons == ("timeout", "correct")
+    assert batch.reasons["timeout"] == 1
+
+
+# ------------------------------------------------------------------------------------------------
+# the labelled case set
+# ------------------------------------------------------------------------------------------------
+
+
+def test_labelled_cases() -> None:
+    with CASES.open(encoding="utf-8") as f:
+        cases = [json.loads(line) for line in f]
+    assert len(cases) >= 1000
+    wrong_rewards, missed = [], []
+    for key in sorted({(c["kind"], c["fallback_last_number"]) for c in cases}):
+        rows = [c for c in cases if (c["kind"], c["fallback_last_number"]) == key]
+        with Verifier(key[0], fallback_last_number=key[1]) as v:
+            batch = v.score(
+                [c["completion"] for c in rows], [c["gold"] for c in rows], [c["finish_reason"] for c in rows]
+            )
+        for c, r in zip(rows, batch.rewards.tolist(), strict=True):
+            if r == 1.0 and c["label"] == 0:
+                wrong_rewards.append(c["id"])
+            elif r != 1.0 and c["label"] == 1:
+                missed.append(c["id"])
+    assert not wrong_rewards, wrong_rewards  # precision 1: no wrong answer is paid
+    assert len(missed) <= len(cases) // 200, missed  # recall >= 99%
