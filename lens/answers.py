@@ -341,6 +341,8 @@ def normalize_math(answer: str, *, strip_var: bool = True) -> str:
     if sci is not None:
         s = f"{sci.group(1)}\\times10^{{{int(sci.group(2))}}}"
     s = _BARE_SCRIPT_RE.sub(r"\1{\2}", s)  # `m_p c^2 \sqrt3` -> `m_{p} c^{2} \sqrt{3}`: one spelling per group
+    # Again: the braces just added turn `p c` (kept above, letters) into `} c`, which the gold spells `}c`.
+    s = _INNER_SPACE_RE.sub("", s)
     return _strip_outer_braces(s)
 
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from lens import data, reward
+from lens import answers, data, reward
 from lens.reward import REASONS, Verifier
 from lens.rollout import Engine, SamplingParams, make_engine
 
@@ -93,25 +93,23 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
-def extract_answer(kind: str, text: str) -> str | None:
+def extract_answer(kind: str, text: str, *, fallback_last_number: bool = True) -> str | None:
     """The answer the verifier of `kind` compares with the gold one, or None when it finds none.
 
-    math: the last \\boxed{...} (else after "answer is"/"Answer:", else the last number); choice: the
-    letter; text: the boxed content, else the text after the answer marker; vartrack: the first non-space
-    character after the first `#`; exact: the stripped completion.
+    math: the last closed \\boxed{...}, else after "answer is"/"Answer:", else (evaluation only, as the
+    benchmarks' own graders do) the last math span or number; choice: the letter; text: the boxed content,
+    else the text after the answer marker; vartrack: the first word after the first `#`; exact: the stripped
+    completion. The same functions as the verifiers (lens/answers.py), so the two cannot drift.
     """
     if kind == "math":
-        return reward.extract_math_answer(text)
+        return reward.extract_math_answer(text, fallback_last_number=fallback_last_number)
     if kind == "choice":
         return reward.extract_choice(text)
     if kind == "text":
-        boxed = reward.extract_boxed(text)
-        # The same fallback verify_text uses; reward.py keeps it private, and this must not drift from it.
-        return boxed if boxed is not None else reward._after_answer_marker(text)
+        return answers.extract_final(text)
     if kind == "vartrack":
-        hash_at = text.find("#")
-        tail = text[hash_at + 1 :].lstrip(" ") if hash_at >= 0 else ""
-        return tail[0] if tail else None
+        tokens = text.partition("#")[2].split(maxsplit=1) if "#" in text else []
+        return tokens[0] if tokens else None
     if kind == "exact":
         return text.strip() or None
     raise ValueError(f"extract_answer: kind={kind!r}: expected one of {reward.KINDS}")
@@ -355,6 +353,11 @@ def add_common_args(parser: argparse.ArgumentParser, *, default_benchmarks: str)
     parser.add_argument("--device", default="auto", help="auto (cuda if available) | cpu | cuda | cuda:N")
     parser.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU) | float32 | ...")
     parser.add_argument("--batch-size", type=_positive_int, default=64, help="prompts per generate call")
+    parser.add_argument(
+        "--no-last-number-fallback",
+        action="store_true",
+        help="math: no answer unless boxed or marked (the training rule); default: the last number, as benchmarks do",
+    )
     parser.add_argument("--out", default=None, help="output directory")
 
 
@@ -394,12 +397,13 @@ def build_engine(args: argparse.Namespace, longest_prompt: int) -> Engine:
 class Verifiers:
     """One `Verifier` per kind, made on first use (the math one starts worker processes); close() stops all."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, fallback_last_number: bool = True) -> None:
+        self.fallback_last_number = fallback_last_number
         self._by_kind: dict[str, Verifier] = {}
 
     def __call__(self, kind: str) -> Verifier:
         if kind not in self._by_kind:
-            self._by_kind[kind] = Verifier(kind)
+            self._by_kind[kind] = Verifier(kind, fallback_last_number=self.fallback_last_number)
         return self._by_kind[kind]
 
     def close(self) -> None:
@@ -448,7 +452,9 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 # ----------------------------------------------------------------------------------------------------
 
 
-def samples_of(kind: str, prompts: list[str], problems: list[data.Problem], result: EvalResult) -> list[dict[str, Any]]:
+def samples_of(
+    kind: str, prompts: list[str], problems: list[data.Problem], result: EvalResult, *, fallback_last_number: bool
+) -> list[dict[str, Any]]:
     """One record per problem: uid, problem and rendered prompt text, gold answer, samples, the extracted
     answers, rewards and verdicts."""
     return [
@@ -458,7 +464,7 @@ def samples_of(kind: str, prompts: list[str], problems: list[data.Problem], resu
             "prompt": prompt,
             "answer": p.answer,
             "samples": texts,
-            "extracted": [extract_answer(kind, t) for t in texts],
+            "extracted": [extract_answer(kind, t, fallback_last_number=fallback_last_number) for t in texts],
             "rewards": rewards,
             "reasons": reasons,
         }
@@ -549,10 +555,11 @@ def evaluate_one(
     prompts, problems, skipped = rendered
     n = samples_per_set(args, es.name)
     ids = [r.ids for r in prompts]
-    answers = [p.answer for p in problems]
-    result = evaluate_set(engine, tokenizer, verifier, ids, answers, n=n, sampling=sampling, batch_size=args.batch_size)
+    golds = [p.answer for p in problems]
+    result = evaluate_set(engine, tokenizer, verifier, ids, golds, n=n, sampling=sampling, batch_size=args.batch_size)
     row = {"kind": es.kind, **summarize(result, ks_for(args, n)), "skipped_too_long": skipped}
-    return row, samples_of(es.kind, tokenizer.batch_decode(ids), problems, result)
+    fallback = not args.no_last_number_fallback
+    return row, samples_of(es.kind, tokenizer.batch_decode(ids), problems, result, fallback_last_number=fallback)
 
 
 def write_report(out: Path, args: argparse.Namespace, sampling: SamplingParams, rows: dict[str, Any]) -> dict:
@@ -588,7 +595,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     longest = max(len(r.ids) for prompts, _, _ in rendered.values() for r in prompts)
     sampling = eval_sampling(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
     engine = build_engine(args, longest)
-    verifiers = Verifiers()
+    verifiers = Verifiers(fallback_last_number=not args.no_last_number_fallback)
     rows: dict[str, dict[str, Any]] = {}
     try:
         for s in sets:
