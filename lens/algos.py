@@ -23,11 +23,10 @@ import math
 import torch
 
 from lens import ops
+from lens.ops import DEFAULT_LOSS, KL_KINDS, LOSS_AGGS, LossConfig
 
 LOG_RATIO_CLAMP = 20.0
 KL_CLAMP = 10.0
-KL_KINDS = ("k1", "k2", "k3")
-LOSS_AGGS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 
 
 def _check_group_index(values: torch.Tensor, group_index: torch.Tensor, name: str) -> None:
@@ -216,7 +215,7 @@ def aggregate_loss(
     return (loss_mat * m).sum() / (seqs * loss_mat.shape[-1])
 
 
-def _check_loss_inputs(logp, old_logp, ref_logp, advantages, weights, mask, clip_c, beta, kl, agg) -> None:
+def _check_loss_inputs(logp, old_logp, ref_logp, advantages, weights, mask, loss: LossConfig) -> None:
     if logp.dim() != 2:
         raise ValueError(f"logp must be [N, T], got shape {tuple(logp.shape)}")
     for name, t in (("old_logp", old_logp), ("mask", mask), ("ref_logp", ref_logp)):
@@ -225,14 +224,8 @@ def _check_loss_inputs(logp, old_logp, ref_logp, advantages, weights, mask, clip
     for name, t in (("advantages", advantages), ("weights", weights)):
         if t.shape != logp.shape[:1]:
             raise ValueError(f"{name} must have shape [{logp.shape[0]}], got {tuple(t.shape)}")
-    if clip_c <= 1.0:
-        raise ValueError(f"clip_c must be > 1, got {clip_c}")
-    if beta != 0 and ref_logp is None:
+    if loss.beta != 0 and ref_logp is None:
         raise ValueError("beta != 0 needs ref_logp")
-    if kl not in KL_KINDS:
-        raise ValueError(f"kl kind must be one of {KL_KINDS}, got {kl!r}")
-    if agg not in LOSS_AGGS:
-        raise ValueError(f"loss agg must be one of {LOSS_AGGS}, got {agg!r}")
 
 
 def crpo_loss_torch(
@@ -242,13 +235,8 @@ def crpo_loss_torch(
     advantages: torch.Tensor,
     weights: torch.Tensor,
     mask: torch.Tensor,
+    loss: LossConfig = DEFAULT_LOSS,
     *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    clip_c: float = 3.0,
-    beta: float = 0.001,
-    kl: str = "k3",
-    agg: str = "token_mean",
     num_tokens: float | None = None,
     num_seqs: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -261,7 +249,9 @@ def crpo_loss_torch(
     p = min(p, -clip_c A) for A < 0, l = w~ p + beta kl. Reduced by `aggregate_loss`.
     Metrics (detached, over this call's tokens): pg_loss, kl, clipfrac_low/high/dual, ratio_mean/max.
     """
-    _check_loss_inputs(logp, old_logp, ref_logp, advantages, weights, mask, clip_c, beta, kl, agg)
+    _check_loss_inputs(logp, old_logp, ref_logp, advantages, weights, mask, loss)
+    clip_low, clip_high, clip_c, beta = loss.clip_low, loss.clip_high, loss.clip_c, loss.beta
+    kl, agg = loss.kl, loss.agg
     m = mask.float()
     ratio = torch.exp(importance_log_ratio(logp, old_logp))  # LENS Eq. (5)
     adv = advantages.float()[:, None]
@@ -273,7 +263,7 @@ def crpo_loss_torch(
     pg_mat = weights.float()[:, None] * pg  # LENS Eq. (7): w~(y) * clipped surrogate
     kl_mat = kl_penalty(logp, ref_logp, kl) if ref_logp is not None else None
     loss_mat = pg_mat + beta * kl_mat if beta != 0 else pg_mat
-    loss = aggregate_loss(loss_mat, m, agg, num_tokens=num_tokens, num_seqs=num_seqs)
+    value = aggregate_loss(loss_mat, m, agg, num_tokens=num_tokens, num_seqs=num_seqs)
     with torch.no_grad():
         pg_loss = aggregate_loss(pg_mat, m, agg, num_tokens=num_tokens, num_seqs=num_seqs)
         metrics = {
@@ -286,7 +276,7 @@ def crpo_loss_torch(
             # ratio > 0, so masked-out zeros never win the max; no tokens gives 0.
             "ratio_max": (ratio * m).amax() if m.numel() else m.new_zeros(()),
         }
-    return loss, {k: v.detach().float() for k, v in metrics.items()}
+    return value, {k: v.detach().float() for k, v in metrics.items()}
 
 
 def crpo_loss(
@@ -296,32 +286,17 @@ def crpo_loss(
     advantages: torch.Tensor,
     weights: torch.Tensor,
     mask: torch.Tensor,
+    loss: LossConfig = DEFAULT_LOSS,
     *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    clip_c: float = 3.0,
-    beta: float = 0.001,
-    kl: str = "k3",
-    agg: str = "token_mean",
     num_tokens: float | None = None,
     num_seqs: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """CRPO / GRPO loss (LENS Eq. 7); see `crpo_loss_torch`. Fused native op when it is loaded."""
-    kwargs = dict(
-        clip_low=clip_low,
-        clip_high=clip_high,
-        clip_c=clip_c,
-        beta=beta,
-        kl=kl,
-        agg=agg,
-        num_tokens=num_tokens,
-        num_seqs=num_seqs,
-    )
-    tensors = [t for t in (logp, old_logp, ref_logp, advantages, weights, mask) if t is not None]
-    if _use_native(*tensors):
-        _check_loss_inputs(logp, old_logp, ref_logp, advantages, weights, mask, clip_c, beta, kl, agg)
-        return ops.crpo_loss(logp, old_logp, ref_logp, advantages, weights, mask, **kwargs)
-    return crpo_loss_torch(logp, old_logp, ref_logp, advantages, weights, mask, **kwargs)
+    args = (logp, old_logp, ref_logp, advantages, weights, mask, loss)
+    if _use_native(*(t for t in args[:6] if t is not None)):
+        _check_loss_inputs(*args)
+        return ops.crpo_loss(*args, num_tokens=num_tokens, num_seqs=num_seqs)
+    return crpo_loss_torch(*args, num_tokens=num_tokens, num_seqs=num_seqs)
 
 
 # ----------------------------------------------------------------------------------------------

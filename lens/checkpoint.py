@@ -49,6 +49,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
+from lens.config import default_run_dir  # noqa: F401  (re-exported: the rule lives with the config)
 from lens.dist import rank as _rank
 from lens.dist import world as _world
 from lens.errors import one_line
@@ -492,12 +493,6 @@ FREE_KEYS = (
     "rollout.tensor_parallel_size",
 )
 FREE_SECTIONS = ("checkpoint.", "logging.")
-
-
-def default_run_dir(algorithm_name: str, seed: int) -> str:
-    """The run directory of a method and seed, `runs/<name>_s<seed>`: two runs that differ in either
-    never share a directory by default."""
-    return f"runs/{algorithm_name}_s{seed}"
 
 
 def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -158,6 +158,12 @@ class AlgorithmConfig:
     dapo: DapoConfig = field(default_factory=DapoConfig)
     greso: GresoConfig = field(default_factory=GresoConfig)
 
+    def loss_config(self) -> Any:
+        """The frozen lens.ops.LossConfig of these settings (imported here: this module stays torch-free)."""
+        from lens.ops import LossConfig
+
+        return LossConfig(self.clip_low, self.clip_high, self.clip_c, self.beta, self.kl, self.loss_agg)
+
 
 @dataclass
 class OptimConfig:
@@ -177,11 +183,24 @@ class OptimConfig:
 
 @dataclass
 class CheckpointConfig:
-    """Atomic checkpoints under <run_dir>/checkpoints."""
+    """Atomic, verified checkpoints under <run_dir>/checkpoints."""
 
     every: int = 20  # steps; 0: only at the end
     keep_last: int = 2
     resume: str = "none"  # none | auto (latest, or a fresh start) | a checkpoint directory
+    # A resumed run refuses a config that changes the algorithm, data, model or sampling (listing the
+    # changes); true accepts them with a warning (e.g. a deliberate change of learning rate mid-run).
+    allow_config_change: bool = False
+
+
+@dataclass
+class RewardConfig:
+    """How completions are scored (lens/reward.py; the verifier kind is data.reward)."""
+
+    truncated: float = 0.0  # reward of a completion cut at rollout.max_tokens (finish "length"), as DAPO
+    fallback_last_number: bool = False  # training never credits a bare last number (it pays for rambling)
+    eval_fallback_last_number: bool = True  # evaluation reads it, as the benchmarks' own graders do
+    timeout_s: float = 5.0  # CPU seconds per math item; a timeout is its own verdict, reward 0
 
 
 @dataclass
@@ -198,7 +217,7 @@ class Config:
     """The whole run. Defaults are the built-in CPU run (configs/cpu_default.yaml spells them out)."""
 
     seed: int = 0
-    run_dir: str = "runs/cpu_default"
+    run_dir: str | None = None  # None: runs/<algorithm>_s<seed> (default_run_dir); one run per directory
     device: Literal["auto", "cpu", "cuda"] = "auto"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -206,6 +225,7 @@ class Config:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def to_dict(self) -> dict[str, Any]:
@@ -472,10 +492,16 @@ def resolve(cfg: Config, *, cuda_available: bool) -> Config:
     gen = cfg.algorithm.dapo.gen_batch_size or cfg.data.batch_size
     return dataclasses.replace(
         cfg,
+        run_dir=cfg.run_dir or default_run_dir(cfg.algorithm.name, cfg.seed),
         device=device,
         model=dataclasses.replace(cfg.model, dtype=dtype),
         algorithm=dataclasses.replace(cfg.algorithm, dapo=dataclasses.replace(cfg.algorithm.dapo, gen_batch_size=gen)),
     )
+
+
+def default_run_dir(algorithm_name: str, seed: int) -> str:
+    """`runs/<name>_s<seed>`: two runs that differ in method or seed never share a directory by default."""
+    return f"runs/{algorithm_name}_s{seed}"
 
 
 def resolve_path(path: str) -> str:
@@ -528,7 +554,7 @@ def _validate_ranges(cfg: Config) -> None:
         g.p_init,
         f"need 0 < p_min ({g.p_min}) <= p_init <= p_max ({g.p_max}) < 1",
     )
-    _require(o.lr > 0.0, "optim.lr", o.lr, "must be > 0")
+    _require(math.isfinite(o.lr) and o.lr > 0.0, "optim.lr", o.lr, "must be finite and > 0")
     _require(o.weight_decay >= 0.0, "optim.weight_decay", o.weight_decay, "must be >= 0")
     _require(len(o.betas) == 2 and all(0.0 <= b < 1.0 for b in o.betas), "optim.betas", o.betas, "need two in [0,1)")
     _require(o.grad_clip >= 0.0, "optim.grad_clip", o.grad_clip, "must be >= 0 (0 disables clipping)")
@@ -553,6 +579,8 @@ def _validate_ranges(cfg: Config) -> None:
     _require(d.max_prompt_len >= 1, "data.max_prompt_len", d.max_prompt_len, "must be >= 1")
     _require(d.eval_every >= 0, "data.eval_every", d.eval_every, "must be >= 0 (0 disables evaluation)")
     _require(d.eval_n >= 1, "data.eval_n", d.eval_n, "must be >= 1")
+    _require(cfg.reward.timeout_s > 0, "reward.timeout_s", cfg.reward.timeout_s, "must be > 0")
+    _require(math.isfinite(cfg.reward.truncated), "reward.truncated", cfg.reward.truncated, "must be finite")
     _require(cfg.checkpoint.every >= 0, "checkpoint.every", cfg.checkpoint.every, "must be >= 0")
     _require(cfg.checkpoint.keep_last >= 1, "checkpoint.keep_last", cfg.checkpoint.keep_last, "must be >= 1")
     _require(bool(d.eval) or d.eval_every == 0, "data.eval", d.eval, "empty: set data.eval_every=0")

@@ -71,6 +71,15 @@ def rank_offset(count: int) -> int:
     return int(sum(int(c) for c in counts[: rank()]))
 
 
+def all_gather_objects(obj: Any) -> list[Any]:
+    """`obj` of every rank, in rank order (picklable objects; collective). [obj] in one process."""
+    if world() == 1:
+        return [obj]
+    out: list[Any] = [None] * world()
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def all_reduce(value: float | torch.Tensor, op: Op = "sum") -> float | torch.Tensor:
     """`value` reduced over all ranks (sum, max, min or mean): a float for a float, a new tensor for a
     tensor (on the tensor's device). Collective; the identity in one process."""
@@ -136,6 +145,9 @@ REDUCTIONS: dict[str, Reduction] = {
     "dapo/zero_variance": SUM,
     # GRESO decides on the global batch, identically on every rank: a sum would count it world times.
     "greso/skipped": MAX,
+    "greso/p_easy": MAX,  # the skipper's state, the same on every rank
+    "greso/p_hard": MAX,
+    "reward/overlong_penalty": SUM,  # DAPO's overlong shaping: total reward taken off this step's rollouts
     **{
         f"lens/{k}": SUM
         for k in (

@@ -55,6 +55,7 @@ def setup_distributed(device: str | torch.device) -> tuple[int, int]:
     """
     import deepspeed
 
+    launched = "WORLD_SIZE" in os.environ  # by torchrun (or another launcher that sets the env contract)
     defaults = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
@@ -62,10 +63,15 @@ def setup_distributed(device: str | torch.device) -> tuple[int, int]:
     # `import deepspeed.comm.torch as m` binds the torch package, not the module (facts.md).
     importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
     cuda = torch.device(device).type == "cuda"
+    backend = "nccl" if cuda else "gloo"
     if cuda:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     if not torch.distributed.is_initialized():
-        deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo", auto_mpi_discovery=False)
+        if not launched:
+            # One process needs no rendezvous: an in-memory store cannot lose a race for a TCP port to
+            # another process on the machine (a free port found above may be taken before it is bound).
+            torch.distributed.init_process_group(backend, store=torch.distributed.HashStore(), rank=0, world_size=1)
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
     return torch.distributed.get_rank(), torch.distributed.get_world_size()
 
 

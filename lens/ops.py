@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
+from dataclasses import dataclass
 
 import torch
 
@@ -36,6 +37,36 @@ METRIC_NAMES = ("pg_loss", "kl", "clipfrac_high", "clipfrac_low", "clipfrac_dual
 NUM_STATS = len(METRIC_NAMES) + 2
 KL_KINDS = ("k1", "k2", "k3")
 LOSS_AGGS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """The knobs of the CRPO loss (LENS Eq. 7), checked once here for both implementations.
+
+    clip_low / clip_high: the ratio clip [1 - clip_low, 1 + clip_high] (DAPO's clip-higher raises the
+    second); clip_c: the dual clip for A < 0; beta: the KL weight (0: no reference pass); kl: its estimator;
+    agg: how token losses reduce (token_mean, seq_mean_token_mean, seq_mean_token_sum_norm).
+    """
+
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    clip_c: float = 3.0
+    beta: float = 0.001
+    kl: str = "k3"
+    agg: str = "token_mean"
+
+    def __post_init__(self) -> None:
+        if self.kl not in KL_KINDS:
+            raise ValueError(f"crpo_loss: kl must be one of {KL_KINDS}, got {self.kl!r}")
+        if self.agg not in LOSS_AGGS:
+            raise ValueError(f"crpo_loss: agg must be one of {LOSS_AGGS}, got {self.agg!r}")
+        if not self.clip_c > 1.0:
+            raise ValueError(f"crpo_loss: clip_c must be > 1, got {self.clip_c}")
+        if not (0.0 <= self.clip_low < 1.0 and self.clip_high >= 0.0 and self.beta >= 0.0):
+            raise ValueError(f"crpo_loss: need 0 <= clip_low < 1, clip_high >= 0, beta >= 0; got {self}")
+
+
+DEFAULT_LOSS = LossConfig()
 _TOKEN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -157,21 +188,9 @@ def importance_ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> tuple[torch.
 
 
 def _check_loss_args(
-    ref_logp: torch.Tensor | None,
-    clip_c: float,
-    beta: float,
-    kl: str,
-    agg: str,
-    num_tokens: float | None,
-    num_seqs: float | None,
+    ref_logp: torch.Tensor | None, loss: LossConfig, num_tokens: float | None, num_seqs: float | None
 ) -> None:
-    if kl not in KL_KINDS:
-        raise ValueError(f"crpo_loss: kl must be one of {KL_KINDS}, got {kl!r}")
-    if agg not in LOSS_AGGS:
-        raise ValueError(f"crpo_loss: agg must be one of {LOSS_AGGS}, got {agg!r}")
-    if clip_c <= 1.0:
-        raise ValueError(f"crpo_loss: clip_c must be > 1, got {clip_c}")
-    if beta != 0 and ref_logp is None:
+    if loss.beta != 0 and ref_logp is None:
         raise ValueError("crpo_loss: beta != 0 needs ref_logp")
     for name, count in (("num_tokens", num_tokens), ("num_seqs", num_seqs)):
         if count is not None and not float(count) > 0:
@@ -185,13 +204,8 @@ def crpo_loss(
     advantages: torch.Tensor,
     weights: torch.Tensor,
     mask: torch.Tensor,
+    loss: LossConfig = DEFAULT_LOSS,
     *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    clip_c: float = 3.0,
-    beta: float = 0.001,
-    kl: str = "k3",
-    agg: str = "token_mean",
     num_tokens: float | None = None,
     num_seqs: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -204,26 +218,26 @@ def crpo_loss(
     (Python numbers) that make micro-batch losses add up to the full-batch loss.
     """
     _require_native("crpo_loss")
-    _check_loss_args(ref_logp, clip_c, beta, kl, agg, num_tokens, num_seqs)
+    _check_loss_args(ref_logp, loss, num_tokens, num_seqs)
     dtype = _token_dtype(logp, old_logp, ref_logp)
-    loss, stats = torch.ops.lens.crpo_loss_fwd(
+    value, stats = torch.ops.lens.crpo_loss_fwd(
         logp.to(dtype),
         old_logp.to(dtype),
         None if ref_logp is None else ref_logp.to(dtype),
         _float_values(advantages),
         _float_values(weights),
         mask,
-        float(clip_low),
-        float(clip_high),
-        float(clip_c),
-        float(beta),
-        kl,
-        agg,
+        float(loss.clip_low),
+        float(loss.clip_high),
+        float(loss.clip_c),
+        float(loss.beta),
+        loss.kl,
+        loss.agg,
         None if num_tokens is None else float(num_tokens),
         None if num_seqs is None else float(num_seqs),
     )
     stats = stats.detach()
-    return loss, {name: stats[i] for i, name in enumerate(METRIC_NAMES)}
+    return value, {name: stats[i] for i, name in enumerate(METRIC_NAMES)}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lens import algos, ops
+from lens.ops import LossConfig
 
 # ---------------------------------------------------------------------------------------------
 # GRPO advantages
@@ -152,7 +153,7 @@ def _hand_case():
 
 def test_crpo_loss_hand_computed_token_mean():
     logp, old, adv, w = _hand_case()
-    loss, metrics = algos.crpo_loss_torch(logp, old, None, adv, w, torch.ones(2, 2), beta=0.0)
+    loss, metrics = algos.crpo_loss_torch(logp, old, None, adv, w, torch.ones(2, 2), LossConfig(beta=0.0))
     # per-token losses: [-1.2, -0.5] and 0.5 * [1.0, 3.0]
     assert loss.item() == pytest.approx((-1.2 - 0.5 + 0.5 + 1.5) / 4)
     loss.backward()
@@ -173,7 +174,7 @@ def test_crpo_loss_hand_computed_token_mean():
 def test_crpo_loss_aggregations(agg, expected):
     logp, old, adv, w = _hand_case()
     mask = torch.tensor([[True, True], [True, False]])
-    loss, _ = algos.crpo_loss_torch(logp, old, None, adv, w, mask, beta=0.0, agg=agg)
+    loss, _ = algos.crpo_loss_torch(logp, old, None, adv, w, mask, LossConfig(beta=0.0, agg=agg))
     assert loss.item() == pytest.approx(expected)
 
 
@@ -181,9 +182,8 @@ def test_crpo_loss_low_clip_and_kl_term():
     old = torch.zeros(1, 2)
     logp = torch.tensor([[math.log(0.5), 0.0]], requires_grad=True)  # ratio 0.5 with A < 0: clipped low
     ref = torch.tensor([[math.log(0.5) - 1.0, 0.0]])
-    loss, metrics = algos.crpo_loss_torch(
-        logp, old, ref, torch.tensor([-1.0]), torch.ones(1), torch.ones(1, 2), beta=0.1
-    )
+    adv, w = torch.tensor([-1.0]), torch.ones(1)
+    loss, metrics = algos.crpo_loss_torch(logp, old, ref, adv, w, torch.ones(1, 2), LossConfig(beta=0.1))
     kl0 = math.exp(-1.0)  # k3 with d = -1
     assert metrics["clipfrac_low"].item() == pytest.approx(0.5)
     assert metrics["kl"].item() == pytest.approx(kl0 / 2)
@@ -197,18 +197,22 @@ def test_crpo_loss_validation():
     logp, old, adv, w = _hand_case()
     mask = torch.ones(2, 2)
     with pytest.raises(ValueError, match="needs ref_logp"):
-        algos.crpo_loss_torch(logp, old, None, adv, w, mask, beta=0.1)
+        algos.crpo_loss_torch(logp, old, None, adv, w, mask, LossConfig(beta=0.1))
     with pytest.raises(ValueError, match="clip_c"):
-        algos.crpo_loss_torch(logp, old, None, adv, w, mask, beta=0.0, clip_c=1.0)
+        LossConfig(beta=0.0, clip_c=1.0)
     with pytest.raises(ValueError, match="advantages"):
-        algos.crpo_loss_torch(logp, old, None, adv[:1], w, mask, beta=0.0)
-    with pytest.raises(ValueError, match="loss agg"):
-        algos.crpo_loss_torch(logp, old, None, adv, w, mask, beta=0.0, agg="sum")
+        algos.crpo_loss_torch(logp, old, None, adv[:1], w, mask, LossConfig(beta=0.0))
+    with pytest.raises(ValueError, match="agg must be one of"):  # checked once, when the config is made
+        LossConfig(beta=0.0, agg="sum")
+    with pytest.raises(ValueError, match="kl must be one of"):
+        LossConfig(kl="k4")
+    with pytest.raises(ValueError, match="clip_low < 1"):
+        LossConfig(clip_low=1.0)
 
 
 def test_crpo_loss_empty_mask_is_zero():
     logp, old, adv, w = _hand_case()
-    loss, metrics = algos.crpo_loss_torch(logp, old, None, adv, w, torch.zeros(2, 2), beta=0.0)
+    loss, metrics = algos.crpo_loss_torch(logp, old, None, adv, w, torch.zeros(2, 2), LossConfig(beta=0.0))
     loss.backward()
     assert loss.item() == 0.0 and torch.all(logp.grad == 0)
     assert all(v.item() == 0.0 for v in metrics.values())
@@ -235,7 +239,7 @@ def test_crpo_with_unit_weights_is_grpo(n, t, seed):
     ref = old + torch.randn(n, t, generator=g) * 0.1
     adv = torch.randn(n, generator=g)
     mask = (torch.rand(n, t, generator=g) > 0.3).float()
-    loss, _ = algos.crpo_loss_torch(logp, old, ref, adv, torch.ones(n), mask, beta=0.01)
+    loss, _ = algos.crpo_loss_torch(logp, old, ref, adv, torch.ones(n), mask, LossConfig(beta=0.01))
     (grad,) = torch.autograd.grad(loss, logp)
     logp2 = logp.detach().clone().requires_grad_(True)
     oracle = _grpo_loss_independent(logp2, old, ref, adv, mask, 0.2, 3.0, 0.01)
@@ -256,13 +260,13 @@ def test_micro_batches_with_global_counts_match_full_batch(agg, seed, splits):
     adv, w = torch.randn(n, generator=g), torch.rand(n, generator=g)
     mask = torch.rand(n, t, generator=g) > 0.4
     mask[:, 0] = True
-    full, _ = algos.crpo_loss_torch(logp, old, ref, adv, w, mask, agg=agg)
+    full, _ = algos.crpo_loss_torch(logp, old, ref, adv, w, mask, LossConfig(agg=agg))
     (full_grad,) = torch.autograd.grad(full, logp)
     counts = {"num_tokens": float(mask.sum()), "num_seqs": float((mask.sum(-1) > 0).sum())}
     total = torch.zeros(())
     for rows in torch.arange(n).chunk(splits):
         part, _ = algos.crpo_loss_torch(
-            logp[rows], old[rows], ref[rows], adv[rows], w[rows], mask[rows], agg=agg, **counts
+            *(t[rows] for t in (logp, old, ref, adv, w, mask)), LossConfig(agg=agg), **counts
         )
         total = total + part
     (split_grad,) = torch.autograd.grad(total, logp)
@@ -273,7 +277,7 @@ def test_micro_batches_with_global_counts_match_full_batch(agg, seed, splits):
 def test_dispatch_uses_torch_path_without_native(monkeypatch):
     monkeypatch.setattr(ops, "native_available", lambda: False)
     logp, old, adv, w = _hand_case()
-    loss, _ = algos.crpo_loss(logp, old, None, adv, w, torch.ones(2, 2), beta=0.0)
+    loss, _ = algos.crpo_loss(logp, old, None, adv, w, torch.ones(2, 2), LossConfig(beta=0.0))
     assert loss.item() == pytest.approx(0.3 / 4)
     adv2 = algos.weighted_group_advantages(torch.tensor([1.0, 0.0]), torch.ones(2), torch.tensor([0, 0]))
     torch.testing.assert_close(adv2, torch.tensor([0.5, -0.5]) / (0.5 + 1e-6))

@@ -223,7 +223,8 @@ def test_yaml_round_trip_and_save(tmp_path):
     assert from_dict(yaml.safe_load(cfg.to_yaml())) == cfg
     cfg.save(tmp_path / "config.yaml")
     assert load_config(tmp_path / "config.yaml", **CPU) == cfg
-    sections = ["seed", "run_dir", "device", "model", "data", "rollout", "algorithm", "optim", "checkpoint", "logging"]
+    sections = ["seed", "run_dir", "device", "model", "data", "rollout", "algorithm", "optim", "checkpoint", "reward"]
+    sections.append("logging")
     assert list(cfg.to_dict()) == sections
 
 

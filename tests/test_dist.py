@@ -20,6 +20,7 @@ import torch.multiprocessing
 
 from lens import algos, dist
 from lens import metrics as mx
+from lens.ops import LossConfig
 
 B, M, T = 5, 4, 7  # an odd prompt count: the ranks hold 2 and 3 prompts, so their token counts differ
 
@@ -50,10 +51,8 @@ def step_metrics(data: dict[str, torch.Tensor], lo: int, hi: int, num_tokens: fl
         mb = slice(start, min(start + 3, rows.stop))
         mask = data["mask"][mb]
         ones = torch.ones(mask.shape[0])
-        loss, parts = algos.crpo_loss(
-            data["logp"][mb], data["old_logp"][mb], data["ref_logp"][mb], data["adv"][mb], ones, mask, beta=0.1,
-            num_tokens=num_tokens,
-        )  # fmt: skip
+        logps = (data["logp"][mb], data["old_logp"][mb], data["ref_logp"][mb])
+        loss, parts = algos.crpo_loss(*logps, data["adv"][mb], ones, mask, LossConfig(beta=0.1), num_tokens=num_tokens)
         meter.add(loss, parts, mask, data["entropy"][mb])
     low = rewards.mean(1) < 0.5  # the groups sampled a second time
     second = data["second"][lo:hi][low]

@@ -1,11 +1,9 @@
 """Hand-computed tests of the LENS bookkeeping in lens.purify (selection, deletion, guard, groups)."""
 
-import math
-
 import pytest
 import torch
 
-from lens import algos, purify
+from lens import purify
 from lens.purify import Prompt
 
 
@@ -88,87 +86,6 @@ def test_scorable_mask_rejects_bad_spans():
 # ---------------------------------------------------------------------------------------------
 # Guard and replacement (Eq. 2-3), weights (Eq. 4)
 # ---------------------------------------------------------------------------------------------
-
-
-def test_paper_worked_example_group_weights_and_advantages():
-    # m = 8: one original success; the purified prompt gives two successes (2/8 > 1/8, guard passes).
-    first = torch.tensor([[1.0, 0, 0, 0, 0, 0, 0, 0]])
-    second = torch.tensor([[0.0, 1, 0, 1, 0, 0, 0, 0]])
-    groups = purify.build_groups(first, second, torch.tensor([0]), generator=torch.Generator().manual_seed(0))
-    assert groups.rewards.numel() == 8  # |Y+| + |Y- minus R| + |P| = 1 + 5 + 2
-    assert groups.second.sum().item() == 2 and groups.rollout[groups.second].tolist() == [1, 3]
-    assert groups.original_success.tolist() == [True] + [False] * 7
-    torch.testing.assert_close(groups.weights, torch.tensor([1 / 8] + [7 / 8] * 7))
-    adv = algos.weighted_group_advantages_torch(groups.rewards, groups.weights, groups.group)
-    mu = (1 / 8 + 2 * 7 / 8) / (1 / 8 + 7 * 7 / 8)  # = 0.3
-    sigma = math.sqrt(mu * (1 - mu))
-    assert mu == pytest.approx(0.3)
-    expected = torch.where(groups.rewards > 0, (1 - mu) / (sigma + 1e-6), -mu / (sigma + 1e-6))
-    torch.testing.assert_close(adv, expected)
-    assert groups.counters["guard_passes"] == 1 and groups.counters["rollouts_replaced"] == 2
-
-
-def test_guard_is_strict_and_can_be_switched_off():
-    first = torch.tensor([1.0, 0.0, 0.0, 0.0])
-    same = torch.tensor([0.0, 0.0, 1.0, 0.0])
-    plan = purify.plan_group(first, same)
-    assert not plan.guard_passed and plan.keep_first.tolist() == [0, 1, 2, 3] and plan.take_second.numel() == 0
-    forced = purify.plan_group(first, same, guard=False, generator=torch.Generator().manual_seed(0))
-    assert forced.guard_passed and forced.take_second.tolist() == [2] and forced.replaced == 1
-    assert 0 in forced.keep_first.tolist() and forced.keep_first.numel() == 3
-    assert purify.plan_group(first, None).keep_first.tolist() == [0, 1, 2, 3]
-
-
-def test_more_purified_successes_than_failures_under_each_policy():
-    first = torch.tensor([1.0, 0.0, 0.0, 0.0])
-    second = torch.ones(4)
-    g = torch.Generator().manual_seed(0)
-    paper = purify.plan_group(first, second, replace="paper", generator=g)
-    assert paper.keep_first.tolist() == [0] and paper.take_second.numel() == 4 and paper.replaced == 3  # |G| = 5 > m
-    one = purify.plan_group(first, second, replace="one_to_one", generator=g)
-    assert one.keep_first.tolist() == [0] and one.take_second.numel() == 3  # |G| = m
-    keep = purify.plan_group(first, second, replace="keep_failure", generator=g)
-    assert keep.keep_first.numel() == 2 and keep.take_second.numel() == 2 and keep.replaced == 2
-    assert any(i in keep.keep_first.tolist() for i in (1, 2, 3))  # one failure stays
-    with pytest.raises(ValueError, match="replace"):
-        purify.plan_group(first, second, replace="all")
-
-
-def test_replaced_failures_are_a_random_subset():
-    first = torch.tensor([1.0] + [0.0] * 7)
-    second = torch.tensor([1.0, 1.0, 0, 0, 0, 0, 0, 0])
-    kept = {
-        tuple(purify.plan_group(first, second, generator=torch.Generator().manual_seed(s)).keep_first.tolist())
-        for s in range(20)
-    }
-    assert len(kept) > 3
-
-
-def test_a_bar_zero_and_one_weights():
-    first = torch.tensor([[0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
-    second = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
-    groups = purify.build_groups(first, second, torch.tensor([0, -1]), generator=torch.Generator().manual_seed(1))
-    # a_bar = 0: failures and the purified success weigh 1 - 0 = 1; a_bar = 1: successes weigh 1
-    torch.testing.assert_close(groups.weights, torch.ones(8))
-    assert groups.group.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
-    assert groups.second.tolist() == [False, False, False, True] + [False] * 4
-    uniform = purify.build_groups(first, second, torch.tensor([0, -1]), weighting="uniform")
-    torch.testing.assert_close(uniform.weights, torch.ones(8))
-    with pytest.raises(ValueError, match="weighting"):
-        purify.build_groups(first, second, torch.tensor([0, -1]), weighting="paper")
-
-
-def test_build_groups_pick_and_counters():
-    first = torch.tensor([[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]])
-    second = torch.tensor([[1.0, 1.0], [0.0, 0.0]])
-    second_of = torch.tensor([1, 0, -1])  # prompt 0 -> second row 1 (no gain), prompt 1 -> row 0
-    groups = purify.build_groups(first, second, second_of, generator=torch.Generator().manual_seed(0))
-    first_items = ["f0", "f1", "f2", "f3", "f4", "f5"]
-    second_items = ["s0", "s1", "s2", "s3"]
-    assert groups.pick(first_items, second_items) == ["f0", "f1", "s0", "s1", "f4", "f5"]
-    c = groups.counters
-    assert (c["purified"], c["guard_passes"], c["rollouts_replaced"], c["purified_joined"]) == (2, 1, 2, 2)
-    assert c["purified_accuracy"] == pytest.approx(0.5)
 
 
 def test_purify_batch_end_to_end():

@@ -7,6 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from lens import model as lens_model
 from lens import train
 from lens.tasks import vartrack
 
@@ -66,9 +67,9 @@ def test_lens_purifies_and_transfers_with_ratios_on_the_purified_prompt(tiny_mod
     seen = {}
     real_update = train.update
 
-    def spy(run, groups, original, source, tokens, sampler_logp):
-        seen.setdefault("groups", []).append((groups, original, source))
-        return real_update(run, groups, original, source, tokens, sampler_logp)
+    def spy(run, step_groups):
+        seen.setdefault("groups", []).append(step_groups)
+        return real_update(run, step_groups)
 
     monkeypatch.setattr(train, "update", spy)
     # Reference surprisal finds the distractor symbols from the first step on (the interference score
@@ -77,15 +78,14 @@ def test_lens_purifies_and_transfers_with_ratios_on_the_purified_prompt(tiny_mod
     train.main([*args, "data.batch_size=8"])
     rows = _rows(tmp_path)
     assert sum(r["lens/tokens_deleted"] for r in rows) > 0 and sum(r["lens/guard_passes"] for r in rows) > 0
-    transfers = [g for g in seen["groups"] if g[0].second.any()]
+    transfers = [sg for sg in seen["groups"] if any(s != o for s, o in zip(sg.source, sg.original, strict=True))]
     assert transfers, "no purified rollout reached the loss"
     assert sum(r["lens/purified_joined"] for r in rows) > 0
-    groups, original, source = transfers[-1]
-    purified = groups.second.nonzero().flatten().tolist()
-    for i in purified:  # old log-probs are taken on the purified prompt, new ones on the original
-        assert len(source[i]) < len(original[i])
-    for i in (~groups.second).nonzero().flatten().tolist():
-        assert source[i] == original[i]
+    sg = transfers[-1]
+    for source, original in zip(sg.source, sg.original, strict=True):
+        # old log-probs are taken on the prompt that sampled the row (purified: shorter), new ones on the original
+        assert source == original or len(source) < len(original)
+    assert len(sg.original) == len(sg.tokens) == len(sg.sampler_logprobs) == sg.rewards.numel() == sg.weights.numel()
 
 
 def test_engine_log_probs_stand_in_for_the_trainer_forward_passes(tiny_model, tmp_path, monkeypatch):
@@ -93,13 +93,13 @@ def test_engine_log_probs_stand_in_for_the_trainer_forward_passes(tiny_model, tm
     # (Eq. 5's pi_old) are the trainer's own: a run taking both from the engine must match one that
     # recomputes them, while the trainer's forward passes over prompts are really skipped.
     calls = {"interference_scores": 0}
-    real = train.scoring.model.interference_scores
+    real = lens_model.interference_scores
 
     def counted(*a, **k):
         calls["interference_scores"] += 1
         return real(*a, **k)
 
-    monkeypatch.setattr(train.scoring.model, "interference_scores", counted)
+    monkeypatch.setattr(lens_model, "interference_scores", counted)
     base = ["optim.steps=3", "data.eval_every=0", "data.batch_size=8"]
     trainer = train.main(_args(tiny_model, tmp_path / "trainer", *base))
     assert calls["interference_scores"] == 3

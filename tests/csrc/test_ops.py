@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from lens import algos, ops
+from lens.ops import LossConfig
 
 pytestmark = pytest.mark.skipif(not ops.native_available(), reason="lens._C is not built")
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
@@ -98,7 +99,7 @@ def test_crpo_loss_ratios_far_outside_clip(device: str, kl: str) -> None:
 def test_crpo_loss_without_reference(device: str) -> None:
     logp, old, _, adv, w, mask = loss_inputs(5, 11, seed=5, device=device)
     assert_loss_matches((logp, old, None, adv, w, mask), beta=0.0)
-    _, metrics = ops.crpo_loss(logp, old, None, adv, w, mask, beta=0.0)
+    _, metrics = ops.crpo_loss(logp, old, None, adv, w, mask, LossConfig(beta=0.0))
     assert float(metrics["kl"]) == 0.0
 
 
@@ -191,11 +192,11 @@ def test_crpo_loss_grad_loss_scales_gradient() -> None:
 def test_crpo_loss_user_errors() -> None:
     logp, old, ref, adv, w, mask = loss_inputs(3, 4)
     with pytest.raises(ValueError, match="beta != 0 needs ref_logp"):
-        ops.crpo_loss(logp, old, None, adv, w, mask, beta=0.1)
+        ops.crpo_loss(logp, old, None, adv, w, mask, LossConfig(beta=0.1))
     with pytest.raises(ValueError, match="kl must be one of"):
-        ops.crpo_loss(logp, old, ref, adv, w, mask, kl="k4")
+        ops.crpo_loss(logp, old, ref, adv, w, mask, LossConfig(kl="k4"))
     with pytest.raises(ValueError, match="agg must be one of"):
-        ops.crpo_loss(logp, old, ref, adv, w, mask, agg="sum")
+        ops.crpo_loss(logp, old, ref, adv, w, mask, LossConfig(agg="sum"))
     with pytest.raises(ValueError, match="num_tokens must be > 0"):
         ops.crpo_loss(logp, old, ref, adv, w, mask, num_tokens=0)
     with pytest.raises(RuntimeError, match="old_logp must have shape"):
@@ -346,7 +347,7 @@ def test_torch_compile_fullgraph(device: str) -> None:
 
     def step(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         a = ops.grpo_advantages(rewards, index) + ops.weighted_group_advantages(rewards, rewards + 1, index)
-        loss, metrics = ops.crpo_loss(x, old, ref, adv + a[: adv.numel()], w, mask, beta=0.01)
+        loss, metrics = ops.crpo_loss(x, old, ref, adv + a[: adv.numel()], w, mask, LossConfig(beta=0.01))
         log_ratio, _ = ops.importance_ratio(x, old)
         return loss + log_ratio.mean(), metrics["clipfrac_high"], a
 

@@ -1,0 +1,460 @@
+"""Every RL method in one registry: the ONLY place that reads `algorithm.name` (besides lens/config.py).
+
+A method turns a step into training rows: `method.sample(run, step, stats) -> StepGroups` (groups.py), and
+chooses the advantage estimator the update applies to them. Stateful methods (GRESO) add `after_step`,
+`state_dict` and `load_state_dict`; the trainer calls those for every method.
+
+    grpo, grpo_ext      Method            one sampling of m rollouts, uniform weights, GRPO advantages
+    dapo                Dynamic           + drop zero-variance groups and refill, overlong shaping
+    greso               Greso             + GRESO's pre-rollout skipping (keep / record / adapt)
+    lens, random_prune,
+    grad_prune          SecondSampling(Purify())    groups with a_bar < tau are purified by the configured
+                                                    scorer and sampled again; guard, replacement, weights
+    resample            SecondSampling(Identity())  the same, sampled again from the unchanged prompt
+
+Adding a method is one class (or one composition) and one `REGISTRY` entry. The run-side helpers every
+method shares are here too: `Run` (what a step can use), `sampling_params` (the seed rule that makes a
+step's samples independent of the number of ranks) and `generate` (sample and reward).
+Legend: B prompts of this rank, m rollouts per prompt, K prompts sampled a second time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from lens import algos, data, dist, groups, metrics, purify, scoring
+from lens.config import Config
+from lens.purify import Prompt
+from lens.reward import Verifier
+from lens.rollout import Rollouts, SamplingParams
+
+# Seed streams: each random choice of a step draws from its own stream, derived from the run seed by one
+# rule (`derive_seed`), so adding a draw in one place never shifts another.
+SEED_STREAMS: dict[str, tuple[int, ...]] = {
+    "sampling": (1_000_003, 7_919, 104_729),  # (seed, step, phase)
+    "greso": (7_777, 131, 1),  # (seed, step, attempt)
+    "groups": (1_009, 1),  # (seed, rank): replacement, tie-breaking and random pruning (checkpointed)
+}
+FIRST_PHASE, SECOND_PHASE = 10, 1  # sampling phases: the first sampling's attempt a uses phase 10 + a
+
+
+def derive_seed(stream: str, seed: int, *parts: int) -> int:
+    """The seed of one random stream: a fixed linear mix of the run seed and the stream's coordinates."""
+    weights = SEED_STREAMS[stream]
+    if len(parts) != len(weights) - 1:
+        raise ValueError(f"seed stream {stream!r} takes {len(weights) - 1} coordinates, got {len(parts)}")
+    return sum(w * x for w, x in zip(weights, (seed, *parts), strict=True)) % (2**30)
+
+
+@dataclass
+class Run:
+    """Everything a step uses, built once by `train.setup`."""
+
+    cfg: Config
+    rank: int
+    world: int
+    trainer: Any  # model.TrainEngine: the DeepSpeed engine being trained (pi_theta)
+    ref: torch.nn.Module  # pi_ref, frozen
+    sampler: Any  # the rollout engine (HF or vLLM) that samples from pi_theta
+    tokenizer: Any
+    verifier: Verifier  # the training set's
+    prompts: list[Prompt]  # the training set, rendered
+    answers: list[str]
+    uids: list[str]
+    order: data.PromptSampler  # the epoch-wise prompt order (checkpointed)
+    method: Method
+    rng: torch.Generator  # the `groups` seed stream (checkpointed)
+    timer: metrics.Timer = field(default_factory=metrics.Timer)
+
+
+@dataclass
+class Batch:
+    """This rank's prompts of a step and their first sampling: B prompts, m rollouts each, prompt-major."""
+
+    prompts: list[Prompt]
+    answers: list[str]
+    rollouts: Rollouts  # B * m rows
+    rewards: torch.Tensor  # [B, m]
+
+
+def sampling_params(run: Run, step: int, phase: int, offset: int) -> SamplingParams:
+    """The seed of (step, phase) moved by the global row offset of this rank's first prompt: row i * m + j
+    of the whole step draws from the same seed on any number of ranks, and a resumed run samples exactly
+    what the uninterrupted one did."""
+    r = run.cfg.rollout
+    seed = derive_seed("sampling", run.cfg.seed, step, phase) + offset * run.cfg.algorithm.m
+    return SamplingParams(temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens, seed=seed)
+
+
+RewardShaping = Callable[[Rollouts, torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
+
+
+def generate(
+    run: Run,
+    prompts: list[Prompt],
+    answers: list[str],
+    params: SamplingParams,
+    *,
+    stage: str = "",
+    prompt_logprobs: bool = False,
+    shaping: RewardShaping | None = None,
+) -> tuple[Rollouts, torch.Tensor, dict[str, float]]:
+    """m responses per prompt, rewarded -> (Rollouts, rewards [len(prompts), m], verdict counts).
+
+    Timed as `<stage>generate` / `<stage>reward`, so the second sampling never nests in the first's stages.
+    prompt_logprobs: also return pi_theta of every prompt token (the engine's prefill, for Eq. 1).
+    """
+    m = run.cfg.algorithm.m
+    with run.timer(f"{stage}generate"):
+        out = run.sampler.generate([p.ids for p in prompts], m, params, return_prompt_logprobs=prompt_logprobs)
+        if hasattr(run.sampler, "sleep") and run.cfg.device == "cuda":
+            run.sampler.sleep()  # vLLM gives its KV cache back to the update
+    with run.timer(f"{stage}reward"):
+        texts = run.tokenizer.batch_decode(out.tokens, skip_special_tokens=True)
+        scored = run.verifier.score(texts, [a for a in answers for _ in range(m)], finish_reasons=out.finish_reasons)
+        rewards, counts = scored.rewards.view(len(prompts), m), dict(scored.reasons)
+        if shaping is not None:
+            rewards, extra = shaping(out, rewards)
+            counts.update(extra)
+    return out, rewards, counts
+
+
+def _add(stats: dict[str, float], prefix: str, counts: dict[str, float]) -> None:
+    for key, value in counts.items():
+        stats[f"{prefix}{key}"] = stats.get(f"{prefix}{key}", 0.0) + value
+
+
+def _rows(rollouts: Rollouts, keep: list[int], m: int) -> Rollouts:
+    """The rollouts of the kept prompts (indices into the call's prompts), renumbered from 0."""
+    flat = [r * m + j for r in keep for j in range(m)]
+    return Rollouts(
+        torch.arange(len(keep)).repeat_interleave(m),
+        [rollouts.tokens[i] for i in flat],
+        [rollouts.logprobs[i] for i in flat],
+        [rollouts.finish_reasons[i] for i in flat],
+        [rollouts.prompt_logprobs[r] for r in keep] if rollouts.prompt_logprobs is not None else None,
+    )
+
+
+Part = tuple[list[int], Rollouts, torch.Tensor]  # (prompt indices, their rollouts, rewards [k, m])
+
+
+def _concat(parts: list[Part], want: int, m: int) -> Part:
+    """The first `want` prompts of several generation batches, as one batch."""
+    index = [i for p in parts for i in p[0]][:want]
+    keep = len(index) * m
+    with_prompts = all(p[1].prompt_logprobs is not None for p in parts)
+    out = Rollouts(
+        torch.arange(len(index)).repeat_interleave(m),
+        [t for p in parts for t in p[1].tokens][:keep],
+        [t for p in parts for t in p[1].logprobs][:keep],
+        [t for p in parts for t in p[1].finish_reasons][:keep],
+        [t for p in parts for t in p[1].prompt_logprobs][: len(index)] if with_prompts else None,
+    )
+    return index, out, torch.cat([p[2] for p in parts])[: len(index)]
+
+
+# ----------------------------------------------------------------------------------------------
+# GRPO: the base every method extends
+# ----------------------------------------------------------------------------------------------
+
+
+class Method:
+    """GRPO (and grpo_ext, which differs only by its implied m = 16): every rollout of one sampling trains,
+    with uniform weights and GRPO's advantages (std-normalised within each group)."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.prompt_logprobs = False  # whether the first sampling also returns pi_theta of prompt tokens
+
+    def sample(self, run: Run, step: int, stats: dict[str, float]) -> groups.StepGroups:
+        batch = self.first_sampling(run, step, stats)
+        return self.final_groups(run, batch, step, stats)
+
+    def first_sampling(self, run: Run, step: int, stats: dict[str, float]) -> Batch:
+        """Every rank draws the same global batch from its copy of the order and samples its own slice, so
+        the orders never diverge across ranks."""
+        index = run.order.next_indices(self.cfg.data.batch_size)
+        lo, hi = dist.rank_slice(len(index), run.rank, run.world)
+        local = index[lo:hi]
+        params = sampling_params(run, step, FIRST_PHASE, lo)
+        prompts, answers = [run.prompts[i] for i in local], [run.answers[i] for i in local]
+        out, rewards, counts = generate(run, prompts, answers, params, prompt_logprobs=self.prompt_logprobs)
+        _add(stats, "reward/", counts)
+        return Batch(prompts, answers, out, rewards)
+
+    def final_groups(self, run: Run, batch: Batch, step: int, stats: dict[str, float]) -> groups.StepGroups:
+        with run.timer("groups"):
+            b, m = batch.rewards.shape
+            return _step_groups(
+                batch,
+                groups.Groups(
+                    group=torch.arange(b).repeat_interleave(m),
+                    second=torch.zeros(b * m, dtype=torch.bool),
+                    rollout=torch.arange(b * m),
+                    rewards=batch.rewards.flatten().float(),
+                    original_success=batch.rewards.flatten() >= self.cfg.algorithm.success_threshold,
+                    weights=torch.ones(b * m),
+                ),
+                [],
+                None,
+            )
+
+    def advantages(self, step_groups: groups.StepGroups) -> torch.Tensor:
+        """[N] advantage per row (GRPO: (r - mean) / (std + eps) within each group)."""
+        return algos.grpo_advantages(step_groups.rewards, step_groups.group)
+
+    def after_step(self, stats: dict[str, float]) -> None:
+        """Hook for methods that adapt after each step (none by default)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        del state  # stateless
+
+
+def _step_groups(
+    batch: Batch, final: groups.Groups, second_prompts: list[Prompt], second: Rollouts | None
+) -> groups.StepGroups:
+    """The rows of the final groups, gathered once from the two samplings."""
+    m = batch.rewards.shape[1]
+    first_source = [batch.prompts[r // m].ids for r in range(len(batch.rollouts))]
+    second_source = [second_prompts[r // m].ids for r in range(len(second))] if second is not None else []
+    return groups.StepGroups(
+        original=[batch.prompts[g].ids for g in final.group.tolist()],
+        source=final.pick(first_source, second_source),
+        tokens=final.pick(batch.rollouts.tokens, second.tokens if second is not None else []),
+        sampler_logprobs=final.pick(batch.rollouts.logprobs, second.logprobs if second is not None else []),
+        rewards=final.rewards,
+        group=final.group,
+        weights=final.weights,
+        first_rewards=batch.rewards,
+        first_lengths=[len(t) for t in batch.rollouts.tokens],
+        first_finish=list(batch.rollouts.finish_reasons),
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# DAPO and GRESO: dynamic sampling
+# ----------------------------------------------------------------------------------------------
+
+
+class Dynamic(Method):
+    """DAPO: generation batches of `dapo.gen_batch_size` prompts until every rank holds its share of groups
+    with reward variance (zero-variance groups have zero advantages: no signal), plus overlong shaping."""
+
+    def first_sampling(self, run: Run, step: int, stats: dict[str, float]) -> Batch:
+        a = self.cfg.algorithm
+        want = self.cfg.data.batch_size // run.world
+        parts: list[Part] = []
+        records: list[tuple[int, float]] = []
+        epoch_at_start = run.order.epoch
+        have = 0
+        for attempt in range(a.dapo.max_gen_batches):
+            index = self.keep_prompts(run, run.order.next_indices(a.dapo.gen_batch_size), step, attempt, stats)
+            lo, hi = dist.rank_slice(len(index), run.rank, run.world)
+            local = index[lo:hi]
+            if local:
+                params = sampling_params(run, step, FIRST_PHASE + attempt, lo)
+                prompts, answers = [run.prompts[i] for i in local], [run.answers[i] for i in local]
+                out, rewards, counts = generate(run, prompts, answers, params, shaping=self.shape)
+                _add(stats, "reward/", counts)
+                records += list(zip(local, rewards.mean(1).tolist(), strict=True))
+                flat_groups = torch.arange(len(local)).repeat_interleave(a.m)
+                informative = ~algos.zero_variance_groups(rewards.flatten(), flat_groups)
+                _add(stats, "dapo/", {"zero_variance": float((~informative).sum())})
+                keep = informative.nonzero().flatten().tolist()
+                parts.append(([local[r] for r in keep], _rows(out, keep, a.m), rewards[keep]))
+                have += len(keep)
+            if dist.all_reduce(float(have), "min") >= want:  # all ranks decide together: lockstep
+                break
+        else:
+            raise RuntimeError(
+                f"dapo: only {have} of {want} informative groups on rank {run.rank} after "
+                f"algorithm.dapo.max_gen_batches={a.dapo.max_gen_batches} generation batches"
+            )
+        self.record(run, records, stats, adapt=epoch_at_start >= 1)
+        index, out, rewards = _concat(parts, want, a.m)
+        return Batch([run.prompts[i] for i in index], [run.answers[i] for i in index], out, rewards)
+
+    def shape(self, out: Rollouts, rewards: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """DAPO's overlong shaping (off when dapo.overlong_buffer = 0); logs the total penalty."""
+        d = self.cfg.algorithm.dapo
+        if d.overlong_buffer == 0:
+            return rewards, {}
+        lengths = torch.tensor([len(t) for t in out.tokens]).view_as(rewards)
+        penalty = algos.overlong_penalty(lengths, self.cfg.rollout.max_tokens, d.overlong_buffer, d.overlong_factor)
+        return rewards + penalty, {"overlong_penalty": float(-penalty.sum())}
+
+    def keep_prompts(self, run: Run, index: list[int], step: int, attempt: int, stats: dict[str, float]) -> list[int]:
+        """Which drawn prompts are rolled out (all of them for DAPO)."""
+        del run, step, attempt, stats
+        return index
+
+    def record(self, run: Run, records: list[tuple[int, float]], stats: dict[str, float], *, adapt: bool) -> None:
+        """What the step's group outcomes teach the method (nothing for DAPO)."""
+        del run, records, stats, adapt
+
+
+class Greso(Dynamic):
+    """GRESO: DAPO that skips, before rollout, prompts whose recent groups were all-correct or all-wrong,
+    with probabilities that adapt toward target zero-variance shares (algos.GresoSkipper)."""
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__(cfg)
+        g = cfg.algorithm.greso
+        self.skipper = algos.GresoSkipper(
+            alpha=g.alpha, p_init=g.p_init, step_size=g.p_step, p_min=g.p_min, p_max=g.p_max
+        )
+
+    def keep_prompts(self, run: Run, index: list[int], step: int, attempt: int, stats: dict[str, float]) -> list[int]:
+        # The draw is seeded by (seed, step, attempt) and the history is the same on every rank, so every rank
+        # keeps the same prompts of the global batch.
+        draws = torch.Generator().manual_seed(derive_seed("greso", self.cfg.seed, step, attempt))
+        keep = self.skipper.keep([run.uids[i] for i in index], draws)
+        _add(stats, "greso/", {"skipped": float(len(keep) - sum(keep))})
+        return [i for i, k in zip(index, keep, strict=True) if k]
+
+    def record(self, run: Run, records: list[tuple[int, float]], stats: dict[str, float], *, adapt: bool) -> None:
+        """Every rank's outcomes on every rank, in global order; p_easy / p_hard move toward their targets once
+        the step's prompts all have a history (after the first epoch)."""
+        records = [r for part in dist.all_gather_objects(records) for r in part]
+        if records:
+            threshold = self.cfg.algorithm.success_threshold
+            means = torch.tensor([mean for _, mean in records])
+            self.skipper.record([run.uids[i] for i, _ in records], means, threshold)
+            if adapt:
+                self.skipper.adapt(float((means >= threshold).float().mean()), float((means <= 0).float().mean()))
+        stats.update({"greso/p_easy": self.skipper.p_easy, "greso/p_hard": self.skipper.p_hard})
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.skipper.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.skipper.load_state_dict(state)
+
+
+# ----------------------------------------------------------------------------------------------
+# LENS and its ablations: a second sampling for low-success groups
+# ----------------------------------------------------------------------------------------------
+
+
+class Rewrite:
+    """What the second sampling samples from: the K prompts of the candidates (a_bar < tau) that go again."""
+
+    uses_prompt_logprobs = False
+
+    def __call__(
+        self, run: Run, batch: Batch, candidates: list[int], stats: dict[str, float]
+    ) -> tuple[list[Prompt], torch.Tensor]:
+        """-> (the K second prompts, second_of [B] int64: each batch prompt's row in them or -1)."""
+        raise NotImplementedError
+
+
+class Identity(Rewrite):
+    """`resample`: the same prompts again (the control for "does purification, not resampling, help?")."""
+
+    def __call__(self, run, batch, candidates, stats):
+        second_of = torch.full((len(batch.prompts),), -1, dtype=torch.long)
+        second_of[candidates] = torch.arange(len(candidates))
+        stats["lens/below_tau"] = float(len(candidates))
+        return [batch.prompts[b] for b in candidates], second_of
+
+
+class Purify(Rewrite):
+    """LENS (scorer `interference`, Eq. 1) and the pruning ablations (`random`, `grad`, `surprisal`): score the
+    candidates' prompt tokens, delete the top ceil(gamma n) of each scorable span."""
+
+    def __init__(self, cfg: Config) -> None:
+        a = cfg.algorithm
+        # The policy side of Eq. 1 can come from the first sampling's prefill instead of a trainer forward.
+        self.uses_prompt_logprobs = a.score_logprobs == "engine" and a.scorer == "interference"
+
+    def __call__(self, run, batch, candidates, stats):
+        a, m = run.cfg.algorithm, run.cfg.algorithm.m
+        with run.timer("score"):
+            chosen = [batch.prompts[b] for b in candidates]
+            responses = [batch.rollouts.tokens[b * m : (b + 1) * m] for b in candidates] if a.scorer == "grad" else None
+            policy = [batch.rollouts.prompt_logprobs[b] for b in candidates] if self.uses_prompt_logprobs else None
+            scores, min_score = scoring.token_scores(  # LENS Eq. (1) for the default `interference` scorer
+                a.scorer,
+                run.trainer.module,
+                run.ref,
+                [p.ids for p in chosen],
+                responses=responses,
+                policy_logprobs=policy,
+                min_score=a.min_score,
+                generator=run.rng,
+            )
+            result = purify.purify_batch(
+                batch.prompts,
+                torch.tensor(candidates, dtype=torch.long),
+                scores,
+                a.gamma,
+                min_score=min_score,
+                generator=run.rng,
+            )
+        _add(stats, "lens/", result.counters)
+        return result.prompts, result.second_of
+
+
+class SecondSampling(Method):
+    """Groups with a_bar < tau are sampled a second time from `rewrite`'s prompts; the successes transfer
+    back to the ORIGINAL prompt through the guard (Eq. 2), replacement (Eq. 3) and weights (Eq. 4), and the
+    update uses the weighted advantages of Eq. 6."""
+
+    def __init__(self, cfg: Config, rewrite: Rewrite) -> None:
+        super().__init__(cfg)
+        self.rewrite = rewrite
+        self.prompt_logprobs = rewrite.uses_prompt_logprobs
+
+    def final_groups(self, run: Run, batch: Batch, step: int, stats: dict[str, float]) -> groups.StepGroups:
+        a = self.cfg.algorithm
+        a_bar = purify.success_rates(batch.rewards, a.success_threshold)
+        candidates = purify.needs_purification(a_bar, a.tau).nonzero().flatten().tolist()  # Algorithm 1, line 9
+        second_prompts, second_of = self.rewrite(run, batch, candidates, stats)
+        answers = [batch.answers[b] for b in (second_of >= 0).nonzero().flatten().tolist()]
+        offset = dist.rank_offset(len(second_prompts))  # collective: every rank calls it, with or without prompts
+        second, rewards2 = None, torch.zeros(0, a.m)
+        if second_prompts:
+            params = sampling_params(run, step, SECOND_PHASE, offset)
+            second, rewards2, _ = generate(run, second_prompts, answers, params, stage="purify_")
+        with run.timer("groups"):
+            final = groups.build_groups(
+                batch.rewards,
+                rewards2,
+                second_of,
+                guard=a.guard,
+                replace=a.replace,
+                weighting=a.weighting,
+                success_threshold=a.success_threshold,
+                generator=run.rng,
+            )
+            _add(stats, "lens/", final.counters)
+            return _step_groups(batch, final, second_prompts, second)
+
+    def advantages(self, step_groups: groups.StepGroups) -> torch.Tensor:
+        # LENS Eq. (6): weighted mean and std of each final group
+        return algos.weighted_group_advantages(step_groups.rewards, step_groups.weights, step_groups.group)
+
+
+REGISTRY: dict[str, Callable[[Config], Method]] = {
+    "grpo": Method,
+    "grpo_ext": Method,  # m = 16 comes from config.IMPLIED
+    "dapo": Dynamic,
+    "greso": Greso,
+    "lens": lambda cfg: SecondSampling(cfg, Purify(cfg)),
+    "random_prune": lambda cfg: SecondSampling(cfg, Purify(cfg)),  # scorer = random (config.DEFINING)
+    "grad_prune": lambda cfg: SecondSampling(cfg, Purify(cfg)),  # scorer = grad (config.DEFINING)
+    "resample": lambda cfg: SecondSampling(cfg, Identity()),
+}
+
+
+def build(cfg: Config) -> Method:
+    """The method object of `cfg.algorithm.name`."""
+    return REGISTRY[cfg.algorithm.name](cfg)
