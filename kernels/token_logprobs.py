@@ -264,10 +264,10 @@ def _bwd_kernel(
         tl.store(out, cast_for_store(dz * inv_t, grad_ptr.dtype.element_ty, FIX_BF16), mask=valid)
 
 
-def launch_blocks(n: int, v: int) -> tuple[int, int, int]:
+def launch_blocks(n: int, v: int, interpret: bool = INTERPRET) -> tuple[int, int, int]:
     """(BLOCK_N, BLOCK_V, num_warps): one row per program on GPU (bandwidth bound, many programs);
     many rows and wide tiles under the interpreter, whose cost is per program and per op."""
-    if INTERPRET:
+    if interpret:
         return min(16, triton.next_power_of_2(max(n, 1))), min(8192, triton.next_power_of_2(v)), 4
     return 1, min(4096, triton.next_power_of_2(v)), 8
 
