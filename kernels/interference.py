@@ -66,7 +66,9 @@ def linear_interference_scores_ref(
     return (lp - lr).abs()
 
 
-@triton.jit
+# Sizes that follow the batch are not specialised (value 1, multiple of 16): one compiled variant per
+# model whatever N is (bench/compile_targets.py checks it).
+@triton.jit(do_not_specialize=["N"])
 def _scores_kernel(
     p_ptr, r_ptr, targets_ptr, out_ptr, N, stride_p, stride_r, inv_t,
     V: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr,
@@ -95,7 +97,9 @@ def _scores_kernel(
     tl.store(out_ptr + rows, tl.abs((zpt - lse_p) - (zrt - lse_r)), mask=row_ok)
 
 
-@triton.jit
+# Sizes that follow the batch are not specialised (value 1, multiple of 16): one compiled variant per
+# model whatever N is (bench/compile_targets.py checks it).
+@triton.jit(do_not_specialize=["N", "tiles_per_split"])
 def _linear_scores_kernel(
     hp_ptr, wp_ptr, hr_ptr, wr_ptr, targets_ptr, part_ptr, N, stride_hp, stride_wp, stride_hr, stride_wr, inv_t,
     tiles_per_split, V: tl.constexpr, H_P: tl.constexpr, H_R: tl.constexpr, BLOCK_N: tl.constexpr,

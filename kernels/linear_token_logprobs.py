@@ -62,8 +62,12 @@ def linear_token_logprobs_ref(
 
 
 def _chunk_sizes(n: int, v: int, budget: int) -> tuple[int, int]:
-    """(rows, cols) of one [rows, cols] logits chunk: as many rows as possible, >= 256 vocab columns."""
-    cols = min(v, max(_MIN_VOCAB_CHUNK, budget // max(n, 1)))
+    """(rows, cols) of one [rows, cols] logits chunk: as many rows as possible, >= 256 vocab columns.
+
+    Columns are a multiple of 256 (or all of V): the chunk's row stride then stays 16-aligned, so the
+    GPU dz kernel is compiled once with aligned stores instead of once more per odd chunk width.
+    """
+    cols = min(v, max(_MIN_VOCAB_CHUNK, budget // max(n, 1) // _MIN_VOCAB_CHUNK * _MIN_VOCAB_CHUNK))
     return max(1, min(n, budget // cols)), cols
 
 
@@ -178,7 +182,9 @@ def linear_logits_tile(
     return acc
 
 
-@triton.jit
+# Sizes that follow the batch are not specialised (value 1, multiple of 16): one compiled variant per
+# model whatever N is (bench/compile_targets.py checks it).
+@triton.jit(do_not_specialize=["N", "tiles_per_split"])
 def _fwd_kernel(
     h_ptr, w_ptr, targets_ptr, m_ptr, s_ptr, t_ptr, zt_ptr, N, stride_h, stride_w, inv_t, tiles_per_split,
     V: tl.constexpr, H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr,
@@ -216,7 +222,9 @@ def _fwd_kernel(
     tl.store(zt_ptr + out, zt, mask=row_ok)
 
 
-@triton.jit
+# Sizes that follow the batch are not specialised (value 1, multiple of 16): one compiled variant per
+# model whatever N is (bench/compile_targets.py checks it).
+@triton.jit(do_not_specialize=["N", "C", "col0"])
 def _dz_kernel(
     h_ptr, w_ptr, targets_ptr, lse_ptr, ent_ptr, gl_ptr, ge_ptr, dz_ptr, N, C, col0, stride_h, stride_w,
     stride_dz, inv_t, H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr,
@@ -256,14 +264,18 @@ class LinearBlocks:
 def launch_blocks(n: int, dtype: torch.dtype, interpret: bool = INTERPRET) -> LinearBlocks:
     """Tiles of the fused linear kernels for `n` rows of `dtype`.
 
-    GPU: 64 x 128 tensor-core tiles, 8 warps, 3 pipeline stages. fp32 (full-precision FMA dot, no tensor
-    cores) takes K steps of 32: with 64 its operands spilled 600-1500 bytes at 255 registers, with 32
-    it compiles to ~215 registers and no spills on sm_80 and sm_90. Interpreter: wide tiles, because
-    its cost is per program and per op, and the row block follows n so tiny tests stay fast.
+    GPU: 64 x 128 tensor-core tiles, K steps of 64, 8 warps, 3 pipeline stages (~100 registers on sm_90,
+    no spills). fp32 (full-precision FMA dot, no tensor cores) takes 32 x 128 tiles with K steps of 32:
+    at 64 x 128 x 64 its operands spilled 600-1500 bytes at 255 registers, at 64 x 128 x 32 the fused
+    scores kernel still spilled 16-48 bytes (bench/results/compile_targets.md has the numbers now).
+    Interpreter: wide tiles, because its cost is per program and per op, and the row block follows n
+    so tiny tests stay fast.
     """
     if interpret:
         return LinearBlocks(min(64, max(16, triton.next_power_of_2(n))), 256, 64, 4, 1)
-    return LinearBlocks(64, 128, 32 if dtype == torch.float32 else 64, 8, 3)
+    if dtype == torch.float32:
+        return LinearBlocks(32, 128, 32, 8, 3)
+    return LinearBlocks(64, 128, 64, 8, 3)
 
 
 def dot_flags(dtype: torch.dtype, interpret: bool = INTERPRET) -> tuple[bool, bool]:

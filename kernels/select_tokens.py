@@ -163,7 +163,9 @@ def _scorable_extremes(s_row, m_row, P, BLOCK_P: tl.constexpr):
     return n, lo, hi
 
 
-@triton.jit
+# Sizes that follow the batch are not specialised (value 1, multiple of 16): one compiled variant per
+# model whatever N is (bench/compile_targets.py checks it).
+@triton.jit(do_not_specialize=["P", "rank_bits", "stride_s", "stride_m", "stride_r", "stride_o"])
 def _select_kernel(
     scores_ptr, mask_ptr, rank_ptr, k_ptr, out_ptr, P, rank_bits, stride_s, stride_m, stride_r, stride_o,
     BLOCK_P: tl.constexpr,

@@ -176,7 +176,9 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
         return grad, None, None, None
 
 
-@triton.jit
+# Sizes that follow the batch are not specialised (value 1, multiple of 16): one compiled variant per
+# model whatever N is (bench/compile_targets.py checks it).
+@triton.jit(do_not_specialize=["N"])
 def _fwd_kernel(
     logits_ptr,
     targets_ptr,
@@ -227,7 +229,9 @@ def dz_tile(z, cols, tgt, lse, ent, gl, ge, WITH_ENTROPY: tl.constexpr):
     return dz
 
 
-@triton.jit
+# Sizes that follow the batch are not specialised (value 1, multiple of 16): one compiled variant per
+# model whatever N is (bench/compile_targets.py checks it).
+@triton.jit(do_not_specialize=["N"])
 def _bwd_kernel(
     logits_ptr,
     targets_ptr,
