@@ -84,7 +84,7 @@ def chunked_forward(
     per-chunk statistics ([vocab chunks, N] fp32) are merged exactly at the end.
     """
     n, v = hidden.shape[0], weight.shape[0]
-    hf = hidden.float()
+    hs = _scaled_hidden(hidden, temperature)
     rows, cols = _chunk_sizes(n, v, CHUNK_ELEMS)
     spans = _spans(v, cols)
     lse_c = torch.empty(len(spans), n, dtype=torch.float32, device=hidden.device)
@@ -92,11 +92,17 @@ def chunked_forward(
     for i, (c0, c1) in enumerate(spans):
         wf = weight[c0:c1].float()
         for r0, r1 in _spans(n, rows):
-            z = (hf[r0:r1] @ wf.T).div_(temperature)
-            lse_c[i, r0:r1], ent_c[i, r0:r1] = chunk_stats(z, with_entropy)
+            lse_c[i, r0:r1], ent_c[i, r0:r1] = chunk_stats(hs[r0:r1] @ wf.T, with_entropy)
     lse, entropy = merge_chunk_stats(lse_c, ent_c, with_entropy)
-    target_z = (hf * weight[targets.long()].float()).sum(dim=1) / temperature
+    target_z = (hs * weight[targets.long()].float()).sum(dim=1)
     return target_z - lse, entropy, lse
+
+
+def _scaled_hidden(hidden: torch.Tensor, temperature: float) -> torch.Tensor:
+    """hidden / T as fp32 [N, H]: 1/T folded into the small operand once, instead of a pass over every
+    [rows, cols] logits chunk (fp32 hidden at T == 1 is used as is, no copy)."""
+    hf = hidden.float()
+    return hf if temperature == 1.0 else hf / temperature
 
 
 def _chunked_backward(
@@ -112,6 +118,7 @@ def _chunked_backward(
     """(dhidden [N, H], dweight [V, H]) in the input dtypes, recomputing logits chunk by chunk."""
     n, v = hidden.shape[0], weight.shape[0]
     hf = hidden.float()
+    hs = _scaled_hidden(hidden, temperature)
     rows, cols = _chunk_sizes(n, v, CHUNK_ELEMS)
     dh = torch.zeros_like(hf)
     dw = torch.empty_like(weight)
@@ -119,12 +126,12 @@ def _chunked_backward(
         wf = weight[c0:c1].float()
         dwc = torch.zeros_like(wf)
         for r0, r1 in _spans(n, rows):
-            z = (hf[r0:r1] @ wf.T).div_(temperature)
             ge = None if grad_entropy is None else grad_entropy[r0:r1]
+            z = hs[r0:r1] @ wf.T
             dz = dz_from_logits_torch(z, targets[r0:r1], c0, lse[r0:r1], entropy[r0:r1], grad_logp[r0:r1], ge)
-            dz.div_(temperature)
-            dh[r0:r1].addmm_(dz, wf)
-            dwc.addmm_(dz.T, hf[r0:r1])
+            # d/d raw logits = dz / T: folded into the two GEMMs (alpha) rather than a pass over dz.
+            dh[r0:r1].addmm_(dz, wf, alpha=1.0 / temperature)
+            dwc.addmm_(dz.T, hf[r0:r1], alpha=1.0 / temperature)
         dw[c0:c1] = dwc
     return dh.to(hidden.dtype), dw
 
