@@ -6,11 +6,12 @@
 #   build      the extension with its CUDA part, against the machine's own torch
 #   tests      every `gpu` test (Triton kernels and native ops against their torch references)
 #   floors     copy bandwidth and bf16 matmul rate, measured in this run (bench/gpu/floors.py)
-#   bench      kernel and op benchmarks at the paper's shapes, with their ratio to the floors, and the peers
-#              (bench/bench_peers.py: linear_cross_entropy, torch.compile, Liger's fused linear CE and GRPO loss)
+#   bench      kernel and op benchmarks at the paper's shapes, with their ratio to the floors
 #   model      a random-init Qwen2.5-1.5B-shaped checkpoint (bench/gpu/make_model.py)
 #   step       training step times, GRPO vs LENS (python -m lens.bench_step, configs/gpu_bench.yaml), one
 #              process per algorithm so that at most one run's final checkpoint (~20 GB) is on disk at a time
+#   peers      bench/bench_peers.py: lens vs eager, torch.compile, linear_cross_entropy, Liger's fused linear CE,
+#              and the GRPO loss vs Liger's (last: compiling the peers must not eat the training benchmark's time)
 #   summary    one table (bench/gpu/summary.py), also OUT/summary.md
 # Each stage runs under a timeout cut to the time left (LENS_GPU_BUDGET_S, default 540 s); a failed stage
 # does not stop the later ones. Every failure is loud: the stage is named in stages.tsv, in the summary and
@@ -35,7 +36,7 @@ export min_free_gb="${LENS_GPU_MIN_FREE_GB:-30}"
 # pip --target puts the carried wheels' executables (ninja for the CUDA build) in /tmp/site/bin.
 export PATH="/tmp/site/bin:$PATH"
 budget="${LENS_GPU_BUDGET_S:-540}"
-selected=" ${LENS_GPU_STAGES-wheels machine build tests floors bench model step} "  # set but empty: none
+selected=" ${LENS_GPU_STAGES-wheels machine build tests floors bench model step peers} "  # set but empty: none
 reserve=25  # seconds kept for the summary and packing
 start=$(date +%s)
 status=0
@@ -141,11 +142,22 @@ benchmarks() {
   local before
   before=$(wc -l <bench/results/results.jsonl 2>/dev/null || echo 0)
   $py -m pytest bench/bench_token_logprobs.py bench/bench_interference.py bench/bench_select.py bench/bench_ops.py \
-    bench/bench_peers.py \
     --benchmark-only -q -p no:cacheprovider --benchmark-json="$raw/benchmarks.json" 2>&1 | tee "$raw/bench.log" \
     | sed -n '/lens benchmark rows/,$p'
   local rc=$?
   tail -n +"$((before + 1))" bench/results/results.jsonl >"$out/results.jsonl"
+  return "$rc"
+}
+
+peers() {
+  # Last stage: torch.compile and Liger compile their kernels on first use (tens of seconds), so the peers
+  # run on the time left after the training benchmark rather than taking it from it.
+  local before
+  before=$(wc -l <bench/results/results.jsonl 2>/dev/null || echo 0)
+  $py -m pytest bench/bench_peers.py --benchmark-only -q -p no:cacheprovider \
+    --benchmark-json="$raw/peers.json" 2>&1 | tee "$raw/peers.log" | sed -n '/lens benchmark rows/,$p'
+  local rc=$?
+  tail -n +"$((before + 1))" bench/results/results.jsonl >>"$out/results.jsonl"
   return "$rc"
 }
 
@@ -177,7 +189,7 @@ train_step() {
 }
 
 main() {
-  export -f free_gb wheels machine build gpu_tests floors benchmarks model train_step
+  export -f free_gb wheels machine build gpu_tests floors benchmarks model train_step peers
   stage wheels 60 wheels
   export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
   stage machine 60 machine
@@ -187,6 +199,7 @@ main() {
   stage bench 150 benchmarks
   stage model 90 model
   stage step 300 train_step
+  stage peers 150 peers
 
   echo
   $py bench/gpu/summary.py "$out" || { status=1; failed+=("summary"); }
