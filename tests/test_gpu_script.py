@@ -346,7 +346,7 @@ def test_wheels_carry_every_module_the_preflight_needs() -> None:
     assert {"pytest", "pytest_benchmark", "hypothesis", "liger_kernel", "deepspeed"} <= set(modules)
     assert [m for m in modules if m not in image and dist.get(m, m).replace("_", "-") not in carried] == []
     # The test and benchmark stack's own dependencies travel too, and ninja (the CUDA build needs it on PATH).
-    assert {"iniconfig", "pluggy", "pygments", "py-cpuinfo2", "sortedcontainers", "ninja"} <= carried
+    assert {"iniconfig", "pluggy", "pygments", "packaging", "py-cpuinfo2", "sortedcontainers", "ninja"} <= carried
     assert "liger-kernel==0.8.5" in _sh_array("wheels.sh", "names")
     assert 'export PATH="/tmp/site/bin:$PATH"' in run_sh
 

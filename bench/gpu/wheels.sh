@@ -16,7 +16,7 @@ dest=.whl
 # .venv does not have: liger-kernel (pure Python + Triton), the peer of bench/bench_peers.py.
 names=(deepspeed hjson py-cpuinfo msgpack pydantic pydantic_core annotated-types typing-inspection typing_extensions
   einops ninja psutil math-verify latex2sympy2_extended antlr4-python3-runtime pyyaml tqdm setuptools
-  pytest iniconfig pluggy pygments pytest-benchmark py-cpuinfo2 hypothesis sortedcontainers liger-kernel==0.8.5)
+  pytest iniconfig pluggy pygments packaging pytest-benchmark py-cpuinfo2 hypothesis sortedcontainers liger-kernel==0.8.5)
 platforms=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64)
 rm -rf "$dest" && mkdir -p "$dest"
 build=$(mktemp -d)
