@@ -139,6 +139,7 @@ def test_chunk_work_compiles_once_for_every_shape() -> None:
     # dynamic=True: the chunk shapes of every N and the ragged last chunk share one graph, no recompile
     # (a recompile error would make the wrapper fall back with a warning, which is checked too).
     torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
     run = common.compiled_or_eager(tlp._lse_entropy.__wrapped__)
     with torch._dynamo.config.patch(error_on_recompile=True), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
