@@ -8,8 +8,12 @@ torch path.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import warnings
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 import triton
@@ -25,6 +29,43 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 # Elements of one fp32 temporary of the chunked torch paths (16 MiB). A handful of these live at once,
 # so the chunked paths stay within ~100 MiB of extra memory whatever N and V are.
 CHUNK_ELEMS: int = 1 << 22
+
+
+F = TypeVar("F", bound=Callable[..., object])
+# LENS_KERNELS_COMPILE=0 keeps the chunked torch paths eager (e.g. where no C++ compiler exists and the
+# one-time fallback warning is unwanted).
+COMPILE_CHUNKS: bool = os.environ.get("LENS_KERNELS_COMPILE", "1") != "0"
+
+
+def compiled_or_eager(fn: F) -> F:
+    """`fn` through torch.compile(dynamic=True), falling back to plain `fn` for good if compiling fails.
+
+    Used for the elementwise/reduction chunk work of the CPU paths, where eager torch makes several
+    passes and temporaries per chunk and Inductor makes one fused loop. dynamic=True: chunk shapes vary
+    (the last chunk, every N), and one symbolic-shape graph serves them all instead of a recompile per
+    shape. Compilation is lazy, so a missing C++ compiler (or any Inductor error) shows up at the first
+    call: that call and every later one then run `fn` eagerly, with one warning. A genuine bug in `fn`
+    still raises, from the eager rerun.
+    """
+    state: dict[str, Callable[..., object]] = {}
+
+    @functools.wraps(fn)
+    def run(*args: object) -> object:
+        impl = state.get("impl")
+        if impl is None:
+            impl = torch.compile(fn, dynamic=True) if COMPILE_CHUNKS else fn
+            state["impl"] = impl
+        if impl is fn:
+            return fn(*args)
+        try:
+            return impl(*args)
+        except Exception as err:  # any compiler failure: the eager function is the spec
+            why = f"lens_kernels: torch.compile of {fn.__name__} failed ({type(err).__name__}); running it eagerly"
+            warnings.warn(why, stacklevel=2)
+            state["impl"] = fn
+            return fn(*args)
+
+    return run  # type: ignore[return-value]
 
 
 def use_triton(t: torch.Tensor) -> bool:

@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from lens_kernels._common import (
+    INTERPRET,
     check_float_2d,
     check_same_device,
     check_targets,
@@ -26,16 +27,16 @@ from lens_kernels._common import (
     use_triton,
 )
 from lens_kernels.linear_token_logprobs import (
-    chunked_forward as linear_chunked_forward,
-)
-from lens_kernels.linear_token_logprobs import (
-    dot_flags,
+    Launch,
+    fwd_launch,
     linear_logits_tile,
     linear_token_logprobs_ref,
     merge_partials,
-    num_splits,
+    sm_count,
 )
-from lens_kernels.linear_token_logprobs import launch_blocks as linear_blocks
+from lens_kernels.linear_token_logprobs import (
+    chunked_forward as linear_chunked_forward,
+)
 from lens_kernels.token_logprobs import chunked_forward, launch_blocks, token_logprobs_ref
 
 
@@ -65,7 +66,9 @@ def linear_interference_scores_ref(
     return (lp - lr).abs()
 
 
-@triton.jit
+# Sizes that follow the batch are not specialised (value 1, multiple of 16): one compiled variant per
+# model whatever N is (bench/compile_targets.py checks it).
+@triton.jit(do_not_specialize=["N"])
 def _scores_kernel(
     p_ptr, r_ptr, targets_ptr, out_ptr, N, stride_p, stride_r, inv_t,
     V: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr,
@@ -94,19 +97,24 @@ def _scores_kernel(
     tl.store(out_ptr + rows, tl.abs((zpt - lse_p) - (zrt - lse_r)), mask=row_ok)
 
 
-@triton.jit
+# Sizes that follow the batch are not specialised (value 1, multiple of 16): one compiled variant per
+# model whatever N is (bench/compile_targets.py checks it).
+@triton.jit(do_not_specialize=["N", "tiles_per_split"])
 def _linear_scores_kernel(
     hp_ptr, wp_ptr, hr_ptr, wr_ptr, targets_ptr, part_ptr, N, stride_hp, stride_wp, stride_hr, stride_wr, inv_t,
-    V: tl.constexpr, H_P: tl.constexpr, H_R: tl.constexpr, TILES_PER_SPLIT: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
+    tiles_per_split, V: tl.constexpr, H_P: tl.constexpr, H_R: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, EVEN_H: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
     """Program (row block, vocab split): partial (max, sum exp, target logit) of both models per row.
 
-    part_ptr is [6, splits, N] fp32: m_p, s_p, zt_p, m_r, s_r, zt_r.
+    part_ptr is [6, splits, N] fp32: m_p, s_p, zt_p, m_r, s_r, zt_r. `tiles_per_split` is a runtime
+    argument (it follows N; as a constexpr it compiled one variant per value). EVEN_H: both H_P and
+    H_R are multiples of BLOCK_H (mask-free loads, see `linear_logits_tile`).
     """
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     split = tl.program_id(1)
     row_ok = rows < N
+    rows_in = tl.minimum(rows, N - 1)
     tgt = tl.load(targets_ptr + rows, mask=row_ok, other=-1).to(tl.int64)
     mp = tl.full((BLOCK_N,), float("-inf"), tl.float32)
     mr = tl.full((BLOCK_N,), float("-inf"), tl.float32)
@@ -114,22 +122,23 @@ def _linear_scores_kernel(
     sr = tl.zeros((BLOCK_N,), tl.float32)
     ztp = tl.zeros((BLOCK_N,), tl.float32)
     ztr = tl.zeros((BLOCK_N,), tl.float32)
-    for i in range(TILES_PER_SPLIT):
-        cols = (split * TILES_PER_SPLIT + i) * BLOCK_V + tl.arange(0, BLOCK_V)
-        col_ok = cols < V
-        valid = row_ok[:, None] & col_ok[None, :]
+    for i in range(tiles_per_split):
+        cols = (split * tiles_per_split + i) * BLOCK_V + tl.arange(0, BLOCK_V)
+        cols_in = tl.minimum(cols, V - 1)
+        valid = row_ok[:, None] & (cols < V)[None, :]
         is_t = cols[None, :] == tgt[:, None]
         zp = linear_logits_tile(
-            hp_ptr, wp_ptr, rows, row_ok, cols, col_ok, stride_hp, stride_wp, H_P, BLOCK_N, BLOCK_V, BLOCK_H,
-            UPCAST, IEEE,
-        ) * inv_t  # fmt: skip
-        zr = linear_logits_tile(
-            hr_ptr, wr_ptr, rows, row_ok, cols, col_ok, stride_hr, stride_wr, H_R, BLOCK_N, BLOCK_V, BLOCK_H,
+            hp_ptr, wp_ptr, rows_in, cols_in, stride_hp, stride_wp, H_P, BLOCK_N, BLOCK_V, BLOCK_H, EVEN_H,
             UPCAST, IEEE,
         ) * inv_t  # fmt: skip
         ztp += tl.sum(tl.where(is_t, zp, 0.0), axis=1)
-        ztr += tl.sum(tl.where(is_t, zr, 0.0), axis=1)
         mp, sp, _ = online_lse_update(mp, sp, sp, zp, valid, False)
+        # The policy tile is folded in before the reference tile is computed: one fp32 tile live at a time.
+        zr = linear_logits_tile(
+            hr_ptr, wr_ptr, rows_in, cols_in, stride_hr, stride_wr, H_R, BLOCK_N, BLOCK_V, BLOCK_H, EVEN_H,
+            UPCAST, IEEE,
+        ) * inv_t  # fmt: skip
+        ztr += tl.sum(tl.where(is_t, zr, 0.0), axis=1)
         mr, sr, _ = online_lse_update(mr, sr, sr, zr, valid, False)
     plane = tl.num_programs(1) * N
     out = part_ptr + split * N + rows
@@ -139,6 +148,16 @@ def _linear_scores_kernel(
     tl.store(out + 3 * plane, mr, mask=row_ok)
     tl.store(out + 4 * plane, sr, mask=row_ok)
     tl.store(out + 5 * plane, ztr, mask=row_ok)
+
+
+def linear_scores_launch(
+    n: int, h_p: int, h_r: int, v: int, dtype: torch.dtype, sms: int, interpret: bool = INTERPRET
+) -> Launch:
+    """The fused scores kernel's launch: same tiles and split rule as linear_token_logprobs' forward."""
+    fwd = fwd_launch(n, h_p, v, dtype, False, sms, interpret)
+    meta = {k: fwd.meta[k] for k in ("V", "BLOCK_N", "BLOCK_V", "BLOCK_H", "UPCAST", "IEEE", "num_warps", "num_stages")}
+    meta |= {"H_P": h_p, "H_R": h_r, "EVEN_H": h_p % meta["BLOCK_H"] == 0 and h_r % meta["BLOCK_H"] == 0}
+    return Launch(fwd.grid, fwd.tiles_per_split, meta)
 
 
 @torch.library.custom_op("lens_kernels::interference_scores", mutates_args=())
@@ -175,16 +194,14 @@ def _linear_scores_op(
     n, v = policy_hidden.shape[0], policy_weight.shape[0]
     if n == 0:
         return policy_hidden.new_zeros(0, dtype=torch.float32)
-    bn, bv, bh, warps, stages = linear_blocks(n)
-    row_blocks, vocab_tiles = triton.cdiv(n, bn), triton.cdiv(v, bv)
-    splits = num_splits(row_blocks, vocab_tiles, policy_hidden.device)
-    part = torch.zeros(6, splits, n, dtype=torch.float32, device=policy_hidden.device)
-    upcast, ieee = dot_flags(policy_hidden)
-    _linear_scores_kernel[(row_blocks, splits)](
+    launch = linear_scores_launch(
+        n, policy_hidden.shape[1], ref_hidden.shape[1], v, policy_hidden.dtype, sm_count(policy_hidden.device)
+    )
+    part = torch.zeros(6, launch.grid[1], n, dtype=torch.float32, device=policy_hidden.device)
+    _linear_scores_kernel[launch.grid](
         policy_hidden, policy_weight, ref_hidden, ref_weight, targets, part, n, policy_hidden.stride(0),
         policy_weight.stride(0), ref_hidden.stride(0), ref_weight.stride(0), 1.0 / temperature,
-        V=v, H_P=policy_hidden.shape[1], H_R=ref_hidden.shape[1], TILES_PER_SPLIT=triton.cdiv(vocab_tiles, splits),
-        BLOCK_N=bn, BLOCK_V=bv, BLOCK_H=bh, UPCAST=upcast, IEEE=ieee, num_warps=warps, num_stages=stages,
+        launch.tiles_per_split, **launch.meta,
     )  # fmt: skip
     zeros = torch.zeros_like(part[0])
     lse_p, _ = merge_partials(part[0], part[1], zeros, False)

@@ -13,6 +13,9 @@ Run the tests: `.venv/bin/python -m pytest tests/kernels/test_linear_token_logpr
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
@@ -59,8 +62,12 @@ def linear_token_logprobs_ref(
 
 
 def _chunk_sizes(n: int, v: int, budget: int) -> tuple[int, int]:
-    """(rows, cols) of one [rows, cols] logits chunk: as many rows as possible, >= 256 vocab columns."""
-    cols = min(v, max(_MIN_VOCAB_CHUNK, budget // max(n, 1)))
+    """(rows, cols) of one [rows, cols] logits chunk: as many rows as possible, >= 256 vocab columns.
+
+    Columns are a multiple of 256 (or all of V): the chunk's row stride then stays 16-aligned, so the
+    GPU dz kernel is compiled once with aligned stores instead of once more per odd chunk width.
+    """
+    cols = min(v, max(_MIN_VOCAB_CHUNK, budget // max(n, 1) // _MIN_VOCAB_CHUNK * _MIN_VOCAB_CHUNK))
     return max(1, min(n, budget // cols)), cols
 
 
@@ -77,7 +84,7 @@ def chunked_forward(
     per-chunk statistics ([vocab chunks, N] fp32) are merged exactly at the end.
     """
     n, v = hidden.shape[0], weight.shape[0]
-    hf = hidden.float()
+    hs = _scaled_hidden(hidden, temperature)
     rows, cols = _chunk_sizes(n, v, CHUNK_ELEMS)
     spans = _spans(v, cols)
     lse_c = torch.empty(len(spans), n, dtype=torch.float32, device=hidden.device)
@@ -85,11 +92,17 @@ def chunked_forward(
     for i, (c0, c1) in enumerate(spans):
         wf = weight[c0:c1].float()
         for r0, r1 in _spans(n, rows):
-            z = (hf[r0:r1] @ wf.T).div_(temperature)
-            lse_c[i, r0:r1], ent_c[i, r0:r1] = chunk_stats(z, with_entropy)
+            lse_c[i, r0:r1], ent_c[i, r0:r1] = chunk_stats(hs[r0:r1] @ wf.T, with_entropy)
     lse, entropy = merge_chunk_stats(lse_c, ent_c, with_entropy)
-    target_z = (hf * weight[targets.long()].float()).sum(dim=1) / temperature
+    target_z = (hs * weight[targets.long()].float()).sum(dim=1)
     return target_z - lse, entropy, lse
+
+
+def _scaled_hidden(hidden: torch.Tensor, temperature: float) -> torch.Tensor:
+    """hidden / T as fp32 [N, H]: 1/T folded into the small operand once, instead of a pass over every
+    [rows, cols] logits chunk (fp32 hidden at T == 1 is used as is, no copy)."""
+    hf = hidden.float()
+    return hf if temperature == 1.0 else hf / temperature
 
 
 def _chunked_backward(
@@ -105,6 +118,7 @@ def _chunked_backward(
     """(dhidden [N, H], dweight [V, H]) in the input dtypes, recomputing logits chunk by chunk."""
     n, v = hidden.shape[0], weight.shape[0]
     hf = hidden.float()
+    hs = _scaled_hidden(hidden, temperature)
     rows, cols = _chunk_sizes(n, v, CHUNK_ELEMS)
     dh = torch.zeros_like(hf)
     dw = torch.empty_like(weight)
@@ -112,12 +126,12 @@ def _chunked_backward(
         wf = weight[c0:c1].float()
         dwc = torch.zeros_like(wf)
         for r0, r1 in _spans(n, rows):
-            z = (hf[r0:r1] @ wf.T).div_(temperature)
             ge = None if grad_entropy is None else grad_entropy[r0:r1]
+            z = hs[r0:r1] @ wf.T
             dz = dz_from_logits_torch(z, targets[r0:r1], c0, lse[r0:r1], entropy[r0:r1], grad_logp[r0:r1], ge)
-            dz.div_(temperature)
-            dh[r0:r1].addmm_(dz, wf)
-            dwc.addmm_(dz.T, hf[r0:r1])
+            # d/d raw logits = dz / T: folded into the two GEMMs (alpha) rather than a pass over dz.
+            dh[r0:r1].addmm_(dz, wf, alpha=1.0 / temperature)
+            dwc.addmm_(dz.T, hf[r0:r1], alpha=1.0 / temperature)
         dw[c0:c1] = dwc
     return dh.to(hidden.dtype), dw
 
@@ -142,11 +156,15 @@ class _ChunkedLinearTokenLogprobs(torch.autograd.Function):
 
 @triton.jit
 def linear_logits_tile(
-    h_ptr, w_ptr, rows, row_ok, cols, col_ok, stride_h, stride_w, H: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
+    h_ptr, w_ptr, rows, cols, stride_h, stride_w, H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr,
+    BLOCK_H: tl.constexpr, EVEN_H: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
     """Logits tile hidden[rows] @ weight[cols].T as [BLOCK_N, BLOCK_V] fp32 (fp32 accumulate).
 
+    `rows` and `cols` must already be clamped into range (callers mask the results instead): with
+    EVEN_H (H % BLOCK_H == 0, every paper model) the loads carry no mask at all, which is what keeps
+    the bf16 GPU build free of register spills (masked [64, 64] and [64, 128] pointer tiles spilled
+    160-240 bytes at 255 registers) and lets the K loop be software-pipelined.
     UPCAST (interpreter): convert after load, tl.dot on bf16 is wrong there. IEEE: fp32 inputs use
     full-precision dot instead of TF32, so fp32 log-probs match the fp32 reference.
     """
@@ -155,9 +173,12 @@ def linear_logits_tile(
     w_base = w_ptr + cols.to(tl.int64)[None, :] * stride_w
     for h0 in range(0, H, BLOCK_H):
         ks = h0 + tl.arange(0, BLOCK_H)
-        k_ok = ks < H
-        h = tl.load(h_base + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        w = tl.load(w_base + ks[:, None], mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        if EVEN_H:
+            h = tl.load(h_base + ks[None, :])
+            w = tl.load(w_base + ks[:, None])
+        else:
+            h = tl.load(h_base + ks[None, :], mask=ks[None, :] < H, other=0.0)
+            w = tl.load(w_base + ks[:, None], mask=ks[:, None] < H, other=0.0)
         if UPCAST:
             h = h.to(tl.float32)
             w = w.to(tl.float32)
@@ -168,28 +189,36 @@ def linear_logits_tile(
     return acc
 
 
-@triton.jit
+# Sizes that follow the batch are not specialised (value 1, multiple of 16): one compiled variant per
+# model whatever N is (bench/compile_targets.py checks it).
+@triton.jit(do_not_specialize=["N", "tiles_per_split"])
 def _fwd_kernel(
-    h_ptr, w_ptr, targets_ptr, m_ptr, s_ptr, t_ptr, zt_ptr, N, stride_h, stride_w, inv_t,
-    V: tl.constexpr, H: tl.constexpr, TILES_PER_SPLIT: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, WITH_ENTROPY: tl.constexpr, UPCAST: tl.constexpr,
-    IEEE: tl.constexpr,
+    h_ptr, w_ptr, targets_ptr, m_ptr, s_ptr, t_ptr, zt_ptr, N, stride_h, stride_w, inv_t, tiles_per_split,
+    V: tl.constexpr, H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr,
+    EVEN_H: tl.constexpr, WITH_ENTROPY: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
-    """Program (row block, vocab split): partial (max, sum exp, sum exp*z, target logit) per row."""
+    """Program (row block, vocab split): partial (max, sum exp, sum exp*z, target logit) per row.
+
+    `tiles_per_split` is a runtime argument: it depends on N (through the split count), and as a
+    constexpr it made one compiled variant per distinct value (up to ~45, compiled inside training
+    steps). Rows and columns past the end are clamped for the loads and masked out of the sums.
+    """
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     split = tl.program_id(1)
     row_ok = rows < N
+    rows_in = tl.minimum(rows, N - 1)
     tgt = tl.load(targets_ptr + rows, mask=row_ok, other=-1).to(tl.int64)
     m = tl.full((BLOCK_N,), float("-inf"), tl.float32)
     s = tl.zeros((BLOCK_N,), tl.float32)
     t = tl.zeros((BLOCK_N,), tl.float32)
     zt = tl.zeros((BLOCK_N,), tl.float32)
-    for i in range(TILES_PER_SPLIT):
-        cols = (split * TILES_PER_SPLIT + i) * BLOCK_V + tl.arange(0, BLOCK_V)
+    for i in range(tiles_per_split):
+        cols = (split * tiles_per_split + i) * BLOCK_V + tl.arange(0, BLOCK_V)
         col_ok = cols < V
         z = linear_logits_tile(
-            h_ptr, w_ptr, rows, row_ok, cols, col_ok, stride_h, stride_w, H, BLOCK_N, BLOCK_V, BLOCK_H, UPCAST, IEEE
-        )
+            h_ptr, w_ptr, rows_in, tl.minimum(cols, V - 1), stride_h, stride_w, H, BLOCK_N, BLOCK_V, BLOCK_H,
+            EVEN_H, UPCAST, IEEE,
+        )  # fmt: skip
         z = z * inv_t
         zt += tl.sum(tl.where(cols[None, :] == tgt[:, None], z, 0.0), axis=1)
         m, s, t = online_lse_update(m, s, t, z, row_ok[:, None] & col_ok[None, :], WITH_ENTROPY)
@@ -200,11 +229,13 @@ def _fwd_kernel(
     tl.store(zt_ptr + out, zt, mask=row_ok)
 
 
-@triton.jit
+# Sizes that follow the batch are not specialised (value 1, multiple of 16): one compiled variant per
+# model whatever N is (bench/compile_targets.py checks it).
+@triton.jit(do_not_specialize=["N", "C", "col0"])
 def _dz_kernel(
     h_ptr, w_ptr, targets_ptr, lse_ptr, ent_ptr, gl_ptr, ge_ptr, dz_ptr, N, C, col0, stride_h, stride_w,
     stride_dz, inv_t, H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr,
-    WITH_ENTROPY: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
+    EVEN_H: tl.constexpr, WITH_ENTROPY: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
     """dz [N, C] (already / T, in dz's dtype) of vocabulary columns col0 .. col0 + C, logits recomputed."""
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -213,8 +244,9 @@ def _dz_kernel(
     col_ok = local < C
     cols = col0 + local
     z = linear_logits_tile(
-        h_ptr, w_ptr, rows, row_ok, cols, col_ok, stride_h, stride_w, H, BLOCK_N, BLOCK_V, BLOCK_H, UPCAST, IEEE
-    )
+        h_ptr, w_ptr, tl.minimum(rows, N - 1), col0 + tl.minimum(local, C - 1), stride_h, stride_w, H, BLOCK_N,
+        BLOCK_V, BLOCK_H, EVEN_H, UPCAST, IEEE,
+    )  # fmt: skip
     tgt = tl.load(targets_ptr + rows, mask=row_ok, other=-1).to(tl.int64)
     lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
     ent = tl.load(ent_ptr + rows, mask=row_ok, other=0.0)
@@ -225,24 +257,48 @@ def _dz_kernel(
     tl.store(out, cast_for_store(dz, dz_ptr.dtype.element_ty, UPCAST), mask=row_ok[:, None] & col_ok[None, :])
 
 
-def launch_blocks(n: int) -> tuple[int, int, int, int, int]:
-    """(BLOCK_N, BLOCK_V, BLOCK_H, num_warps, num_stages): tensor-core tiles on GPU (smem ~72 KiB with
-    3 stages of bf16), wide tiles under the interpreter whose cost is per program and per op."""
-    if INTERPRET:
-        return min(64, max(16, triton.next_power_of_2(n))), 256, 64, 4, 1
-    return 64, 128, 64, 8, 3
+@dataclass(frozen=True)
+class LinearBlocks:
+    """Tile sizes and launch options of the fused linear kernels (one choice per dtype on GPU)."""
+
+    block_n: int
+    block_v: int
+    block_h: int
+    num_warps: int
+    num_stages: int
 
 
-def dot_flags(hidden: torch.Tensor) -> tuple[bool, bool]:
+def launch_blocks(n: int, dtype: torch.dtype, interpret: bool = INTERPRET) -> LinearBlocks:
+    """Tiles of the fused linear kernels for `n` rows of `dtype`.
+
+    GPU: 64 x 128 tensor-core tiles, K steps of 64, 8 warps, 3 pipeline stages (~100 registers on sm_90,
+    no spills). fp32 (full-precision FMA dot, no tensor cores) takes 32 x 128 tiles with K steps of 32:
+    at 64 x 128 x 64 its operands spilled 600-1500 bytes at 255 registers, at 64 x 128 x 32 the fused
+    scores kernel still spilled 16-48 bytes (bench/results/compile_targets.md has the numbers now).
+    Interpreter: wide tiles, because its cost is per program and per op, and the row block follows n
+    so tiny tests stay fast.
+    """
+    if interpret:
+        return LinearBlocks(min(64, max(16, triton.next_power_of_2(n))), 256, 64, 4, 1)
+    if dtype == torch.float32:
+        return LinearBlocks(32, 128, 32, 8, 3)
+    return LinearBlocks(64, 128, 64, 8, 3)
+
+
+def dot_flags(dtype: torch.dtype, interpret: bool = INTERPRET) -> tuple[bool, bool]:
     """(UPCAST, IEEE) constexprs: upcast under the interpreter; full-precision dot for fp32 on GPU."""
-    return INTERPRET, hidden.dtype == torch.float32 and not INTERPRET
+    return interpret, dtype == torch.float32 and not interpret
 
 
-def num_splits(row_blocks: int, vocab_tiles: int, device: torch.device) -> int:
-    """Vocabulary splits so that the grid has ~4 programs per SM (1 split under the interpreter)."""
-    if device.type != "cuda":
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device; 1 elsewhere (the interpreter runs one split)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+
+
+def num_splits(row_blocks: int, vocab_tiles: int, sms: int) -> int:
+    """Vocabulary splits so that the grid has ~4 programs per SM (1 split for a 1-SM 'device')."""
+    if sms <= 1:
         return 1
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
     return max(1, min(vocab_tiles, triton.cdiv(4 * sms, row_blocks)))
 
 
@@ -258,22 +314,58 @@ def merge_partials(
     return lse, entropy
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch as the launcher picks it: grid, runtime loop count, constexprs and options.
+
+    `meta` is passed as keyword arguments (constexprs plus num_warps / num_stages); the compile check
+    (bench/compile_targets.py) compiles exactly these for real GPU targets without a GPU.
+    """
+
+    grid: tuple[int, int]
+    tiles_per_split: int
+    meta: dict[str, Any]
+
+
+def fwd_launch(
+    n: int, h: int, v: int, dtype: torch.dtype, with_entropy: bool, sms: int, interpret: bool = INTERPRET
+) -> Launch:
+    """The forward kernel's launch for hidden [n, h] and weight [v, h] of `dtype` on a device with `sms` SMs."""
+    blocks = launch_blocks(n, dtype, interpret)
+    row_blocks, vocab_tiles = triton.cdiv(n, blocks.block_n), triton.cdiv(v, blocks.block_v)
+    splits = num_splits(row_blocks, vocab_tiles, sms)
+    upcast, ieee = dot_flags(dtype, interpret)
+    meta = dict(
+        V=v, H=h, BLOCK_N=blocks.block_n, BLOCK_V=blocks.block_v, BLOCK_H=blocks.block_h,
+        EVEN_H=h % blocks.block_h == 0, WITH_ENTROPY=with_entropy, UPCAST=upcast, IEEE=ieee,
+        num_warps=blocks.num_warps, num_stages=blocks.num_stages,
+    )  # fmt: skip
+    return Launch((row_blocks, splits), triton.cdiv(vocab_tiles, splits), meta)
+
+
+def dz_launch(
+    rows: int, cols: int, h: int, dtype: torch.dtype, with_entropy: bool, interpret: bool = INTERPRET
+) -> Launch:
+    """The backward dz kernel's launch for one [rows, cols] chunk of hidden [*, h] of `dtype`."""
+    blocks = launch_blocks(rows, dtype, interpret)
+    upcast, ieee = dot_flags(dtype, interpret)
+    meta = dict(
+        H=h, BLOCK_N=blocks.block_n, BLOCK_V=blocks.block_v, BLOCK_H=blocks.block_h, EVEN_H=h % blocks.block_h == 0,
+        WITH_ENTROPY=with_entropy, UPCAST=upcast, IEEE=ieee, num_warps=blocks.num_warps, num_stages=blocks.num_stages,
+    )  # fmt: skip
+    return Launch((triton.cdiv(rows, blocks.block_n), triton.cdiv(cols, blocks.block_v)), 1, meta)
+
+
 def launch_linear_partials(
     hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run the fused forward kernel; returns partial (m, s, t, target logit), each [splits, N] fp32."""
     n, h = hidden.shape
-    v = weight.shape[0]
-    bn, bv, bh, warps, stages = launch_blocks(n)
-    row_blocks, vocab_tiles = triton.cdiv(n, bn), triton.cdiv(v, bv)
-    splits = num_splits(row_blocks, vocab_tiles, hidden.device)
-    per_split = triton.cdiv(vocab_tiles, splits)
-    m, s, t, zt = (torch.zeros(splits, n, dtype=torch.float32, device=hidden.device) for _ in range(4))
-    upcast, ieee = dot_flags(hidden)
-    _fwd_kernel[(row_blocks, splits)](
+    launch = fwd_launch(n, h, weight.shape[0], hidden.dtype, with_entropy, sm_count(hidden.device))
+    m, s, t, zt = (torch.zeros(launch.grid[1], n, dtype=torch.float32, device=hidden.device) for _ in range(4))
+    _fwd_kernel[launch.grid](
         hidden, weight, targets, m, s, t, zt, n, hidden.stride(0), weight.stride(0), 1.0 / temperature,
-        V=v, H=h, TILES_PER_SPLIT=per_split, BLOCK_N=bn, BLOCK_V=bv, BLOCK_H=bh, WITH_ENTROPY=with_entropy,
-        UPCAST=upcast, IEEE=ieee, num_warps=warps, num_stages=stages,
+        launch.tiles_per_split, **launch.meta,
     )  # fmt: skip
     return m, s, t, zt
 
@@ -317,18 +409,16 @@ def _bwd_op(
         return dh.to(hidden.dtype), dw
     budget = _GPU_CHUNK_ELEMS if hidden.is_cuda else CHUNK_ELEMS
     rows, cols = _chunk_sizes(n, v, budget)
-    bn, bv, bh, warps, stages = launch_blocks(min(n, rows))
-    upcast, ieee = dot_flags(hidden)
     gl, ge = grad_logp.float().contiguous(), grad_entropy.float().contiguous()
     for c0, c1 in _spans(v, cols):
         dwc = torch.zeros(c1 - c0, h, dtype=torch.float32, device=hidden.device)
         for r0, r1 in _spans(n, rows):
             dz = torch.empty(r1 - r0, c1 - c0, dtype=hidden.dtype, device=hidden.device)
-            _dz_kernel[(triton.cdiv(r1 - r0, bn), triton.cdiv(c1 - c0, bv))](
+            launch = dz_launch(r1 - r0, c1 - c0, h, hidden.dtype, with_entropy)
+            _dz_kernel[launch.grid](
                 hidden[r0:r1], weight, targets[r0:r1], lse[r0:r1], entropy[r0:r1], gl[r0:r1], ge[r0:r1], dz,
                 r1 - r0, c1 - c0, c0, hidden.stride(0), weight.stride(0), dz.stride(0), 1.0 / temperature,
-                H=h, BLOCK_N=bn, BLOCK_V=bv, BLOCK_H=bh, WITH_ENTROPY=with_entropy, UPCAST=upcast, IEEE=ieee,
-                num_warps=warps, num_stages=stages,
+                **launch.meta,
             )  # fmt: skip
             # bf16 x bf16 matmuls accumulate in fp32 inside the GEMM; only the chunk result is rounded.
             dh[r0:r1] += (dz @ weight[c0:c1].to(dz.dtype)).float()

@@ -7,9 +7,10 @@ draw (turned into a random per-row permutation), never by position. Rows with no
 with max S <= min_score (policy == reference, e.g. at step 0) delete nothing and are reported.
 
 Paths: `select_interference_tokens_ref` (pure torch: three stable sorts), a Triton kernel (one program
-per row sorts packed int64 keys `ordered(score) << 32 | tie_rank` with `tl.sort`; keys are unique per
-row, so the k-th largest key is an exact threshold). Both consume the same tie-break draw and agree bit
-for bit. Scores are compared as float32 (-0.0 is treated as +0.0).
+per row finds the k-th largest key (ordered score, tie rank) by a bitwise search over tiles of a fixed
+size, so any prompt length compiles to one bounded kernel; keys are unique per row, so the k-th largest
+key is an exact threshold). Both consume the same tie-break draw and agree bit for bit. Scores are
+compared as float32 (-0.0 is treated as +0.0).
 
 Run the tests: `.venv/bin/python -m pytest tests/kernels/test_select_tokens.py -q`.
 """
@@ -22,11 +23,11 @@ import torch
 import triton
 import triton.language as tl
 
-from lens_kernels._common import use_triton
+from lens_kernels._common import INTERPRET, use_triton
 
 _FN = "select_interference_tokens"
-# One program sorts a whole row in registers: above this many positions the torch path is used.
-_MAX_TRITON_P = 16384
+# Positions per tile of the selection kernel on GPU (a row of any length is streamed in tiles of this).
+_BLOCK_P = 1024
 
 
 def _validate(scores: torch.Tensor, scorable_mask: torch.Tensor, gamma: float, min_score: float) -> None:
@@ -120,29 +121,107 @@ def select_interference_tokens_ref(
 
 
 @triton.jit
-def _select_kernel(
-    scores_ptr, mask_ptr, rank_ptr, k_ptr, out_ptr, P, stride_s, stride_m, stride_r, stride_o, BLOCK_P: tl.constexpr
-):
-    """One program per row: sort packed (ordered score, tie rank) keys, threshold at the k-th largest.
-
-    Float bits are made order-preserving as signed int32 (negative floats get their magnitude bits
-    flipped), shifted into the high word; the low word holds the unique tie rank.
-    """
-    row = tl.program_id(0)
-    offs = tl.arange(0, BLOCK_P)
-    inb = offs < P
-    x = tl.load(scores_ptr + row * stride_s + offs, mask=inb, other=0.0).to(tl.float32)
-    scorable = tl.load(mask_ptr + row * stride_m + offs, mask=inb, other=0) != 0
-    rank = tl.load(rank_ptr + row * stride_r + offs, mask=inb, other=0).to(tl.int64)
+def _ordered_word(x):
+    """fp32 -> int64 in [0, 2^32) with the order of the floats (negatives get their magnitude bits flipped)."""
     bits = x.to(tl.int32, bitcast=True)
     bits = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-    key = (bits.to(tl.int64) << 32) | rank
-    key = tl.where(scorable & inb, key, -9223372036854775808)
-    ordered = tl.sort(key, descending=True)
-    k = tl.load(k_ptr + row)
-    thr = tl.max(tl.where(offs == k - 1, ordered, -9223372036854775808), axis=0)
-    delete = scorable & inb & (key >= thr) & (k > 0)
-    tl.store(out_ptr + row * stride_o + offs, delete.to(tl.int8), mask=inb)
+    return bits.to(tl.int64) + 2147483648
+
+
+@triton.jit
+def _count_tiles(s_row, m_row, r_row, P, word_thr, rank_thr, EXACT_WORD: tl.constexpr, BLOCK_P: tl.constexpr):
+    """Scorable positions of one row with word >= word_thr (EXACT_WORD: word == word_thr and rank >= rank_thr)."""
+    cnt = tl.zeros((), tl.int32)
+    for p0 in range(0, P, BLOCK_P):
+        offs = p0 + tl.arange(0, BLOCK_P)
+        inb = offs < P
+        word = _ordered_word(tl.load(s_row + offs, mask=inb, other=0.0).to(tl.float32))
+        hit = inb & (tl.load(m_row + offs, mask=inb, other=0) != 0)
+        if EXACT_WORD:
+            rank = tl.load(r_row + offs, mask=inb, other=0).to(tl.int64)
+            hit = hit & (word == word_thr) & (rank >= rank_thr)
+        else:
+            hit = hit & (word >= word_thr)
+        cnt += tl.sum(hit.to(tl.int32), axis=0)
+    return cnt
+
+
+@triton.jit
+def _scorable_extremes(s_row, m_row, P, BLOCK_P: tl.constexpr):
+    """(count, min, max) of the ordered score words of a row's scorable positions (min 2^32, max 0 if none)."""
+    n = tl.zeros((), tl.int32)
+    lo = tl.full((), 4294967296, tl.int64)
+    hi = tl.zeros((), tl.int64)
+    for p0 in range(0, P, BLOCK_P):
+        offs = p0 + tl.arange(0, BLOCK_P)
+        inb = offs < P
+        word = _ordered_word(tl.load(s_row + offs, mask=inb, other=0.0).to(tl.float32))
+        hit = inb & (tl.load(m_row + offs, mask=inb, other=0) != 0)
+        n += tl.sum(hit.to(tl.int32), axis=0)
+        lo = tl.minimum(lo, tl.min(tl.where(hit, word, 4294967296), axis=0))
+        hi = tl.maximum(hi, tl.max(tl.where(hit, word, 0), axis=0))
+    return n, lo, hi
+
+
+# Sizes that follow the batch are not specialised (value 1, multiple of 16): one compiled variant per
+# model whatever N is (bench/compile_targets.py checks it).
+@triton.jit(do_not_specialize=["P", "rank_bits", "stride_s", "stride_m", "stride_r", "stride_o"])
+def _select_kernel(
+    scores_ptr, mask_ptr, rank_ptr, k_ptr, out_ptr, P, rank_bits, stride_s, stride_m, stride_r, stride_o,
+    BLOCK_P: tl.constexpr,
+):  # fmt: skip
+    """One program per row: the k-th largest (ordered score, tie rank) key by bitwise search, then a mask.
+
+    The row is streamed in BLOCK_P tiles, so the block (and the compile) is bounded whatever P is; the
+    former one-tile `tl.sort` of next_power_of_2(P) keys never finished in ptxas at P = 16,384.
+    1) The k-th largest 32-bit ordered score T, built bit by bit from the top: the largest T with
+       count(score >= T) >= k. A candidate above the row's max is rejected and one at or below its min
+       accepted without a pass, so only the bits where the scores differ cost a counting pass.
+    2) Only when more than k positions reach T (ties at the threshold): among score == T, the largest
+       tie rank R with count(rank >= R) >= k - count(score > T) (rank_bits passes).
+    Keys are unique, so exactly k positions are selected, the same ones as the reference's stable sorts.
+    Rows with k = 0 (no-signal rows) skip the search.
+    """
+    row = tl.program_id(0)
+    s_row = scores_ptr + row.to(tl.int64) * stride_s
+    m_row = mask_ptr + row.to(tl.int64) * stride_m
+    r_row = rank_ptr + row.to(tl.int64) * stride_r
+    k = tl.load(k_ptr + row).to(tl.int32)
+    word_thr = tl.zeros((), tl.int64)
+    rank_thr = tl.zeros((), tl.int64)
+    if k > 0:
+        n, lo, hi = _scorable_extremes(s_row, m_row, P, BLOCK_P)
+        count_ge = n  # count(score >= word_thr), exact throughout
+        for i in range(32):
+            cand = word_thr | (tl.full((), 1, tl.int64) << (31 - i))
+            if cand <= hi:
+                cnt = n
+                if cand > lo:
+                    cnt = _count_tiles(s_row, m_row, r_row, P, cand, 0, False, BLOCK_P)
+                if cnt >= k:
+                    word_thr = cand
+                    count_ge = cnt
+        if count_ge > k:
+            need = k - _count_tiles(s_row, m_row, r_row, P, word_thr + 1, 0, False, BLOCK_P)
+            for i in range(rank_bits):
+                cand = rank_thr | (tl.full((), 1, tl.int64) << (rank_bits - 1 - i))
+                cnt = _count_tiles(s_row, m_row, r_row, P, word_thr, cand, True, BLOCK_P)
+                rank_thr = tl.where(cnt >= need, cand, rank_thr)
+    for p0 in range(0, P, BLOCK_P):
+        offs = p0 + tl.arange(0, BLOCK_P)
+        inb = offs < P
+        word = _ordered_word(tl.load(s_row + offs, mask=inb, other=0.0).to(tl.float32))
+        scorable = tl.load(m_row + offs, mask=inb, other=0) != 0
+        rank = tl.load(r_row + offs, mask=inb, other=0).to(tl.int64)
+        above = (word > word_thr) | ((word == word_thr) & (rank >= rank_thr))
+        delete = scorable & inb & above & (k > 0)
+        tl.store(out_ptr + row.to(tl.int64) * stride_o + offs, delete.to(tl.int8), mask=inb)
+
+
+def select_block(p: int, interpret: bool = INTERPRET) -> int:
+    """BLOCK_P of the selection kernel: one fixed tile on GPU (one compiled variant for every prompt
+    length); under the interpreter no wider than the row, since its cost grows with the tile."""
+    return min(_BLOCK_P, max(16, triton.next_power_of_2(p))) if interpret else _BLOCK_P
 
 
 @torch.library.custom_op("lens_kernels::select_topk_keys", mutates_args=())
@@ -154,19 +233,12 @@ def _select_triton(
     out = torch.empty((b, p), dtype=torch.int8, device=scores.device)
     if b > 0 and p > 0:
         mask8 = scorable_mask.to(torch.int8)
+        # Tie ranks lie in [0, P): that many bits decide between tied scores.
+        rank_bits = max(1, (p - 1).bit_length())
         _select_kernel[(b,)](
-            scores,
-            mask8,
-            tie_rank,
-            k,
-            out,
-            p,
-            scores.stride(0),
-            mask8.stride(0),
-            tie_rank.stride(0),
-            out.stride(0),
-            BLOCK_P=triton.next_power_of_2(p),
-        )
+            scores, mask8, tie_rank, k, out, p, rank_bits, scores.stride(0), mask8.stride(0), tie_rank.stride(0),
+            out.stride(0), BLOCK_P=select_block(p), num_warps=4,
+        )  # fmt: skip
     return out.bool()
 
 
@@ -202,7 +274,7 @@ def select_interference_tokens(
     s = _canonical_scores(scores)
     tie_rank = _tie_break_ranks(s.shape, s.device, generator)
     k, no_signal = _deletion_counts(s, scorable_mask, gamma, min_score)
-    if use_triton(s) and s.shape[1] <= _MAX_TRITON_P:
+    if use_triton(s):
         delete = _select_triton(s, scorable_mask, k, tie_rank)
     else:
         delete = _select_sorted_ref(s, scorable_mask, k, tie_rank)

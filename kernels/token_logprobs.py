@@ -24,6 +24,7 @@ from lens_kernels._common import (
     check_same_device,
     check_targets,
     check_temperature,
+    compiled_or_eager,
     online_lse_update,
     row_chunk,
     use_triton,
@@ -86,12 +87,28 @@ def scaled_chunk(x: torch.Tensor, temperature: float) -> torch.Tensor:
 
 def chunk_stats(z: torch.Tensor, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(log-sum-exp [R], entropy of softmax within the chunk [R]) of a [R, C] fp32 chunk (not modified)."""
+    if with_entropy:
+        return _lse_entropy(z)
+    # Eager logsumexp is already one vectorised pass on CPU (faster than Inductor's version here).
     lse = torch.logsumexp(z, dim=1)
-    if not with_entropy:
-        return lse, torch.zeros_like(lse)
-    q = (z - lse[:, None]).exp_()
-    # -sum q log q; xlogy gives 0 where q == 0 (masked -inf logits) instead of 0 * -inf = nan.
-    return lse, -torch.special.xlogy(q, q).sum(dim=1)
+    return lse, torch.zeros_like(lse)
+
+
+@compiled_or_eager
+def _lse_entropy(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lse, entropy) of each row of z: H = sum_j q_j (lse - z_j) with q = softmax(z).
+
+    Written as max / sum-exp / weighted-sum reductions so that Inductor fuses it into passes over z
+    without [R, C] temporaries (eager: ~5 passes and 3 temporaries). Entries with q == 0 (masked -inf
+    logits) contribute 0 instead of 0 * inf = nan; rows that are all -inf keep a finite pivot.
+    """
+    m = z.amax(dim=1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = (z - m).exp()
+    s = e.sum(dim=1, keepdim=True)
+    lse = m + s.log()
+    ent = torch.where(e > 0, e * (lse - z), torch.zeros_like(e)).sum(dim=1, keepdim=True) / s
+    return lse.squeeze(1), ent.squeeze(1)
 
 
 def merge_chunk_stats(
@@ -139,23 +156,37 @@ def dz_from_logits_torch(
     grad_logp: torch.Tensor,
     grad_entropy: torch.Tensor | None,
 ) -> torch.Tensor:
-    """Gradient w.r.t. the scaled logits z of one chunk (z [R, C] fp32, consumed; columns col0..col0+C).
+    """Gradient w.r.t. the scaled logits z of one chunk (z [R, C] fp32, not modified; columns col0..col0+C).
 
     d logp / d z_j = [j == target] - p_j and d H / d z_j = -p_j (log p_j + H), log p_j = z_j - lse.
     Multiply by 1 / T for the gradient w.r.t. the raw logits.
     """
-    logp = z.sub_(lse[:, None])
-    p = logp.exp()
     if grad_entropy is None:
-        dz = p.mul_(-grad_logp[:, None])
+        dz = _dz_logp(z, lse, grad_logp)
     else:
-        coef = torch.where(p > 0, logp.add_(entropy[:, None]).mul_(p), torch.zeros_like(p))
-        dz = p.mul_(-grad_logp[:, None]).sub_(coef.mul_(grad_entropy[:, None]))
+        dz = _dz_logp_entropy(z, lse, entropy, grad_logp, grad_entropy)
     local = targets.long() - col0
     hit = (local >= 0) & (local < z.shape[1])
     rows = hit.nonzero().squeeze(1)
     dz[rows, local[rows]] += grad_logp[rows]
     return dz
+
+
+# The dense part of dz, one fused pass over the chunk when compiled (eager: 3-6 passes and temporaries).
+@compiled_or_eager
+def _dz_logp(z: torch.Tensor, lse: torch.Tensor, gl: torch.Tensor) -> torch.Tensor:
+    return (z - lse[:, None]).exp() * -gl[:, None]
+
+
+@compiled_or_eager
+def _dz_logp_entropy(
+    z: torch.Tensor, lse: torch.Tensor, ent: torch.Tensor, gl: torch.Tensor, ge: torch.Tensor
+) -> torch.Tensor:
+    logp = z - lse[:, None]
+    p = logp.exp()
+    # p == 0 where z == -inf (masked logits): 0, not 0 * -inf = nan.
+    coef = torch.where(p > 0, p * (logp + ent[:, None]), torch.zeros_like(p))
+    return p * -gl[:, None] - coef * ge[:, None]
 
 
 class _ChunkedTokenLogprobs(torch.autograd.Function):
@@ -176,7 +207,9 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
         return grad, None, None, None
 
 
-@triton.jit
+# Sizes that follow the batch are not specialised (value 1, multiple of 16): one compiled variant per
+# model whatever N is (bench/compile_targets.py checks it).
+@triton.jit(do_not_specialize=["N"])
 def _fwd_kernel(
     logits_ptr,
     targets_ptr,
@@ -227,7 +260,9 @@ def dz_tile(z, cols, tgt, lse, ent, gl, ge, WITH_ENTROPY: tl.constexpr):
     return dz
 
 
-@triton.jit
+# Sizes that follow the batch are not specialised (value 1, multiple of 16): one compiled variant per
+# model whatever N is (bench/compile_targets.py checks it).
+@triton.jit(do_not_specialize=["N"])
 def _bwd_kernel(
     logits_ptr,
     targets_ptr,
@@ -264,10 +299,10 @@ def _bwd_kernel(
         tl.store(out, cast_for_store(dz * inv_t, grad_ptr.dtype.element_ty, FIX_BF16), mask=valid)
 
 
-def launch_blocks(n: int, v: int) -> tuple[int, int, int]:
+def launch_blocks(n: int, v: int, interpret: bool = INTERPRET) -> tuple[int, int, int]:
     """(BLOCK_N, BLOCK_V, num_warps): one row per program on GPU (bandwidth bound, many programs);
     many rows and wide tiles under the interpreter, whose cost is per program and per op."""
-    if INTERPRET:
+    if interpret:
         return min(16, triton.next_power_of_2(max(n, 1))), min(8192, triton.next_power_of_2(v)), 4
     return 1, min(4096, triton.next_power_of_2(v)), 8
 

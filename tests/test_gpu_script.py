@@ -1,7 +1,9 @@
 """CPU checks of the pieces of bench/gpu/run.sh (the one-call H200 check; the GPU run itself is not done here).
 
 Shell syntax, the training-benchmark preset, the random-model writer, the floors writer, the carried-wheel
-installer's decisions, the summary table from a hand-made OUT folder, and run.sh's stage bookkeeping.
+installer's decisions and the carried set itself, the summary table from a hand-made OUT folder, the merge
+of per-algorithm step times, the roofline table, and run.sh's stage bookkeeping and loud failures (a
+missing tool, module, GPU or disk names the stage and the piece, and the exit status is 1).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -28,8 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 GPU = ROOT / "bench" / "gpu"
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"gpu_{name}", GPU / f"{name}.py")
+def _load(name: str, folder: Path = GPU):
+    spec = importlib.util.spec_from_file_location(f"gpu_{name}", folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -40,6 +43,8 @@ make_model = _load("make_model")
 floors = _load("floors")
 install_wheels = _load("install_wheels")
 summary = _load("summary")
+merge_steps = _load("merge_steps")
+roofline = _load("roofline", ROOT / "bench")
 
 TINY = ["--layers", "1", "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--intermediate", "128"]
 
@@ -290,7 +295,7 @@ def test_run_sh_packs_out_within_the_tool_limits(tmp_path: Path) -> None:
     assert files == ["raw.tar.gz", "run.log", "summary.md"]  # the device tool brings back at most 8 files
     with tarfile.open(tmp_path / "raw.tar.gz") as tar:
         stages = tar.extractfile("raw/stages.tsv").read().decode()
-    assert stages.count("skipped: not selected") == 8
+    assert stages.count("skipped: not selected") == 9
     assert "# lens GPU check" in (tmp_path / "run.log").read_text()
 
 
@@ -299,3 +304,85 @@ def test_run_sh_skips_stages_past_the_budget(tmp_path: Path) -> None:
     assert result.returncode == 1
     text = (tmp_path / "summary.md").read_text()
     assert "| wheels | skipped: no time left | 0 |" in text and "| machine | skipped: no time left | 0 |" in text
+
+
+def test_run_sh_machine_stage_names_everything_missing(tmp_path: Path) -> None:
+    # This CPU machine has no GPU (and no liger-kernel): the preflight must fail, say why, and say which stage.
+    result = _run(tmp_path, LENS_GPU_STAGES="machine", LENS_GPU_MIN_FREE_GB="100000000")
+    assert result.returncode == 1
+    log = (tmp_path / "run.log").read_text()
+    assert "MISSING: a CUDA device torch can use" in log
+    assert re.search(r"MISSING: free disk: \d+ GB < 100000000 GB", log)
+    if importlib.util.find_spec("liger_kernel") is None:
+        assert "MISSING: python module liger_kernel" in log
+    assert "=== stage machine FAILED (failed rc=1)" in log
+    assert log.rstrip().splitlines()[-1] == "FAILED stages: machine"
+    assert "| machine | failed rc=1 |" in (tmp_path / "summary.md").read_text()
+
+
+def test_run_sh_step_stage_refuses_to_fill_the_disk(tmp_path: Path) -> None:
+    result = _run(tmp_path, LENS_GPU_STAGES="step", LENS_GPU_MIN_FREE_GB="100000000")
+    assert result.returncode == 1
+    log = (tmp_path / "run.log").read_text()
+    assert re.search(r"free disk \d+ GB < 100000000 GB before the grpo run", log)
+    assert log.rstrip().splitlines()[-1] == "FAILED stages: step"
+
+
+def _sh_array(script: str, name: str) -> list[str]:
+    """The words of a bash array assignment `name=(...)` in a script (may span lines)."""
+    body = re.search(rf"^{name}=\((.*?)\)", (GPU / script).read_text(), re.S | re.M).group(1)
+    return body.split()
+
+
+def test_wheels_carry_every_module_the_preflight_needs() -> None:
+    # Everything run.sh's machine stage imports comes from the GPU image (torch, triton, transformers) or
+    # from a carried wheel; a new import without its wheel would fail only on the GPU machine.
+    carried = {n.split("==")[0].replace("_", "-").lower() for n in _sh_array("wheels.sh", "names")}
+    image = {"torch", "triton", "transformers"}
+    dist = {"yaml": "pyyaml", "math_verify": "math-verify", "pytest_benchmark": "pytest-benchmark",
+            "liger_kernel": "liger-kernel"}  # fmt: skip
+    run_sh = (GPU / "run.sh").read_text()
+    modules = re.search(r"for mod in (.*?); do", run_sh, re.S).group(1).replace("\\", " ").split()
+    assert {"pytest", "pytest_benchmark", "hypothesis", "liger_kernel", "deepspeed"} <= set(modules)
+    assert [m for m in modules if m not in image and dist.get(m, m).replace("_", "-") not in carried] == []
+    # The test and benchmark stack's own dependencies travel too, and ninja (the CUDA build needs it on PATH).
+    assert {"iniconfig", "pluggy", "pygments", "packaging", "py-cpuinfo2", "sortedcontainers", "ninja"} <= carried
+    assert "liger-kernel==0.8.5" in _sh_array("wheels.sh", "names")
+    assert 'export PATH="/tmp/site/bin:$PATH"' in run_sh
+
+
+def _step_run(path: Path, algorithm: str, step_s: float) -> Path:
+    path.mkdir(parents=True)
+    data = {"algorithms": {algorithm: {"steps": 3, "stages": {"generate": step_s / 2, "step": step_s}}}}
+    (path / "step_time.json").write_text(json.dumps(data))
+    (path / "step_time.md").write_text(f"| {algorithm} | {step_s} |\n")
+    return path
+
+
+def test_merge_steps_feeds_the_summary(tmp_path: Path) -> None:
+    runs = [_step_run(tmp_path / "grpo", "grpo", 10.0), _step_run(tmp_path / "lens", "lens", 15.0)]
+    out = tmp_path / "out"
+    assert merge_steps.main([str(out / "raw" / "step"), *map(str, runs)]) == 0
+    merged = json.loads((out / "raw" / "step" / "step_time.json").read_text())
+    assert set(merged["algorithms"]) == {"grpo", "lens"} and len(merged["runs"]) == 2
+    assert "| grpo | 10.0 |" in (out / "raw" / "step" / "step_time.md").read_text()
+    assert "LENS / GRPO step time: 1.50x" in summary.render(out)
+
+
+def test_merge_steps_names_a_missing_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _step_run(tmp_path / "grpo", "grpo", 10.0)
+    assert merge_steps.main([str(tmp_path / "out"), str(run), str(tmp_path / "lens")]) == 1
+    assert f"{tmp_path / 'lens'}: no readable step_time.json" in capsys.readouterr().err
+    assert set(json.loads((tmp_path / "out" / "step_time.json").read_text())["algorithms"]) == {"grpo"}
+    assert merge_steps.main([str(tmp_path / "out2"), str(run), str(run)]) == 1  # the same algorithm twice
+
+
+def test_roofline_table_is_current() -> None:
+    assert (ROOT / "bench" / "results" / "roofline.md").read_text() == roofline.render()
+    # Qwen2.5-7B head, 16,384 tokens: 2 N H V = 17.9 TFLOP at 790 TFLOP/s = 22.6 ms, compute-bound.
+    fwd = next(w for w in roofline.works() if w.kernel == "linear_token_logprobs fwd" and "qwen2.5-7b" in w.shape)
+    ms, bound = roofline.floor_s(fwd, "H200")
+    assert (round(ms * 1e3, 1), bound) == (22.6, "compute")
+    # token_logprobs forward reads 16,384 x 152,064 bf16 logits: ~5.0 GB at 4.3 TB/s = 1.16 ms.
+    tok = next(w for w in roofline.works() if w.kernel == "token_logprobs fwd")
+    assert roofline.floor_s(tok, "H200")[1] == "memory" and abs(roofline.floor_s(tok, "H200")[0] - 1.159e-3) < 1e-5

@@ -10,9 +10,13 @@ cd "$(dirname "$0")/../.."
 py="${PYTHON:-.venv/bin/python}"
 dest=.whl
 # DeepSpeed and its small deps, math-verify and its parser, pydantic's pieces, what lens imports, and
-# setuptools (pyproject's build backend needs >= 77 for the SPDX licence field).
+# setuptools (pyproject's build backend needs >= 77 for the SPDX licence field); the test and benchmark
+# stack (pytest and its deps, pytest-benchmark, hypothesis); ninja (its wheel carries the binary that
+# run.sh puts on PATH for the CUDA build). NAME takes the .venv's version, NAME==VERSION pins a package the
+# .venv does not have: liger-kernel (pure Python + Triton), the peer of bench/bench_peers.py.
 names=(deepspeed hjson py-cpuinfo msgpack pydantic pydantic_core annotated-types typing-inspection typing_extensions
-  einops ninja psutil math-verify latex2sympy2_extended antlr4-python3-runtime pyyaml tqdm setuptools)
+  einops ninja psutil math-verify latex2sympy2_extended antlr4-python3-runtime pyyaml tqdm setuptools
+  pytest iniconfig pluggy pygments packaging pytest-benchmark py-cpuinfo2 hypothesis sortedcontainers liger-kernel==0.8.5)
 platforms=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64)
 rm -rf "$dest" && mkdir -p "$dest"
 build=$(mktemp -d)
@@ -21,7 +25,7 @@ trap 'rm -rf "$build"' EXIT
 version() { "$py" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$1"; }
 
 for name in "${names[@]}"; do
-  pin="$name==$(version "$name")"
+  if [[ $name == *==* ]]; then pin=$name; name=${name%%==*}; else pin="$name==$(version "$name")"; fi
   if ! "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     "${platforms[@]/#/--platform=}" -d "$dest" "$pin" 2>"$build/err"; then
     [ "$name" = deepspeed ] || { cat "$build/err"; echo "wheels.sh: no Python 3.12 wheel for $pin" >&2; exit 1; }

@@ -45,7 +45,8 @@ def test_logits_form_matches_reference(fn, n: int, v: int, dtype: torch.dtype) -
 @pytest.mark.parametrize(
     "fn", [linear_interference_scores, linear_interference_scores_chunked], ids=["triton", "chunked"]
 )
-@pytest.mark.parametrize(("n", "h", "v"), [(1, 16, 7), (13, 40, 1000), (2, 16, 65543)])
+# H = 128: the mask-free EVEN_H loads of the paper models (H a multiple of the 64-wide H tile).
+@pytest.mark.parametrize(("n", "h", "v"), [(1, 16, 7), (13, 40, 1000), (2, 16, 65543), (9, 128, 700)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_linear_form_matches_reference(fn, n: int, h: int, v: int, dtype: torch.dtype) -> None:
     g = torch.Generator().manual_seed(n + v)
@@ -60,6 +61,17 @@ def test_linear_form_matches_reference(fn, n: int, h: int, v: int, dtype: torch.
     else:
         ref_bf16 = linear_interference_scores_ref(hp, wp, hr, wr, targets, temperature=1.3)
         assert_within_bf16_yardstick(got, gold, ref_bf16, "S")
+
+
+def test_linear_form_with_many_vocab_splits(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A 4-SM "device": several vocab splits with a runtime tile count, the last one partly past V.
+    monkeypatch.setattr(mod, "sm_count", lambda device: 4)
+    g = torch.Generator().manual_seed(3)
+    hp, hr, wp, wr = (torch.randn(*shape, generator=g) for shape in ((20, 64), (20, 64), (1500, 64), (1500, 64)))
+    targets = make_targets(20, 1500, seed=3)
+    assert mod.linear_scores_launch(20, 64, 64, 1500, torch.float32, 4).grid == (1, 6)
+    got = linear_interference_scores(hp, wp, hr, wr, targets)
+    assert_close_fp32(got, linear_interference_scores_ref(hp, wp, hr, wr, targets), "S")
 
 
 @pytest.mark.parametrize("fn", [interference_scores, interference_scores_chunked], ids=["triton", "chunked"])

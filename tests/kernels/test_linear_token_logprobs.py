@@ -15,8 +15,9 @@ from kernel_checks import assert_close_fp32, assert_within_bf16_yardstick, make_
 from lens_kernels import linear_token_logprobs, linear_token_logprobs_chunked, linear_token_logprobs_ref
 
 lin = importlib.import_module("lens_kernels.linear_token_logprobs")
-# (N, H, V): N = 1, primes, H not a multiple of the H tile, V not a power of 2, one V > 64K at tiny N.
-SHAPES = [(1, 16, 7), (13, 40, 1000), (5, 72, 3001), (2, 16, 65543)]
+# (N, H, V): N = 1, primes, H not a multiple of the H tile, V not a power of 2, one V > 64K at tiny N, and
+# H = 128 (a multiple of the 64-wide H tile: the mask-free EVEN_H loads that every paper model takes).
+SHAPES = [(1, 16, 7), (13, 40, 1000), (5, 72, 3001), (2, 16, 65543), (19, 128, 517)]
 
 
 def _inputs(n: int, h: int, v: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, ...]:
@@ -75,6 +76,33 @@ def test_triton_backward_with_row_and_vocab_chunks(monkeypatch: pytest.MonkeyPat
     gold = _fwd_bwd(linear_token_logprobs_ref, hidden, weight, targets, 1.0, seed=2)
     for a, b, what in zip(got, gold, NAMES, strict=True):
         assert_close_fp32(a, b, what)
+
+
+@pytest.mark.parametrize("h", [40, 128])
+def test_forward_with_many_vocab_splits(monkeypatch: pytest.MonkeyPatch, h: int) -> None:
+    # A 5-SM "device": 20 programs over 2 row blocks -> 10 splits of 1-2 vocab tiles, the last split
+    # partly past V (clamped loads, masked sums), with the runtime tiles_per_split of the GPU launch.
+    monkeypatch.setattr(lin, "sm_count", lambda device: 5)
+    hidden, weight, targets = _inputs(70, h, 2900, torch.float32, seed=5)
+    launch = lin.fwd_launch(70, h, 2900, torch.float32, True, 5)
+    assert launch.grid == (2, 10) and launch.tiles_per_split == 2
+    got = linear_token_logprobs(hidden, weight, targets, temperature=0.8, return_entropy=True)
+    gold = linear_token_logprobs_ref(hidden, weight, targets, temperature=0.8, return_entropy=True)
+    for a, b, what in zip(got, gold, NAMES, strict=False):
+        assert_close_fp32(a, b, what)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_launch_compiles_one_variant_per_model(dtype: torch.dtype) -> None:
+    # Everything that is a constexpr (or a launch option) must not depend on N: one compiled kernel per
+    # (model, dtype, entropy flag), not one per batch size (the old TILES_PER_SPLIT made up to ~45).
+    ns = [1, 7, 64, 65, 1000, 4099, 16384, 65536, 262144]
+    for sms in (108, 132):  # A100/A800, H100/H200
+        fwd = {tuple(sorted(lin.fwd_launch(n, 3584, 152064, dtype, False, sms, False).meta.items())) for n in ns}
+        dz = {tuple(sorted(lin.dz_launch(n, 2048, 3584, dtype, True, False).meta.items())) for n in ns}
+        assert len(fwd) == len(dz) == 1
+    splits = {lin.fwd_launch(n, 3584, 152064, dtype, False, 132, False).tiles_per_split for n in ns}
+    assert len(splits) > 5  # ... while the runtime tile count does follow N
 
 
 def test_tied_weight_gradients_accumulate() -> None:

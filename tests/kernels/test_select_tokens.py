@@ -6,11 +6,15 @@ interpreter on CPU; tests/conftest.py sets TRITON_INTERPRET=1 without a GPU).
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
 from lens_kernels import select_interference_tokens, select_interference_tokens_ref
 from lens_kernels.select_tokens import _select_triton
+
+sel = importlib.import_module("lens_kernels.select_tokens")
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -89,6 +93,34 @@ def test_triton_equals_ref_bit_for_bit(b: int, p: int, dtype: torch.dtype) -> No
     assert torch.equal(delete.sum(dim=1), k)
 
 
+@pytest.mark.parametrize(("b", "p", "levels"), [(3, 131, 5), (2, 300, 1000), (4, 64, 2)])
+def test_triton_streams_many_tiles(monkeypatch: pytest.MonkeyPatch, b: int, p: int, levels: int) -> None:
+    # 16-position tiles: the counting passes and the final mask cross tile borders, with heavy ties
+    # (5 or 2 score levels: the tie-rank search runs) and nearly distinct scores (it is skipped).
+    monkeypatch.setattr(sel, "_BLOCK_P", 16)
+    assert sel.select_block(p, interpret=True) == 16
+    g = _gen(p)
+    scores = torch.randint(0, levels, (b, p), generator=g).float() - levels / 3
+    mask = torch.rand(b, p, generator=g) > 0.2
+    got = select_interference_tokens(scores, mask, 0.5, min_score=-10.0, generator=_gen(2))
+    want = select_interference_tokens_ref(scores, mask, 0.5, min_score=-10.0, generator=_gen(2))
+    for x, y in zip(got, want, strict=True):
+        assert torch.equal(x, y)
+    assert torch.equal(got[0].sum(dim=1), got[1]) and got[1].min() > 0
+
+
+def test_triton_long_prompt() -> None:
+    # The paper's longest prompts (16,384 tokens, + 3 for a ragged last tile) in one bounded kernel.
+    p = 16_387
+    g = _gen(9)
+    scores = torch.rand(2, p, generator=g).mul(64).floor() / 64  # 64 levels: ties at the threshold
+    mask = torch.rand(2, p, generator=g) > 0.1
+    got = select_interference_tokens(scores, mask, 0.03, generator=_gen(3))
+    want = select_interference_tokens_ref(scores, mask, 0.03, generator=_gen(3))
+    for x, y in zip(got, want, strict=True):
+        assert torch.equal(x, y)
+
+
 def test_kernel_selects_highest_scores() -> None:
     # Distinct scores: the kernel must pick exactly the top-k scorable, independent of the tie draw.
     scores = torch.randperm(50, generator=_gen(3)).float()[None] / 7
@@ -128,12 +160,14 @@ def test_invalid_inputs(kwargs: dict, err: type[Exception]) -> None:
 @pytest.mark.gpu
 def test_gpu_triton_equals_ref() -> None:
     g = torch.Generator(device="cuda").manual_seed(0)
-    scores = (torch.randint(0, 5, (128, 2048), device="cuda", generator=g).float() / 4).contiguous()
-    mask = torch.rand(128, 2048, device="cuda", generator=g) > 0.1
-    got = select_interference_tokens(scores, mask, 0.03, generator=torch.Generator(device="cuda").manual_seed(1))
-    want = select_interference_tokens_ref(scores, mask, 0.03, generator=torch.Generator(device="cuda").manual_seed(1))
-    for x, y in zip(got, want, strict=True):
-        assert torch.equal(x, y)
+    for b, p in ((128, 2048), (8, 16384)):
+        scores = (torch.randint(0, 5, (b, p), device="cuda", generator=g).float() / 4).contiguous()
+        mask = torch.rand(b, p, device="cuda", generator=g) > 0.1
+        gen = torch.Generator(device="cuda")
+        got = select_interference_tokens(scores, mask, 0.03, generator=gen.manual_seed(1))
+        want = select_interference_tokens_ref(scores, mask, 0.03, generator=gen.manual_seed(1))
+        for x, y in zip(got, want, strict=True):
+            assert torch.equal(x, y)
 
 
 def test_empty_inputs_select_nothing():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import warnings
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from lens_kernels import token_logprobs, token_logprobs_chunked, token_logprobs_
 
 # The package re-exports a function of the same name, so fetch the module itself.
 tlp = importlib.import_module("lens_kernels.token_logprobs")
+common = importlib.import_module("lens_kernels._common")
 SHAPES = [(1, 7), (13, 1000), (3, 70001)]  # N = 1, a prime, V not a power of 2 and V > 64K
 
 
@@ -131,6 +133,48 @@ def test_invalid_inputs(logits, targets, temperature, err, match) -> None:
     for fn in (token_logprobs, token_logprobs_chunked):
         with pytest.raises(err, match=match):
             fn(logits, targets, temperature=temperature)
+
+
+def test_chunk_work_compiles_once_for_every_shape() -> None:
+    # dynamic=True: the chunk shapes of every N and the ragged last chunk share one graph, no recompile
+    # (a recompile error would make the wrapper fall back with a warning, which is checked too).
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    run = common.compiled_or_eager(tlp._lse_entropy.__wrapped__)
+    with torch._dynamo.config.patch(error_on_recompile=True), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for rows, cols in ((20, 256), (37, 300), (50, 300), (37, 512), (3, 4096)):
+            z = torch.randn(rows, cols) * 3
+            lse, ent = run(z)
+            want = torch.log_softmax(z, dim=1)
+            assert_close_fp32(lse, torch.logsumexp(z, dim=1), "lse")
+            assert_close_fp32(ent, -(want.exp() * want).sum(dim=1), "entropy")
+    assert not [w for w in caught if "lens_kernels" in str(w.message)]
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+
+
+def test_chunk_work_falls_back_to_eager_when_compiling_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+
+    def broken_compile(fn, dynamic):  # what a machine without a C++ compiler looks like at the first call
+        def run(*args):
+            calls.append(args)
+            raise RuntimeError("InductorError: no working C++ compiler found")
+
+        return run
+
+    monkeypatch.setattr(common.torch, "compile", broken_compile)
+    run = common.compiled_or_eager(tlp._lse_entropy.__wrapped__)
+    z = torch.tensor([[0.0, math.log(3.0)], [1.0, float("-inf")]])
+    with pytest.warns(UserWarning, match="_lse_entropy failed .RuntimeError.; running it eagerly"):
+        lse, ent = run(z)
+    # p = [1/4, 3/4]: H = -(1/4 ln 1/4 + 3/4 ln 3/4); a row with one finite logit has H = 0.
+    assert_close_fp32(ent, torch.tensor([-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)), 0.0]), "entropy")
+    assert_close_fp32(lse, torch.tensor([math.log(4.0), 1.0]), "lse")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run(z)  # eager from now on: no second warning, the broken compiled function is not called again
+    assert len(calls) == 1
 
 
 @pytest.mark.gpu
