@@ -42,32 +42,6 @@ from typing import Any
 
 import numpy as np
 
-__all__ = [
-    "BENCHMARKS",
-    "CHOICE_PROMPT",
-    "MATH_PROMPT",
-    "PREPARE_HINT",
-    "PROMPTS",
-    "Benchmark",
-    "BenchmarkSpec",
-    "LoadReport",
-    "Problem",
-    "ProblemSet",
-    "PromptSampler",
-    "RenderReport",
-    "RenderedPrompt",
-    "data_dirs",
-    "default_data_dir",
-    "find_data",
-    "load",
-    "load_benchmark",
-    "load_sets",
-    "load_with_report",
-    "normalize_answer",
-    "render",
-    "render_all",
-]
-
 
 @dataclass(frozen=True)
 class Problem:
@@ -402,27 +376,9 @@ def _warn_duplicates(report: LoadReport, unit: str) -> None:
     warnings.warn(f"{report.source}: skipped duplicate uids: {shown}{more}", stacklevel=3)
 
 
-def load(
-    source: str | os.PathLike[str],
-    *,
-    problem_key: str = "problem",
-    answer_key: str = "answer",
-    uid_key: str = "uid",
-    on_error: str = "raise",
-    limit: int | None = None,
-    split: str = "train",
-) -> list[Problem]:
-    """Loads problems (see `load_with_report`, which also returns the counts of skipped rows)."""
-    problems, _ = load_with_report(
-        source,
-        problem_key=problem_key,
-        answer_key=answer_key,
-        uid_key=uid_key,
-        on_error=on_error,
-        limit=limit,
-        split=split,
-    )
-    return problems
+def load(source: str | os.PathLike[str], **options: Any) -> list[Problem]:
+    """Loads problems; `options` as for `load_with_report`, which also returns the counts of skipped rows."""
+    return load_with_report(source, **options)[0]
 
 
 # ----------------------------------------------------------------------------------------------------

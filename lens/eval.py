@@ -7,7 +7,7 @@
 - `evaluate_set` is the one core: it samples n responses per prompt (in prompt batches of `batch_size`,
   the seed moved by the batch's first row, so the samples do not depend on the batch size), scores them
   and returns an `EvalResult` (rewards [P, n], texts, verdicts, lengths). The trainer's periodic
-  evaluation (`evaluate`, avg@n) and this CLI both run it, with the same seed rule (`eval_sampling`):
+  evaluation (avg@n) and this CLI both run it, with the same seed rule (`eval_sampling`):
   the CLI with `--seed S` samples what a training run with seed S logs as `eval/<set>`.
 - Metrics per set (`summarize`): pass@1 = avg@n (mean reward over all samples), pass@k with the unbiased
   estimator 1 - C(n-c, k) / C(n, k) (`pass_at_k`), verdict counts, mean response length in tokens, the
@@ -52,7 +52,6 @@ __all__ = [
     "add_common_args",
     "build_engine",
     "eval_sampling",
-    "evaluate",
     "evaluate_set",
     "extract_answer",
     "known_benchmarks",
@@ -217,20 +216,6 @@ def evaluate_set(
         finish_reasons=[finish[i * n : (i + 1) * n] for i in range(rows)],
         seconds=time.perf_counter() - start,
     )
-
-
-def evaluate(
-    engine: Engine,
-    tokenizer: Any,
-    verifier: Verifier,
-    prompts: Sequence[Sequence[int]],
-    answers: Sequence[str],
-    *,
-    n: int,
-    sampling: SamplingParams,
-) -> float:
-    """Mean reward over `n` samples of each prompt (avg@n); prompts are token ids, answers gold strings."""
-    return evaluate_set(engine, tokenizer, verifier, prompts, answers, n=n, sampling=sampling).accuracy
 
 
 def summarize(result: EvalResult, ks: Sequence[int]) -> dict[str, Any]:

@@ -97,17 +97,9 @@ def model(family: str, tok: PreTrainedTokenizerFast) -> torch.nn.Module:
     """Toy width (64), 2 layers, the family's class and head tying (Qwen2.5-3B and Llama-3.2-3B tie, Qwen3-8B
     does not), EOS = the end-of-turn token (and the end-of-text one)."""
     eos = [tok.eos_token_id, tok.convert_tokens_to_ids("<|endoftext|>" if family != "llama3.2" else "<|end_of_text|>")]
-    common = dict(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=32768,
-        eos_token_id=eos,
-        pad_token_id=tok.pad_token_id,
-    )
+    size = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "max_position_embeddings": 32768}
+    heads = {"num_attention_heads": 4, "num_key_value_heads": 2}
+    common = {"vocab_size": len(tok), "eos_token_id": eos, "pad_token_id": tok.pad_token_id, **size, **heads}
     torch.manual_seed(0)
     if family == "qwen2.5":
         return Qwen2ForCausalLM(Qwen2Config(**common, tie_word_embeddings=True))

@@ -45,10 +45,14 @@ def loss_inputs(n: int, t: int, *, seed: int = 0, spread: float = 0.4, device: s
     return (*cast, adv.to(device), weights.to(device), mask.to(device))
 
 
+LOSS_KEYS = ("clip_low", "clip_high", "clip_c", "beta", "kl", "agg")
+
+
 def run_loss(fn, logp, *rest, **kwargs):
-    """(loss, metrics, d loss / d logp) of one crpo_loss implementation."""
+    """(loss, metrics, d loss / d logp) of one crpo_loss implementation; loss knobs go into its LossConfig."""
+    config = LossConfig(**{k: kwargs.pop(k) for k in LOSS_KEYS if k in kwargs})
     x = logp.detach().clone().requires_grad_(True)
-    loss, metrics = fn(x, *rest, **kwargs)
+    loss, metrics = fn(x, *rest, config, **kwargs)
     loss.backward()
     return loss.detach(), metrics, x.grad
 
