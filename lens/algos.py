@@ -168,18 +168,19 @@ def importance_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Te
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
-    """Per-token KL(pi_theta || pi_ref) estimate, with d = clamp(log pi_ref - log pi_theta, -20, 20).
+    """Per-token KL(pi_theta || pi_ref) estimate from d = log pi_ref - log pi_theta, as verl computes it.
 
-    k1 = -d; k2 = 0.5 d^2; k3 = exp(d) - d - 1 (low variance, non-negative); k2 and k3 are clamped to
-    <= 10 as in verl. logp, ref_logp [N, T] -> [N, T] fp32.
+    k1 = -d and k2 = 0.5 d^2, unclamped; k3 = exp(d') - d' - 1 with d' = clamp(d, -20, 20) (low variance,
+    non-negative), clamped to <= 10. logp, ref_logp [N, T] -> [N, T] fp32.
     """
     if kind not in KL_KINDS:
         raise ValueError(f"kl kind must be one of {KL_KINDS}, got {kind!r}")
-    d = (ref_logp.float() - logp.float()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    if kind == "k1":
+    d = ref_logp.float() - logp.float()
+    if kind == "k1":  # verl's k1 and k2 are unclamped; only k3's exp needs the guard
         return -d
     if kind == "k2":
-        return (0.5 * d * d).clamp(max=KL_CLAMP)
+        return 0.5 * d * d
+    d = d.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     return (torch.exp(d) - d - 1.0).clamp(max=KL_CLAMP)
 
 
@@ -250,6 +251,11 @@ def crpo_loss_torch(
     Metrics (detached, over this call's tokens): pg_loss, kl, clipfrac_low/high/dual, ratio_mean/max.
     """
     _check_loss_inputs(logp, old_logp, ref_logp, advantages, weights, mask, loss)
+    # Padding may hold anything (NaN, -inf): select it away before any arithmetic, as the native op skips
+    # it; a multiply by the mask would turn NaN * 0 into NaN and poison the whole loss and gradient.
+    live = mask != 0
+    logp, old_logp = logp.where(live, 0.0), old_logp.where(live, 0.0)
+    ref_logp = ref_logp.where(live, 0.0) if ref_logp is not None else None
     clip_low, clip_high, clip_c, beta = loss.clip_low, loss.clip_high, loss.clip_c, loss.beta
     kl, agg = loss.kl, loss.agg
     m = mask.float()

@@ -285,9 +285,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, argparse.Namespac
     parser.add_argument("--config", default=None, help="YAML preset (configs/*.yaml or a name); default: CPU run")
     parser.add_argument("--resume", default=None, help="auto (latest checkpoint or fresh), none, or a directory")
     parser.add_argument("--dry-run", action="store_true", help="check config, tokenizer, data and prompts; no training")
+    parser.add_argument(
+        "--allow-config-change", action="store_true", help="resume even if algorithm/data/model/sampling changed"
+    )
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="dotted overrides, YAML-typed")
     args = parser.parse_intermixed_args(argv)
     overrides = list(args.overrides) + ([f"checkpoint.resume={args.resume}"] if args.resume is not None else [])
+    overrides += ["checkpoint.allow_config_change=true"] if args.allow_config_change else []
     cuda = None
     if args.dry_run and load_config(args.config, overrides, validate=False, cuda_available=False).device == "cuda":
         cuda = True

@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from lens import data
@@ -35,9 +36,21 @@ class RenderedSet:
     skipped_too_long: int
 
 
+def check_model_paths(cfg: Config) -> None:
+    """A model path that names a local directory must exist: otherwise HF reports it as a malformed hub id
+    ("Repo id must be in the form ..."), which hides the typo. Hub ids are ORG/NAME or NAME."""
+    for key, path in (("model.path", cfg.model.path), ("model.ref_path", cfg.model.ref_path)):
+        if path is None or Path(resolve_path(path)).is_dir():
+            continue
+        local = Path(path).is_absolute() or path.startswith((".", "~")) or path.count("/") > 1 or path.endswith("/")
+        if local or Path(path).exists():
+            raise ValueError(f"{key}={path}: no such model directory")
+
+
 def load_tokenizer(cfg: Config) -> Any:
     from transformers import AutoTokenizer
 
+    check_model_paths(cfg)
     return AutoTokenizer.from_pretrained(resolve_path(cfg.model.path))
 
 

@@ -119,17 +119,29 @@ def old_and_ref_logprobs(run: Run, sg: groups.StepGroups) -> tuple[torch.Tensor,
     """pi_old of each row on its SOURCE prompt (LENS Eq. 5's denominator) and pi_ref on its ORIGINAL prompt
     (the KL) -> (old [N, T], ref [N, T] or None when beta = 0, mask [N, T])."""
     cfg, mb = run.cfg, run.cfg.optim.micro_batch_size
+    # Every log-prob of a sampled token is taken from softmax(z / T), the distribution that sampled it
+    # (algorithm.md, item 8): at T != 1 the ratio and the KL would otherwise compare the wrong distributions.
+    kw = {"micro_batch_size": mb, "temperature": cfg.rollout.temperature}
     with run.timer("old_ref_logprobs"), torch.no_grad():
         if cfg.algorithm.old_logprobs == "engine":  # as sampled: no forward pass
             old, mask = engine_old_logprobs(sg.sampler_logprobs, model.local_device(cfg.device))
         else:
-            old, mask = model.sequence_logprobs(run.trainer.module, sg.source, sg.tokens, micro_batch_size=mb)
-        ref = (
-            model.sequence_logprobs(run.ref, sg.original, sg.tokens, micro_batch_size=mb)[0]
-            if cfg.algorithm.beta
-            else None
-        )
-    return old, ref, mask
+            old, mask = model.sequence_logprobs(run.trainer.module, sg.source, sg.tokens, **kw)
+        ref = model.sequence_logprobs(run.ref, sg.original, sg.tokens, **kw)[0] if cfg.algorithm.beta else None
+    width = loss_width(cfg, mask.shape[1])
+    old, mask = _pad_to(old, width), _pad_to(mask, width)
+    return old, (_pad_to(ref, width) if ref is not None else None), mask
+
+
+def loss_width(cfg: Config, longest: int) -> int:
+    """The time axis T of the loss tensors. seq_mean_token_sum_norm divides by S * T, so T must be the FIXED
+    rollout.max_tokens (as Dr. GRPO and TRL do): the rank's or step's longest response would make the
+    gradient depend on how rows split over ranks and on one long response."""
+    return max(cfg.rollout.max_tokens, longest) if cfg.algorithm.loss_agg == "seq_mean_token_sum_norm" else longest
+
+
+def _pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
+    return torch.nn.functional.pad(t, (0, width - t.shape[1]))
 
 
 def engine_old_logprobs(sampler_logp: list[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -156,9 +168,14 @@ def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
         for s in range(0, len(sg.tokens), mb):
             rows = slice(s, s + mb)
             logp, m, ent = model.sequence_logprobs(
-                run.trainer.engine, sg.original[rows], sg.tokens[rows], micro_batch_size=mb, return_entropy=True
+                run.trainer.engine,
+                sg.original[rows],
+                sg.tokens[rows],
+                micro_batch_size=mb,
+                temperature=cfg.rollout.temperature,
+                return_entropy=True,
             )
-            logp, m, ent = (torch.nn.functional.pad(t, (0, mask.shape[1] - t.shape[1])) for t in (logp, m, ent))
+            logp, m, ent = (_pad_to(t, mask.shape[1]) for t in (logp, m, ent))
             loss, parts = algos.crpo_loss(
                 logp,
                 old[rows],

@@ -125,11 +125,33 @@ def test_importance_log_ratio_clamps():
 
 def test_kl_penalty_hand_values():
     logp, ref = torch.tensor([-1.0, -1.0, 0.0]), torch.tensor([-2.0, -1.0, 30.0])
-    torch.testing.assert_close(algos.kl_penalty(logp, ref, "k1"), torch.tensor([1.0, 0.0, -20.0]))
-    torch.testing.assert_close(algos.kl_penalty(logp, ref, "k2"), torch.tensor([0.5, 0.0, 10.0]))
+    # k1 and k2 unclamped, as verl computes them; only k3 (its exp) is guarded
+    torch.testing.assert_close(algos.kl_penalty(logp, ref, "k1"), torch.tensor([1.0, 0.0, -30.0]))
+    torch.testing.assert_close(algos.kl_penalty(logp, ref, "k2"), torch.tensor([0.5, 0.0, 450.0]))
     torch.testing.assert_close(algos.kl_penalty(logp, ref, "k3"), torch.tensor([math.exp(-1.0), 0.0, 10.0]))
     with pytest.raises(ValueError, match="kl kind"):
         algos.kl_penalty(logp, ref, "k4")
+
+
+def test_kl_k2_keeps_its_gradient_far_from_the_reference():
+    # a clamp at 10 would zero the gradient once |log-ratio| > 4.47; verl's k2 pulls back all the way
+    logp = torch.tensor([-1.0], requires_grad=True)
+    algos.kl_penalty(logp, torch.tensor([-7.0]), "k2").sum().backward()  # d = -6, k2 = 18
+    torch.testing.assert_close(logp.grad, torch.tensor([6.0]))
+
+
+def test_torch_loss_ignores_nan_and_inf_at_padding():
+    logp, old, adv, w = _hand_case()
+    mask = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    clean, _ = algos.crpo_loss_torch(logp, old, None, adv, w, mask, LossConfig(beta=0.0))
+    poisoned = logp.detach().clone()
+    poisoned[0, 1] = float("nan")
+    x = poisoned.requires_grad_(True)
+    old_bad = old.clone()
+    old_bad[0, 1] = -float("inf")
+    loss, _ = algos.crpo_loss_torch(x, old_bad, None, adv, w, mask, LossConfig(beta=0.0))
+    loss.backward()
+    assert torch.equal(loss.detach(), clean.detach()) and torch.isfinite(x.grad).all() and x.grad[0, 1] == 0
 
 
 def test_kl_k3_gradient():

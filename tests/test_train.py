@@ -9,6 +9,7 @@ from safetensors.torch import load_file
 
 from lens import model as lens_model
 from lens import train
+from lens.config import load_config, parse_args
 from lens.tasks import vartrack
 
 ALGORITHMS = ("grpo", "grpo_ext", "dapo", "greso", "lens", "resample", "random_prune", "grad_prune")
@@ -179,3 +180,39 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_checkpoint(tiny_model,
     with pytest.raises(FloatingPointError, match="non-finite loss"):
         train.main([*args, "data.eval_every=0"])
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*")) == ["step_00000001"]
+
+
+def test_sampled_token_logprobs_use_the_rollout_temperature(tiny_model, tmp_path, monkeypatch):
+    # pi_old (Eq. 5) must be the distribution that sampled the tokens, softmax(z / T): at T = 0.7 the trainer's
+    # recomputed log-probs equal the sampler's own (before: taken at T = 1, off by a lot).
+    seen = []
+    real = train.old_and_ref_logprobs
+
+    def spy(run, sg):
+        old, ref, mask = real(run, sg)
+        sampled, sampled_mask = train.engine_old_logprobs(sg.sampler_logprobs, old.device)
+        seen.append((old[:, : sampled.shape[1]], sampled, sampled_mask))
+        return old, ref, mask
+
+    monkeypatch.setattr(train, "old_and_ref_logprobs", spy)
+    train.main(_args(tiny_model, tmp_path, "optim.steps=1", "data.eval_every=0", "rollout.temperature=0.7"))
+    old, sampled, mask = seen[0]
+    torch.testing.assert_close(old[mask], sampled[mask], atol=2e-4, rtol=0)
+
+
+def test_seq_mean_token_sum_norm_divides_by_the_fixed_max_tokens():
+    cfg = load_config(None, ["algorithm.loss_agg=seq_mean_token_sum_norm", "rollout.max_tokens=44"])
+    assert train.loss_width(cfg, 17) == 44 == train.loss_width(cfg, 30)  # not the step's longest response
+    assert train.loss_width(load_config(None, ["rollout.max_tokens=44"]), 17) == 17
+
+
+def test_a_missing_model_directory_is_named(tmp_path):
+    with pytest.raises(ValueError, match=r"model\.path=.*/nope/model: no such model directory"):
+        train.main(_args(tmp_path / "nope" / "model", tmp_path / "run", "optim.steps=1"))
+    with pytest.raises(ValueError, match=r"model\.ref_path=\./typo: no such model directory"):
+        train.main(_args(vartrack.ASSETS_DIR, tmp_path / "run2", "optim.steps=1", "model.ref_path=./typo"))
+
+
+def test_allow_config_change_flag():
+    cfg, _ = parse_args(["--resume", "auto", "--allow-config-change", "algorithm.m=4"])
+    assert cfg.checkpoint.allow_config_change and cfg.checkpoint.resume == "auto"

@@ -17,7 +17,7 @@
 namespace lens {
 
 constexpr float kLogRatioClamp = 20.0f;  // LENS Eq. (5): log-ratios clamped to [-20, 20]
-constexpr float kKlClamp = 10.0f;        // verl: k2 and k3 are clamped to <= 10
+constexpr float kKlClamp = 10.0f;        // k3 is clamped to <= 10 (k1 and k2 are not, as in verl)
 
 // None: no ref_logp (kl metric 0, no kl term). Values are the template tags of the kernels.
 enum class KlKind : int32_t { none = 0, k1 = 1, k2 = 2, k3 = 3 };
@@ -60,18 +60,17 @@ struct KlTerm {
   float dlogp;  // d kl_t / d logp
 };
 
-// d = clamp(ref_logp - logp, -20, 20); k1 = -d, k2 = min(d^2 / 2, 10), k3 = min(exp(d) - d - 1, 10).
+// y = ref_logp - logp. k1 = -y and k2 = y^2 / 2, unclamped (as verl); k3 = min(exp(d) - d - 1, 10) with
+// d = clamp(y, -20, 20), the only estimator whose exp needs the guard.
 template <KlKind K>
 LENS_HD KlTerm kl_term(float logp, float ref_logp) {
   const float y = ref_logp - logp;
   const float d = clampf(y, -kLogRatioClamp, kLogRatioClamp);
   const bool d_live = (y >= -kLogRatioClamp) & (y <= kLogRatioClamp);
   if constexpr (K == KlKind::k1) {
-    return {-d, d_live ? 1.0f : 0.0f};
+    return {-y, 1.0f};
   } else if constexpr (K == KlKind::k2) {
-    const float q = 0.5f * d * d;
-    const float g = q <= kKlClamp ? -d : 0.0f;  // float selects, not a bool &: GCC vectorizes these
-    return {q < kKlClamp ? q : kKlClamp, d_live ? g : 0.0f};
+    return {0.5f * y * y, -y};
   } else if constexpr (K == KlKind::k3) {
     const float e = lens_exp(d);
     const float q = e - d - 1.0f;
