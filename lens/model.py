@@ -11,6 +11,12 @@ log-softmax, on the positions that are needed only. The fused head runs *as the 
 (its forward is swapped for the duration of the call) so DeepSpeed ZeRO-3's module hooks gather and
 release its weight exactly as for a normal forward, with gradients.
 
+Lockstep under ZeRO-3: every forward of a partitioned model is a collective (each layer all-gathers its
+shards), so every rank must run the same number of them. Each pass below splits its rows into micro-batches
+through `lockstep_batches`, which pads a rank's count to the largest over the ranks; a padding micro-batch
+(or one with nothing to predict) runs on `FILLER` rows whose outputs are dropped and whose loss, sliced to
+zero rows, adds zero gradient. The update's micro-batch loop (lens/train.py) pads through `micro_batch_starts`.
+
 DeepSpeed (facts.md): a torch AdamW client optimizer avoids the ~95 s fused-Adam JIT build; the
 shared-memory all-reduce build (~60 s) is skipped; gloo on CPU, nccl on GPU; one process works without
 torchrun (the env vars of a 1-rank group are set). Gradient accumulation is caller-owned
@@ -32,6 +38,7 @@ import torch
 from torch import nn
 
 import lens_kernels
+from lens import dist
 from lens.config import Config, resolve_path
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -278,6 +285,40 @@ def _device(model: nn.Module) -> torch.device:
     return next(unwrap(model).parameters()).device
 
 
+# A filler row for lockstep padding: two tokens, so one position predicts one token. Id 0 exists in every vocab.
+FILLER: tuple[list[int], list[int]] = ([0], [0])  # (prompt ids, response ids)
+
+
+def _partitioned(model: nn.Module) -> bool:
+    """Whether `model` is ZeRO-3 partitioned over several ranks (its forwards are then collectives)."""
+    several = torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
+    return several and any(hasattr(p, "ds_id") for p in unwrap(model).parameters())
+
+
+def lockstep_count(model: nn.Module, count: int) -> int:
+    """The number of forwards this rank must run for `count` of its own: under ZeRO-3 with several ranks the
+    largest count of any rank (a collective: every rank calls it), else `count`."""
+    if not _partitioned(model):
+        return count
+    return int(dist.all_reduce(float(count), "max"))
+
+
+def lockstep_batches(model: nn.Module, n: int, size: int) -> Iterator[slice]:
+    """Micro-batch row slices of n rows, `size` rows each; under ZeRO-3 with several ranks, followed by
+    empty slices (past n) until every rank has yielded the same number. Callers run a forward per slice,
+    on `FILLER` rows when it selects no row (see the module docstring)."""
+    if size < 1:
+        raise ValueError(f"micro_batch_size must be >= 1, got {size}")
+    count = lockstep_count(model, math.ceil(n / size))
+    return (slice(b * size, (b + 1) * size) for b in range(count))
+
+
+def micro_batch_starts(model: nn.Module, n: int, size: int) -> list[int]:
+    """First rows of the update's micro-batches over n rows (`lockstep_batches`); a start >= n is padding:
+    its rows are empty and `sequence_logprobs` runs the filler so that the backward is a collective too."""
+    return [rows.start for rows in lockstep_batches(model, n, size)]
+
+
 def _pad_right(seqs: Sequence[Sequence[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     # Right padding keeps positions 0..len-1 for every real token, so no position ids are needed.
     length = max(len(s) for s in seqs)
@@ -380,6 +421,13 @@ def _micro_batch_logprobs(
     temperature: float,
     return_entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    if sum(len(r) for r in responses) == 0 and _partitioned(model):
+        # Nothing to predict (or a padding micro-batch), but every rank must run this forward: run it with the
+        # filler row appended and keep only this batch's rows. Sliced outputs stay in the graph, so a loss on
+        # them backpropagates zero gradient through the same collectives as a real micro-batch.
+        n, (fp, fr) = len(prompts), FILLER
+        out = _micro_batch_logprobs(model, [*prompts, fp], [*responses, fr], max(width, 1), temperature, return_entropy)
+        return tuple(t[:n, :width] if t is not None else None for t in out)  # type: ignore[return-value]
     device = _device(model)
     ids, attn = _pad_right([list(p) + list(r) for p, r in zip(prompts, responses, strict=True)], device)
     resp_lens = [len(r) for r in responses]
@@ -416,16 +464,14 @@ def sequence_logprobs(
     """
     if len(prompts) != len(responses):
         raise ValueError(f"prompts ({len(prompts)}) and responses ({len(responses)}) must have equal lengths")
-    if micro_batch_size < 1:
-        raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
     _check_prompts(prompts)
     width = max((len(r) for r in responses), default=0)
     grad = unwrap(model).training and torch.is_grad_enabled()
     parts = []
     with torch.set_grad_enabled(grad):
-        for s in range(0, len(prompts), micro_batch_size):
-            e = s + micro_batch_size
-            parts.append(_micro_batch_logprobs(model, prompts[s:e], responses[s:e], width, temperature, return_entropy))
+        for rows in lockstep_batches(model, len(prompts), micro_batch_size):
+            part = _micro_batch_logprobs(model, prompts[rows], responses[rows], width, temperature, return_entropy)
+            parts.append(part)
     if not parts:
         empty = torch.zeros(0, 0)
         return (empty, empty.bool(), empty) if return_entropy else (empty, empty.bool())
@@ -437,15 +483,19 @@ def sequence_logprobs(
 
 
 def _prompt_batches(
-    prompts: Sequence[Sequence[int]], micro_batch_size: int, device: torch.device
+    model: nn.Module, prompts: Sequence[Sequence[int]], micro_batch_size: int
 ) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """Per micro-batch: (lengths, ids, attn, rows, pos) where (rows, pos) index the hidden states that
-    predict prompt tokens 1..P_i-1 (row-major) and ids[rows, pos + 1] are those tokens."""
-    if micro_batch_size < 1:
-        raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+    """Per micro-batch (in lockstep under ZeRO-3): (lengths, ids, attn, rows, pos) where (rows, pos) index the
+    hidden states that predict prompt tokens 1..P_i-1 (row-major) and ids[rows, pos + 1] are those tokens.
+
+    Under ZeRO-3 a micro-batch with nothing to predict (padding, or one-token prompts only) gets the filler
+    prompt appended, so that it still runs its forwards; its entry comes last in `lengths`: drop it."""
     _check_prompts(prompts)
-    for s in range(0, len(prompts), micro_batch_size):
-        chunk = prompts[s : s + micro_batch_size]
+    device, partitioned = _device(model), _partitioned(model)
+    for batch in lockstep_batches(model, len(prompts), micro_batch_size):
+        chunk = list(prompts[batch])
+        if partitioned and all(len(p) < 2 for p in chunk):
+            chunk.append(FILLER[0] + FILLER[1])
         lens = [len(p) for p in chunk]
         ids, attn = _pad_right(chunk, device)
         rows, pos = _response_positions([1] * len(chunk), [n - 1 for n in lens])
@@ -467,13 +517,13 @@ def prompt_token_logprobs(
     Position 0 has no prefix and holds NaN (never a log-prob; mask it out).
     """
     out: list[torch.Tensor] = []
-    for lens, ids, attn, rows, pos in _prompt_batches(prompts, micro_batch_size, _device(model)):
+    for lens, ids, attn, rows, pos in _prompt_batches(model, prompts, micro_batch_size):
         if rows.numel() == 0:  # only one-token prompts: nothing to predict
             out += _split_rows(torch.zeros(0), lens, float("nan"))
             continue
         flat = _as_forward(model, _token_logprobs, ids, attn, rows, pos, temperature, False)
         out += _split_rows(flat, lens, float("nan"))
-    return out
+    return out[: len(prompts)]  # without lockstep fillers (always last)
 
 
 @torch.no_grad()
@@ -493,7 +543,7 @@ def interference_scores(
     if _device(policy) != _device(ref):
         raise ValueError(f"policy ({_device(policy)}) and ref ({_device(ref)}) must be on one device")
     out: list[torch.Tensor] = []
-    for lens, ids, attn, rows, pos in _prompt_batches(prompts, micro_batch_size, _device(policy)):
+    for lens, ids, attn, rows, pos in _prompt_batches(policy, prompts, micro_batch_size):
         if rows.numel() == 0:  # only one-token prompts: nothing to score
             out += _split_rows(torch.zeros(0), lens, 0.0)
             continue
@@ -505,7 +555,7 @@ def interference_scores(
                 policy_hidden, pw, ref_hidden, rw, ids[rows, pos + 1], temperature=temperature
             )
         out += _split_rows(scores, lens, 0.0)
-    return out
+    return out[: len(prompts)]  # without lockstep fillers (always last)
 
 
 def _embeds_logprobs(
@@ -533,17 +583,21 @@ def grad_token_scores(
     _check_prompts([prompt], "prompt")
     if not responses:
         raise ValueError("grad_token_scores needs at least one response")
-    device, plen = _device(model), len(prompt)
+    device, plen, partitioned = _device(model), len(prompt), _partitioned(model)
     total = torch.zeros(plen, unwrap(model).config.hidden_size, device=device)
     with torch.enable_grad():
-        for s in range(0, len(responses), micro_batch_size):
-            chunk = responses[s : s + micro_batch_size]
+        for batch in lockstep_batches(model, len(responses), micro_batch_size):
+            chunk = list(responses[batch])
+            real = sum(len(r) for r in chunk) > 0
+            if not real:
+                if not partitioned:  # empty responses carry no likelihood
+                    continue
+                chunk = [FILLER[1]]  # ZeRO-3: the forward and backward are collectives; the gradient is dropped
             ids, attn = _pad_right([list(prompt) + list(r) for r in chunk], device)
             rows, pos = (t.to(device) for t in _response_positions([plen] * len(chunk), [len(r) for r in chunk]))
-            if rows.numel() == 0:  # empty responses carry no likelihood
-                continue
             embeds = unwrap(model).get_input_embeddings()(ids).detach().requires_grad_(True)  # [b, L, H]
             logp = _as_forward(model, _embeds_logprobs, embeds, attn, ids[rows, pos + 1], rows, pos)
             (grad,) = torch.autograd.grad(logp.sum(), embeds)
-            total += grad[:, :plen].float().sum(0)  # [P, H]: the copies of e_t across responses add up
+            if real:
+                total += grad[:, :plen].float().sum(0)  # [P, H]: the copies of e_t across responses add up
     return total.norm(dim=-1).cpu()

@@ -78,9 +78,13 @@ def token_scores(
     if scorer == "grad":
         if responses is None or len(responses) != len(prompts):
             raise ValueError("scorer 'grad' needs the m responses of every prompt (responses=[K][m])")
+        # Under ZeRO-3 each prompt's passes are collectives: a rank with fewer candidates than another scores
+        # filler prompts (results dropped) until every rank has run as many (model.lockstep_count).
+        count = model.lockstep_count(policy, len(prompts))
+        fillers = [(model.FILLER[0], [model.FILLER[1]])] * (count - len(prompts))
         scores = [
             -model.grad_token_scores(policy, p, g, micro_batch_size=micro_batch_size)
-            for p, g in zip(prompts, responses, strict=True)
+            for p, g in [*zip(prompts, responses, strict=True), *fillers]
         ]
-        return scores, -math.inf
+        return scores[: len(prompts)], -math.inf
     raise ValueError(f"unknown scorer {scorer!r}; known: {', '.join(SCORERS)}")

@@ -165,7 +165,7 @@ def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
     num_seqs = dist.all_reduce(float((mask.sum(1) > 0).sum()), "sum")
     meter = metrics.LossMeter()
     with run.timer("update"):
-        for s in range(0, len(sg.tokens), mb):
+        for s in model.micro_batch_starts(run.trainer.engine, len(sg.tokens), mb):  # ZeRO-3: same count per rank
             rows = slice(s, s + mb)
             logp, m, ent = model.sequence_logprobs(
                 run.trainer.engine,

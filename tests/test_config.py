@@ -149,7 +149,6 @@ def test_unknown_key_in_a_preset_names_it(tmp_path):
         (["algorithm.name=greso", "algorithm.greso.p_init=0.99"], r"algorithm\.greso\.p_init=0\.99"),
         (["optim.micro_batch_size=48"], r"optim\.micro_batch_size=48: must divide the 128 rollouts per rank"),
         (["model.dtype=bfloat16"], r"model\.dtype='bfloat16': is GPU-only here"),
-        (["rollout.engine=vllm"], r"rollout\.engine='vllm': is GPU-only here"),
         (["device=cuda"], r"device='cuda': no CUDA device"),
         (["data.eval=[]"], r"data\.eval=\[\]: empty"),
     ],

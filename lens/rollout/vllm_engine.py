@@ -26,6 +26,14 @@ reload from disk; sync_weights sends each tensor once, so it would hit the same 
 reload, re-pack every CPU layer that keeps its dense weight (embeddings and LM heads: `remove_weight=False`
 in the dispatcher) from its current weight. tests/test_rollout.py shows the failure without the re-pack.
 
+One engine per rank: under torchrun (torch.distributed initialized with several ranks) each rank builds its
+own engine with `distributed_executor_backend="external_launcher"`, as verl and TRL colocate them. vLLM's
+default single-process executor would resolve local rank 0 in every process and put every engine on GPU 0;
+the external launcher takes RANK/LOCAL_RANK from torchrun's environment (cuda:LOCAL_RANK), reuses the
+trainer's process group and builds one tensor-parallel group of size 1 per rank (vLLM 0.32-0.33,
+`ExecutorWithExternalLauncher`). Building the engines is then collective: every rank builds its own at the
+same point. Sleep/wake and weight sync act on each rank's own engine.
+
 Colocation on GPU: `gpu_memory_utilization` caps vLLM's share of the device; with `enable_sleep_mode`
 (the default on CUDA) `sleep()` offloads the weights and frees the KV cache while the trainer updates
 and `generate`/`sync_weights` wake it as needed. On CPU, vLLM has no sleep mode and these are no-ops.
@@ -42,6 +50,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch.distributed
 
 from lens.rollout.base import FINISH_REASONS, Rollouts, SamplingParams, call_seed, default_stop_ids, validate_request
 
@@ -178,6 +187,14 @@ class VLLMEngine:
         if not 0.0 < gpu_memory_utilization <= 1.0:
             raise ValueError(f"VLLMEngine: gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         on_cuda = torch.cuda.is_available()
+        if _launched_ranks() > 1:
+            if tensor_parallel_size != 1:
+                raise ValueError(
+                    f"VLLMEngine: tensor_parallel_size={tensor_parallel_size} under {_launched_ranks()} ranks: "
+                    "each rank runs its own engine on its own device (tensor_parallel_size=1)"
+                )
+            # Without it every rank's engine resolves local rank 0 (all on GPU 0); see the module docstring.
+            llm_kwargs.setdefault("distributed_executor_backend", "external_launcher")
         self.in_process = tensor_parallel_size == 1
         if self.in_process:
             # The engine core and its single worker then live in this process: the model object is
@@ -296,6 +313,11 @@ class VLLMEngine:
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
             del llm
+
+
+def _launched_ranks() -> int:
+    """The number of ranks of the trainer's process group (1 without one)."""
+    return torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
 
 
 def _finish_reason(reason: str | None) -> str:
