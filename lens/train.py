@@ -321,6 +321,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     log.close()
     for verifier in (run.verifier, *eval_verifiers.values()):
         verifier.close()
+    run.sampler.close()  # before the process group goes: vLLM's teardown still talks to it
     if rank0:
         print_summary(first_eval, last)
     return last
