@@ -67,8 +67,11 @@ def test_two_ranks_equal_one_process(tmp_path):
     a, b = a[1:], b[1:]
     for ra, rb in zip(a, b, strict=True):
         assert ra["reward/mean"] == rb["reward/mean"]  # the same samples on 1 and 2 ranks
-        for key in ("loss/pg", "loss/total", "grad_norm"):
-            assert rb[key] == pytest.approx(ra[key], rel=1e-4, abs=1e-6), key
+        assert ra.keys() == rb.keys()
+        # Every logged metric is the same step-wide number on any number of ranks (lens.dist.REDUCTIONS). The
+        # tolerance is relative: the losses are ~1e-3, so an absolute one would hide a factor of 2.
+        for key in ra:
+            assert rb[key] == pytest.approx(ra[key], rel=1e-4, abs=1e-9), key
     assert any(r["grad_norm"] > 0 for r in a), "no group with reward variance: the test would prove nothing"
     wa, wb = _weights(one, 2), _weights(two, 2)
     for name in wa:  # gradients are summed in another order on two ranks: equal up to fp32 rounding
