@@ -503,9 +503,11 @@ def _prompt_batches(
 
 
 def _split_rows(flat: torch.Tensor, lens: list[int], first: float) -> list[torch.Tensor]:
-    """Flat values of positions 1..P_i-1 -> one [P_i] fp32 CPU tensor per prompt, position 0 = first."""
-    pieces = flat.detach().float().cpu().split([n - 1 for n in lens])
-    return [torch.cat([torch.tensor([first]), piece]) for piece in pieces]
+    """Flat values of positions 1..P_i-1 -> one [P_i] fp32 tensor per prompt, position 0 = first. They stay on
+    the model's device, so LENS's top-k selection runs there too (the Triton kernel on a GPU)."""
+    values = flat.detach().float()
+    head = values.new_full((1,), first)
+    return [torch.cat([head, piece]) for piece in values.split([n - 1 for n in lens])]
 
 
 @torch.no_grad()

@@ -65,10 +65,12 @@ def scorable_mask(prompts: list[Prompt]) -> torch.Tensor:
 
 
 def pad_scores(scores: list[torch.Tensor], width: int) -> torch.Tensor:
-    """Stack per-prompt token scores [P_i] into [K, width] fp32, zero padded."""
-    out = torch.zeros(len(scores), width, dtype=torch.float32)
+    """Stack per-prompt token scores [P_i] into [K, width] fp32, zero padded, on the first score's device (the
+    model's: the selection then runs where the scores were computed, without a round trip to the host)."""
+    device = scores[0].device if scores else torch.device("cpu")
+    out = torch.zeros(len(scores), width, dtype=torch.float32, device=device)
     for row, s in enumerate(scores):
-        out[row, : s.numel()] = s.float()
+        out[row, : s.numel()] = s.float().to(device)
     return out
 
 
@@ -154,7 +156,9 @@ def purify_batch(
         if s.numel() != len(p.ids):
             raise ValueError(f"candidate {i}: {s.numel()} scores for a prompt of {len(p.ids)} tokens")
     mask = scorable_mask(chosen)
-    selection = select_tokens(pad_scores(scores, mask.shape[1]), mask, gamma, min_score=min_score, generator=generator)
+    padded = pad_scores(scores, mask.shape[1])
+    on_device = select_tokens(padded, mask.to(padded.device), gamma, min_score=min_score, generator=generator)
+    selection = Selection(*(t.cpu() for t in (on_device.delete_mask, on_device.num_deleted, on_device.no_signal)))
     purified = purify_prompts(chosen, selection.delete_mask)
     kept: list[Prompt] = []
     for row, b in enumerate(candidates.tolist()):

@@ -41,7 +41,8 @@ def interference_from_logprobs(
     for i, (p, r) in enumerate(zip(policy_logprobs, ref_logprobs, strict=True)):
         if p.shape != r.shape:
             raise ValueError(f"interference: prompt {i} has policy log-probs {tuple(p.shape)} vs ref {tuple(r.shape)}")
-        out.append(torch.nan_to_num((p.float().cpu() - r.float().cpu()).abs(), nan=0.0))  # LENS Eq. (1)
+        # on the reference's device: the engine's log-probs may come from the host, the selection runs there
+        out.append(torch.nan_to_num((p.float().to(r.device) - r.float()).abs(), nan=0.0))  # LENS Eq. (1)
     return out
 
 

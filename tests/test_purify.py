@@ -105,3 +105,28 @@ def test_purify_batch_without_candidates():
     out = purify.purify_batch([_prompt(1, 4, 1)], torch.zeros(0, dtype=torch.long), [], 0.2)
     assert out.prompts == [] and out.second_of.tolist() == [-1]
     assert out.counters == {"below_tau": 0, "skipped_no_signal": 0, "skipped_short": 0, "tokens_deleted": 0}
+
+
+@pytest.mark.gpu
+def test_selection_runs_on_the_scores_device_for_long_prompts(monkeypatch):
+    # The design's fused path: Eq. 1 scores computed on the GPU stay there and the Triton selection kernel picks
+    # the tokens (prompts up to 16,384 tokens); only the [K, P] mask comes back. Same result as on the CPU.
+    import lens_kernels.select_tokens as sel
+
+    seen = []
+    real = sel._select_triton
+
+    def spy(s, *args):
+        seen.append(s.device.type)
+        return real(s, *args)
+
+    monkeypatch.setattr(sel, "_select_triton", spy)
+    g = torch.Generator().manual_seed(0)
+    prompts = [Prompt(list(range(n)), (3, n - 2)) for n in (16_384, 4_097, 40)]
+    scores = [torch.rand(len(p.ids), generator=g) for p in prompts]
+    candidates = torch.arange(len(prompts))
+    on_cpu = purify.purify_batch(prompts, candidates, scores, 0.03, generator=torch.Generator().manual_seed(1))
+    cuda = [s.cuda() for s in scores]
+    on_gpu = purify.purify_batch(prompts, candidates, cuda, 0.03, generator=torch.Generator().manual_seed(1))
+    assert seen == ["cuda"]
+    assert [p.ids for p in on_gpu.prompts] == [p.ids for p in on_cpu.prompts] and on_gpu.counters == on_cpu.counters
