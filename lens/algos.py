@@ -265,7 +265,9 @@ def crpo_loss_torch(
     pg2 = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     pg_clipped = torch.maximum(pg1, pg2)
     pg3 = -adv * clip_c
-    pg = torch.where(adv < 0, torch.minimum(pg_clipped, pg3), pg_clipped)  # dual clip
+    # Dual clip. A select, not torch.minimum: at an exact tie minimum splits the gradient between its two
+    # inputs (and pg3 has none), halving it; the native op keeps the whole surrogate's gradient there.
+    pg = torch.where((adv < 0) & (pg_clipped > pg3), pg3, pg_clipped)
     pg_mat = weights.float()[:, None] * pg  # LENS Eq. (7): w~(y) * clipped surrogate
     kl_mat = kl_penalty(logp, ref_logp, kl) if ref_logp is not None else None
     loss_mat = pg_mat + beta * kl_mat if beta != 0 else pg_mat

@@ -173,6 +173,24 @@ def _hand_case():
     return logp, old, torch.tensor([1.0, -1.0]), torch.tensor([1.0, 0.5])
 
 
+def test_dual_clip_tie_keeps_the_whole_gradient():
+    # At an exact tie of the clipped surrogate with the dual clip (-A * clip_c) both spellings give the same
+    # loss; the gradient is the surrogate's, as the native op computes it (torch.minimum would halve it).
+    logp, old = torch.tensor([[1.1]], requires_grad=True), torch.zeros(1, 1)
+    ratio = float(torch.exp(logp.detach() - old))
+    rest = (torch.tensor([-1.0]), torch.ones(1), torch.ones(1, 1), LossConfig(beta=0.0, clip_c=ratio))
+    loss, metrics = algos.crpo_loss_torch(logp, old, None, *rest)
+    loss.backward()
+    assert loss.item() == pytest.approx(ratio) and metrics["clipfrac_dual"].item() == 0.0
+    assert logp.grad.item() == pytest.approx(ratio)  # d(ratio)/d logp = ratio, not ratio / 2
+    if ops.native_available():
+        x = logp.detach().clone().requires_grad_(True)
+        ops.crpo_loss(
+            x, old, None, torch.tensor([-1.0]), torch.ones(1), torch.ones(1, 1), LossConfig(beta=0.0, clip_c=ratio)
+        )[0].backward()
+        assert x.grad.item() == pytest.approx(logp.grad.item())
+
+
 def test_crpo_loss_hand_computed_token_mean():
     logp, old, adv, w = _hand_case()
     loss, metrics = algos.crpo_loss_torch(logp, old, None, adv, w, torch.ones(2, 2), LossConfig(beta=0.0))
