@@ -118,3 +118,44 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
     saved = sorted(p.name for p in (run_dir / "checkpoints").glob("step_*"))
     assert len(saved) == 1 and saved[0] != "step_00000040"  # stopped early, after finishing its step
     assert int(saved[0].split("_")[1]) == max(r["step"] for r in _rows(run_dir))
+
+
+def _parent_of(pid: int) -> int:
+    try:
+        return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0
+
+
+def _worker_of_rank(launcher: int, rank: int) -> int:
+    """PID of the process with RANK=rank in its environment that descends from `launcher` (read from /proc)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            is_rank = proc.name.isdigit() and f"RANK={rank}".encode() in (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ancestor = int(proc.name) if is_rank else 0
+        while ancestor > 1 and ancestor != launcher:
+            ancestor = _parent_of(ancestor)
+        if is_rank and ancestor == launcher and int(proc.name) != launcher:
+            return int(proc.name)
+    raise AssertionError(f"no worker of rank {rank} under {launcher}")
+
+
+def test_a_stop_signal_on_one_rank_stops_every_rank_after_the_same_step(tmp_path):
+    # Schedulers signal one pod per node at a time: SIGTERM to rank 1 alone. The stop flag is all-reduced every
+    # step, so both ranks finish the same step, save one checkpoint together and the job exits 0 (before: rank 0
+    # never learned of the stop and both ranks hung in the next collective).
+    run_dir = tmp_path / "run"
+    cmd = [TORCHRUN, "--standalone", "--nproc_per_node=2", TRAIN, *BASE, "optim.steps=40", "checkpoint.every=0"]
+    proc = subprocess.Popen(
+        [*cmd, f"run_dir={run_dir}"], env=_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 300
+    while not (run_dir / "metrics.jsonl").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(_worker_of_rank(proc.pid, 1), signal.SIGTERM)
+    assert proc.wait(timeout=300) == 0
+    saved = sorted(p.name for p in (run_dir / "checkpoints").glob("step_*"))
+    assert len(saved) == 1 and saved[0] != "step_00000040"
+    assert int(saved[0].split("_")[1]) == max(r["step"] for r in _rows(run_dir))
