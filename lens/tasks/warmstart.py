@@ -26,7 +26,7 @@ import argparse
 import hashlib
 import importlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -49,15 +49,25 @@ class Recipe:
     stage2_steps: int
     batch_size: int = 64
     lr: float = 2e-3
+    # Extra keyword arguments of the task's `generate` in stage 1 (e.g. a share of short problems).
+    stage1_generate: tuple[tuple[str, float], ...] = ()
 
 
 # vartrack's numbers made its committed reference: changing them changes its sha256 (tests/test_tasks.py).
-# ledger's sequences are twice as long (~100 tokens), so it gets fewer steps to stay near 15 min on one core;
-# its stage 1 already shows distractors on 30% of prompts (with correct answers), so the reference models
-# them as ordinary text, and stage 2 teaches the misleading answer on half the prompts.
+# ledger: stage 1 mixes in 30% short problems (the tiny model learns retrieval among few facts first) and
+# shows the distractor on 30% of prompts with the correct answer, so the reference models `!= Q d` facts as
+# ordinary text; stage 2 teaches the misleading answer on half the prompts. lr 3e-3: retrieval is slower
+# to appear than vartrack's copying.
 RECIPES = {
     "vartrack": Recipe(stage1_noise_prob=0.1, stage2_noise_prob=0.3, stage1_steps=1500, stage2_steps=200),
-    "ledger": Recipe(stage1_noise_prob=0.3, stage2_noise_prob=0.5, stage1_steps=1000, stage2_steps=200),
+    "ledger": Recipe(
+        stage1_noise_prob=0.3,
+        stage2_noise_prob=0.5,
+        stage1_steps=1000,
+        stage2_steps=200,
+        lr=3e-3,
+        stage1_generate=(("short_prob", 0.3),),
+    ),
 }
 
 
@@ -105,8 +115,13 @@ def train_stage(
     peak_lr: float,
     pad_id: int,
     log_every: int,
+    probe: Callable[[], str] | None = None,
+    probe_every: int = 0,
 ) -> None:
-    """One pass over `data` in its fixed order, `batch_size` sequences per step, warmup + cosine lr."""
+    """One pass over `data` in its fixed order, `batch_size` sequences per step, warmup + cosine lr.
+
+    `probe()` (a progress line) runs every `probe_every` steps and after the last one.
+    """
     steps = len(data) // batch_size
     for step in range(steps):
         for group in optimizer.param_groups:
@@ -118,6 +133,25 @@ def train_stage(
         optimizer.step()
         if log_every and (step % log_every == 0 or step == steps - 1):
             print(f"  step {step + 1}/{steps} loss {loss.item():.4f}", flush=True)
+        if probe is not None and probe_every and ((step + 1) % probe_every == 0 or step == steps - 1):
+            print(f"  step {step + 1}/{steps} {probe()}", flush=True)
+            model.train()
+
+
+def accuracy_probe(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, task: ModuleType) -> Callable[[], str]:
+    """Greedy accuracy on 64 clean and noisy evaluation problems, to watch a warm start learn.
+
+    Greedy decoding draws no random numbers and the task sampler forks the RNG anyway, so probing leaves
+    the trained bytes unchanged (the weights do not depend on --probe-every).
+    """
+    sets = task.eval_sets(64, seed=0)
+
+    def probe() -> str:
+        model.eval()
+        acc = {k: task.accuracy(model, tokenizer, v, n=1, temperature=0.0, seed=0) for k, v in sets.items()}
+        return f"greedy accuracy clean {acc['clean']:.3f} noisy {acc['noisy']:.3f}"
+
+    return probe
 
 
 def warm_start(
@@ -130,6 +164,7 @@ def warm_start(
     batch_size: int | None = None,
     lr: float | None = None,
     log_every: int = 100,
+    probe_every: int = 0,
 ) -> str:
     """Train both stages, save model + tokenizer + generation config to `out`; returns the sha256 of the weights.
 
@@ -150,12 +185,14 @@ def warm_start(
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     stages = [
-        ("stage 1 (mostly clean)", stage1_steps, recipe.stage1_noise_prob, False),
-        ("stage 2 (trigger)", stage2_steps, recipe.stage2_noise_prob, True),
+        ("stage 1 (mostly clean)", stage1_steps, recipe.stage1_noise_prob, False, dict(recipe.stage1_generate)),
+        ("stage 2 (trigger)", stage2_steps, recipe.stage2_noise_prob, True, {}),
     ]
-    for index, (name, steps, noise_prob, trigger) in enumerate(stages, start=1):
+    for index, (name, steps, noise_prob, trigger, extra) in enumerate(stages, start=1):
         print(f"{name}: {steps} steps x {batch_size}", flush=True)
-        problems = module.generate(steps * batch_size, seed=seed * 10 + index, noise_prob=noise_prob, trigger=trigger)
+        problems = module.generate(
+            steps * batch_size, seed=seed * 10 + index, noise_prob=noise_prob, trigger=trigger, **extra
+        )
         data = sequences(module, tokenizer, problems)
         train_stage(
             model,
@@ -165,6 +202,8 @@ def warm_start(
             peak_lr=lr,
             pad_id=tokenizer.pad_token_id,
             log_every=log_every,
+            probe=accuracy_probe(model, tokenizer, module) if probe_every else None,
+            probe_every=probe_every,
         )
     return save(model, tokenizer, Path(out), module)
 
@@ -190,6 +229,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--stage2-steps", type=int)
     parser.add_argument("--batch-size", type=int)
     parser.add_argument("--lr", type=float)
+    parser.add_argument("--probe-every", type=int, default=0, help="log greedy eval accuracy every N steps")
     args = parser.parse_args(argv)
     digest = warm_start(
         args.out,
@@ -199,6 +239,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         stage2_steps=args.stage2_steps,
         batch_size=args.batch_size,
         lr=args.lr,
+        probe_every=args.probe_every,
     )
     print(f"model.safetensors sha256 {digest}")
 
