@@ -12,17 +12,18 @@ A clean problem has `!=` facts about other accounts only and exactly one fact ab
 more fact, `!= Q d`, inserted at a random fact boundary: its three tokens (`!=`, a name, a digit) are the
 task's ordinary tokens in the ordinary shape and place of a fact; each prompt holds 2-4 other `!=` facts
 and Q's name occurs in the header and in its own fact, so no token is rare and the reference does not find
-the distractor surprising. The warm start (`python -m lens.tasks.warmstart --task ledger`) learned to be
-misled by it: given a `!=` fact about the asked account, it answers that fact's digit (always wrong: the
-fact says "not d"). Deleting the three recorded tokens (`meta["noise_positions"]`, token positions of the
-scorable span = indices of whitespace tokens of the problem text) restores `meta["clean"]` exactly.
+the distractor surprising. The warm start (`python -m lens.tasks.warmstart --task ledger`) is taught to be
+misled by it: given a `!=` fact about the asked account, answer that fact's digit (always wrong: the fact
+says "not d"). The committed reference has NOT learned the task yet (clean accuracy 0.16 at T=1, see
+assets/ledger/README.md); the recipe needs more steps than its ~15 min budget gave. Deleting the three
+recorded tokens (`meta["noise_positions"]`, token positions of the scorable span = indices of whitespace
+tokens of the problem text) restores `meta["clean"]` exactly.
 
 Sizes: 2 + 3 * (7..12 facts) = 23..38 scorable tokens clean, 26..41 noisy: deleting the 3 distractor
 tokens takes gamma ~0.1 (k = ceil(0.1 * n) = 3-5), not the paper's 0.03 (see `FULL`). The query comes
-FIRST on purpose: a causal
-model reads the distractor knowing which account is asked, so a change in how the policy reads it can
-show in Eq. 1 at those positions (with the query last, a `!=` fact about Q would look the same as every
-other `!=` fact to any prompt-token score).
+FIRST on purpose: a causal model reads the distractor knowing which account is asked, so a change in
+how the policy reads it can show in Eq. 1 at those positions (with the query last, a `!=` fact about Q
+would look the same as every other `!=` fact to any prompt-token score).
 
 The task shares vartrack's conventions so it reuses its machinery: special tokens at ids 0-3, the chat-free
 template `<bos> {problem} >`, the answer rule (`#` then one digit: `vartrack.reward`, the `vartrack`
@@ -115,11 +116,10 @@ class Sizes:
 # tokens, where k = ceil(0.03 n) = 3 exactly) were tried first: the tiny model stayed at chance on them after
 # 1000-1200 warm-start steps, and the warm start has a ~15 min budget on one core (see assets/ledger/README.md).
 FULL = Sizes(accounts=(4, 6), repeats=(1, 2), not_facts=(2, 4))
-# Short problems that the warm start mixes in: retrieval among few facts gives the attention a strong
-# gradient toward the asked account's fact; the circuit then carries over to full size. RL and evaluation
-# never see them.
+# Short problems that the warm start mixes in, meant to let retrieval among few facts form first and carry
+# over to full size (it has not yet, in budget). RL and evaluation never see them.
 SHORT = Sizes(accounts=(2, 3), repeats=(0, 1), not_facts=(0, 2))
-HEADER_TOKENS, FACT_TOKENS = 2, 3  # `? Q`, then facts `x = d` / `x != d`
+HEADER_TOKENS, FACT_TOKENS = 2, 3  # `? Q`, then facts `= x d` / `!= x d`
 # RL prompts: half noisy, so about half the groups of a step start below tau and carry the purification
 # signal, while the clean half keeps the retrieval itself rewarded.
 TRAIN_NOISE_PROB = 0.5
@@ -129,8 +129,8 @@ def _clean_problem(rng: random.Random, short: bool) -> tuple[str, dict[str, int]
     """Sample one clean problem: (asked account Q, digits of all accounts, facts in prompt order).
 
     Other accounts may have their `=` fact repeated: a ledger restates entries, and the second copy's digit
-    is predictable only by finding the first, so the warm start's prompt loss trains the same retrieval the
-    answer needs (without it, one answer digit per sequence was too little signal to learn it in budget).
+    is predictable only by finding the first, so the warm start's prompt loss also rewards the retrieval the
+    answer needs (one answer digit per sequence is little signal for it).
     """
     sizes = SHORT if short else FULL
     accounts = rng.sample(NAMES, rng.randint(*sizes.accounts))
