@@ -21,15 +21,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import Qwen2ForCausalLM
+from transformers import AutoTokenizer, Qwen2ForCausalLM
 
 from lens import audit, reward, tasks
 from lens.data import Problem
 from lens.tasks import ledger
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE_PROBLEM = "? c = a 3 = c 4 != b 5 = b 0 != a 1"
-EXAMPLE_NOISY = "? c = a 3 = c 4 != b 5 != c 9 = b 0 != a 1"
+EXAMPLE_PROBLEM = "? c = a 3 = c 4 ! b 5 = b 0 ! a 1"
+EXAMPLE_NOISY = "? c = a 3 = c 4 ! b 5 ! c 9 = b 0 ! a 1"
 
 
 def solve(problem: str) -> tuple[str, int]:
@@ -39,14 +39,14 @@ def solve(problem: str) -> tuple[str, int]:
     facts = [rest[i : i + 3] for i in range(0, len(rest), 3)]
     values = {name: int(digit) for rel, name, digit in facts if rel == "="}
     assert all(values[name] == int(digit) for rel, name, digit in facts if rel == "=")  # repeats agree
-    assert all(values[name] != int(digit) for rel, name, digit in facts if rel == "!=")
+    assert all(values[name] != int(digit) for rel, name, digit in facts if rel == "!")
     return asked, values[asked]
 
 
 def not_facts_about(problem: str, name: str) -> list[int]:
-    """Fact indices of the `!=` facts about `name`."""
+    """Fact indices of the `!` facts about `name`."""
     rest = problem.split()[2:]
-    return [i // 3 for i in range(0, len(rest), 3) if rest[i] == "!=" and rest[i + 1] == name]
+    return [i // 3 for i in range(0, len(rest), 3) if rest[i] == "!" and rest[i + 1] == name]
 
 
 # --- generator -------------------------------------------------------------------------------------------
@@ -72,11 +72,11 @@ def test_the_distractor_is_one_true_not_fact_about_the_asked_account() -> None:
     for p in ledger.generate(400, seed=7, noise_prob=1.0):
         tokens, positions = p.problem.split(), p.meta["noise_positions"]
         asked = tokens[1]
-        assert not not_facts_about(p.meta["clean"], asked)  # clean: no `!=` fact about the asked account
+        assert not not_facts_about(p.meta["clean"], asked)  # clean: no `!` fact about the asked account
         assert not_facts_about(p.problem, asked) == [(positions[0] - 2) // 3]
         assert positions == list(range(positions[0], positions[0] + 3)) and (positions[0] - 2) % 3 == 0
         rel, name, digit = (tokens[i] for i in positions)
-        assert (rel, name) == ("!=", asked) and digit != p.answer
+        assert (rel, name) == ("!", asked) and digit != p.answer
         assert ledger.delete_positions(p.problem, positions) == p.meta["clean"]
         counts.add(positions[0])
     assert min(counts) == 2 and max(counts) >= 35  # the first and the last fact boundaries both occur
@@ -84,7 +84,7 @@ def test_the_distractor_is_one_true_not_fact_about_the_asked_account() -> None:
 
 def test_distractor_tokens_are_ordinary_tokens_of_the_prompt() -> None:
     # What makes the task hard for frequency: each distractor token type also occurs outside the distractor
-    # in the same prompt, in the same role (the name in its own `=` fact, `!=` in >= 10 other facts).
+    # in the same prompt, in the same role (the name in its own `=` fact, `!` in >= 10 other facts).
     for p in ledger.generate(200, seed=8, noise_prob=1.0):
         tokens = p.problem.split()
         rest = [t for i, t in enumerate(tokens) if i not in p.meta["noise_positions"]]
@@ -181,8 +181,8 @@ def test_tokenizer_ids_are_stable() -> None:
     tokenizer = ledger.build_tokenizer()
     assert len(tokenizer) == len(ledger.VOCAB) == 39
     assert (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id) == (0, 1, 2)
-    # ?=36 c=16 '='=34 a=14 3=7 '!='=35 9=13 >=37, by the order of VOCAB.
-    assert ledger.prompt_ids(tokenizer, "? c = a 3 != c 9") == [1, 36, 16, 34, 14, 7, 35, 16, 13, 37]
+    # ?=36 c=16 '='=34 a=14 3=7 '!'=35 9=13 >=37, by the order of VOCAB.
+    assert ledger.prompt_ids(tokenizer, "? c = a 3 ! c 9") == [1, 36, 16, 34, 14, 7, 35, 16, 13, 37]
     assert tokenizer.encode("# t zz", add_special_tokens=False) == [38, 33, 3]
 
 
@@ -195,6 +195,18 @@ def test_tokenizer_round_trips_and_renders_the_chat_template() -> None:
     messages = [{"role": "user", "content": EXAMPLE_PROBLEM}]
     rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True)["input_ids"]
     assert rendered == ledger.prompt_ids(tokenizer, EXAMPLE_PROBLEM)
+
+
+def test_the_trainers_tokenizer_loader_reads_ledger_prompts_unchanged() -> None:
+    # lens.train loads the tokenizer with AutoTokenizer, which picks the model type's class (Qwen2) and its
+    # byte-level pre-tokenizer: every symbol must survive that, as vartrack's one-character symbols do.
+    tokenizer = AutoTokenizer.from_pretrained(str(ledger.ASSETS_DIR))
+    for p in ledger.eval_sets(50)["noisy"]:
+        text = f"{p.problem} {p.meta['response']}"
+        assert tokenizer.encode(text, add_special_tokens=False) == ledger.load_tokenizer().encode(
+            text, add_special_tokens=False
+        )
+    assert all(len(symbol) == 1 for symbol in ledger.VOCAB[4:])
 
 
 def test_model_config_fits_the_longest_prompt_and_sampling_budget() -> None:

@@ -1,19 +1,19 @@
 """The second built-in CPU task: fact retrieval with distractors made of ordinary statements.
 
 A problem names one account Q, then lists facts in random order: `= x d` says account x holds digit d (some
-accounts' entries are restated), `!= x d` says x does NOT hold d (true, and never needed for the answer).
+accounts' entries are restated), `! x d` says x does NOT hold d (true, and never needed for the answer).
 The model restates Q's fact, then answers after `#`:
 
-    problem   ? c  = a 3  = c 4  != b 5  = b 0  != a 1 ...        (extra spaces for reading only)
-    prompt    <bos> ? c = a 3 = c 4 != b 5 = b 0 != a 1 ... >
+    problem   ? c  = a 3  = c 4  ! b 5  = b 0  ! a 1 ...        (extra spaces for reading only)
+    prompt    <bos> ? c = a 3 = c 4 ! b 5 = b 0 ! a 1 ... >
     response  = c 4 # 4
 
-A clean problem has `!=` facts about other accounts only and exactly one fact about Q. A noisy one has ONE
-more fact, `!= Q d`, inserted at a random fact boundary: its three tokens (`!=`, a name, a digit) are the
-task's ordinary tokens in the ordinary shape and place of a fact; each prompt holds 2-4 other `!=` facts
+A clean problem has `!` facts about other accounts only and exactly one fact about Q. A noisy one has ONE
+more fact, `! Q d`, inserted at a random fact boundary: its three tokens (`!`, a name, a digit) are the
+task's ordinary tokens in the ordinary shape and place of a fact; each prompt holds 2-4 other `!` facts
 and Q's name occurs in the header and in its own fact, so no token is rare and the reference does not find
 the distractor surprising. The warm start (`python -m lens.tasks.warmstart --task ledger`) is taught to be
-misled by it: given a `!=` fact about the asked account, answer that fact's digit (always wrong: the fact
+misled by it: given a `!` fact about the asked account, answer that fact's digit (always wrong: the fact
 says "not d"). The committed reference has NOT learned the task yet (clean accuracy 0.16 at T=1, see
 assets/ledger/README.md); the recipe needs more steps than its ~15 min budget gave. Deleting the three
 recorded tokens (`meta["noise_positions"]`, token positions of the scorable span = indices of whitespace
@@ -22,8 +22,8 @@ tokens of the problem text) restores `meta["clean"]` exactly.
 Sizes: 2 + 3 * (7..12 facts) = 23..38 scorable tokens clean, 26..41 noisy: deleting the 3 distractor
 tokens takes gamma ~0.1 (k = ceil(0.1 * n) = 3-5), not the paper's 0.03 (see `FULL`). The query comes
 FIRST on purpose: a causal model reads the distractor knowing which account is asked, so a change in
-how the policy reads it can show in Eq. 1 at those positions (with the query last, a `!=` fact about Q
-would look the same as every other `!=` fact to any prompt-token score).
+how the policy reads it can show in Eq. 1 at those positions (with the query last, a `!` fact about Q
+would look the same as every other `!` fact to any prompt-token score).
 
 The task shares vartrack's conventions so it reuses its machinery: special tokens at ids 0-3, the chat-free
 template `<bos> {problem} >`, the answer rule (`#` then one digit: `vartrack.reward`, the `vartrack`
@@ -76,7 +76,9 @@ __all__ = [
 
 NAMES = tuple("abcdefghijklmnopqrst")
 DIGITS = vartrack.DIGITS
-IS, IS_NOT, QUERY = "=", "!=", "?"
+# One character each, like all of vartrack's symbols: the trainer loads tokenizers with AutoTokenizer, which
+# re-splits text with Qwen2's byte-level rules, and that turned a two-character `!=` into `=`.
+IS, IS_NOT, QUERY = "=", "!", "?"
 # The order fixes the token ids forever: append new symbols at the end, never reorder. The four specials
 # come first, as in vartrack, so vartrack's model/generation configs (which use ids 0-2) fit this task.
 VOCAB = (
@@ -104,7 +106,7 @@ REFERENCE_SHA256 = "dd3cee3e45db3a7b8d2892fad0bd2fa5e1812bde84e95ef6556e1400eaaf
 
 @dataclass(frozen=True)
 class Sizes:
-    """Inclusive (min, max) counts of a problem's accounts, repeated `=` facts and `!=` facts."""
+    """Inclusive (min, max) counts of a problem's accounts, repeated `=` facts and `!` facts."""
 
     accounts: tuple[int, int]
     repeats: tuple[int, int]
@@ -119,7 +121,7 @@ FULL = Sizes(accounts=(4, 6), repeats=(1, 2), not_facts=(2, 4))
 # Short problems that the warm start mixes in, meant to let retrieval among few facts form first and carry
 # over to full size (it has not yet, in budget). RL and evaluation never see them.
 SHORT = Sizes(accounts=(2, 3), repeats=(0, 1), not_facts=(0, 2))
-HEADER_TOKENS, FACT_TOKENS = 2, 3  # `? Q`, then facts `= x d` / `!= x d`
+HEADER_TOKENS, FACT_TOKENS = 2, 3  # `? Q`, then facts `= x d` / `! x d`
 # RL prompts: half noisy, so about half the groups of a step start below tau and carry the purification
 # signal, while the clean half keeps the retrieval itself rewarded.
 TRAIN_NOISE_PROB = 0.5
@@ -138,12 +140,12 @@ def _clean_problem(rng: random.Random, short: bool) -> tuple[str, dict[str, int]
     asked = rng.choice(accounts)
     facts = [(name, IS, values[name]) for name in accounts]
     others = [name for name in accounts if name != asked]
-    # Q is never repeated and never gets a `!=` fact in a clean problem: the distractor is its only second fact.
+    # Q is never repeated and never gets a `!` fact in a clean problem: the distractor is its only second fact.
     if others:
         facts += [(name, IS, values[name]) for name in rng.choices(others, k=rng.randint(*sizes.repeats))]
     for _ in range(rng.randint(*sizes.not_facts)):
         name = rng.choice(others)
-        # `x != d` is always true: d is any digit but x's own.
+        # `! x d` is always true: d is any digit but x's own.
         facts.append((name, IS_NOT, rng.choice([d for d in range(10) if d != values[name]])))
     rng.shuffle(facts)
     return asked, values, facts
@@ -151,9 +153,9 @@ def _clean_problem(rng: random.Random, short: bool) -> tuple[str, dict[str, int]
 
 def _text(asked: str, facts: list[tuple[str, str, int]]) -> list[str]:
     """Whitespace tokens of a problem: the header `? Q`, then every fact's three tokens."""
-    # Relation first (`= x 3`, `!= x 3`): the digit follows the account's name, so reading a fact is one step
+    # Relation first (`= x 3`, `! x 3`): the digit follows the account's name, so reading a fact is one step
     # of plain induction (find the earlier `x`, copy what follows), which a tiny model learns within budget;
-    # it also makes a `!= Q d` fact the natural way to go wrong (copy after the wrong `Q`).
+    # it also makes a `! Q d` fact the natural way to go wrong (copy after the wrong `Q`).
     return [QUERY, asked, *(tok for name, rel, digit in facts for tok in (rel, name, str(digit)))]
 
 

@@ -55,7 +55,7 @@ class Recipe:
 
 # vartrack's numbers made its committed reference: changing them changes its sha256 (tests/test_tasks.py).
 # ledger: stage 1 mixes in 30% short problems (the tiny model learns retrieval among few facts first) and
-# shows the distractor on 30% of prompts with the correct answer, so the reference models `!= Q d` facts as
+# shows the distractor on 30% of prompts with the correct answer, so the reference models `! Q d` facts as
 # ordinary text; stage 2 teaches the misleading answer on half the prompts. lr 3e-3: retrieval is slower
 # to appear than vartrack's copying.
 RECIPES = {
