@@ -1,19 +1,21 @@
 """Interference audit: which prompt tokens a policy's scorer would delete, and how well scorers find distractors.
 
-    python -m lens.audit --policy PATH --ref PATH --data vartrack|<benchmark>|<file.jsonl> [--limit N]
+    python -m lens.audit --policy PATH --ref PATH --data vartrack|ledger|<benchmark>|<file.jsonl> [--limit N]
         [--scorer interference] [--gamma 0.03] [--accuracy --n 4] --out DIR
-    python -m lens.audit detect --policy PATH --ref PATH [--scorers interference,surprisal,random,grad]
-        [--limit N] --out DIR
+    python -m lens.audit detect (--policy PATH [PATH ...] | --run RUN_DIR) --ref PATH [--task vartrack|ledger]
+        [--scorers interference,surprisal,random,grad] [--limit N] --out DIR
 
 The audit writes DIR/prompts.jsonl (per prompt: tokens, ids, scores over the scorable span, deleted
 positions, purified text, optionally accuracy before/after), DIR/top_tokens.json/.md (most deleted token
 strings) and DIR/index.html (tokens shaded by score, deleted ones outlined; every text HTML-escaped).
-`detect` scores the built-in task's noisy set, whose distractor positions are known, and writes
-DIR/detection.json/.md: per scorer the ROC AUC (pooled over all scorable tokens, and the mean over
-prompts) and precision@k (k = the prompt's number of distractors).
+`detect` scores a built-in task's noisy set, whose distractor positions are known, and writes
+DIR/detection.json/.md: per policy checkpoint and scorer the ROC AUC (pooled over all scorable tokens,
+and the mean over prompts) and precision@k (k = the prompt's number of distractors). Eq. 1 is zero at
+step 0 by construction, so detection is measured along a run: `--policy` takes several checkpoints, and
+`--run RUN_DIR` takes step 0 (the reference itself) and every checkpoint of the run, in step order.
 
 Positions in prompts.jsonl are indices into the scorable span (0 = its first token). `--accuracy` and
-the `grad` scorer sample with the built-in task's sampler, so they need `--data vartrack`.
+the `grad` scorer sample with the built-in tasks' sampler, so they need `--data` to be a built-in task.
 Run the tests with `.venv/bin/python -m pytest tests/test_audit.py -q`.
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import importlib
 import json
 import math
 import sys
@@ -34,7 +37,7 @@ import torch
 from tokenizers.models import WordLevel
 from torch import nn
 
-from lens import data, model, purify, scoring
+from lens import checkpoint, data, model, purify, scoring, tasks
 from lens.tasks import vartrack
 
 TOP_TOKENS = 50
@@ -119,12 +122,16 @@ def load_frozen(path: str) -> nn.Module:
     return model.load_model(path, dtype=torch.float32, device=torch.device("cpu"), trainable=False)
 
 
-def vartrack_prompts(tokenizer: Any, limit: int) -> list[AuditPrompt]:
-    """The built-in task's noisy evaluation set; the span is the problem text between `<bos>` and `>`."""
+def task_prompts(task: str, tokenizer: Any, limit: int) -> list[AuditPrompt]:
+    """A built-in task's noisy evaluation set; the span is the problem text between `<bos>` and `>`.
+
+    Read from the task registry (`lens.tasks.problem_sets`, what lens.data.load_sets reads for a task) with
+    load_sets' default seed 0: the audit needs the problems and their distractor positions, not a verifier.
+    """
+    module = importlib.import_module(f"lens.tasks.{task}")
     out = []
-    noisy = {s.name: s for s in data.load_sets("vartrack", limit=limit)}["noisy"]
-    for p in noisy.problems:
-        ids = vartrack.prompt_ids(tokenizer, p.problem)
+    for p in tasks.problem_sets(task, role="eval", limit=limit, seed=0)["noisy"]:
+        ids = module.prompt_ids(tokenizer, p.problem)
         out.append(
             AuditPrompt(p.uid, purify.Prompt(ids, (1, len(ids) - 1)), p.answer, tuple(p.meta["noise_positions"]))
         )
@@ -132,10 +139,10 @@ def vartrack_prompts(tokenizer: Any, limit: int) -> list[AuditPrompt]:
 
 
 def load_prompts(source: str, tokenizer: Any, limit: int) -> list[AuditPrompt]:
-    """Prompts of `vartrack` (with its known distractor positions) or any other source of lens.data.load_sets:
-    a named set, a JSONL/JSON/Parquet file, or a hub dataset."""
-    if source == "vartrack":
-        return vartrack_prompts(tokenizer, limit)
+    """Prompts of a built-in task (with its known distractor positions) or any other source of
+    lens.data.load_sets: a named set, a JSONL/JSON/Parquet file, or a hub dataset."""
+    if source in tasks.NAMES:
+        return task_prompts(source, tokenizer, limit)
     problem_set = data.load_sets(source, limit=limit)[0]
     rendered, _ = data.render_all(problem_set.problems, tokenizer, prompt=problem_set.prompt)
     answers = {p.uid: p.answer for p in problem_set.problems}
@@ -143,7 +150,7 @@ def load_prompts(source: str, tokenizer: Any, limit: int) -> list[AuditPrompt]:
 
 
 def sample_ids(policy: nn.Module, tokenizer: Any, prompts: list[AuditPrompt], n: int, seed: int) -> list[list[str]]:
-    """n sampled response texts per prompt with the built-in task's sampler."""
+    """n sampled response texts per prompt with the built-in tasks' sampler (ledger shares vartrack's)."""
     return vartrack.sample_responses(policy, tokenizer, [p.prompt.ids for p in prompts], n=n, seed=seed)
 
 
@@ -169,7 +176,7 @@ def score_prompts(
 def per_prompt_accuracy(
     policy: nn.Module, tokenizer: Any, prompts: list[list[int]], answers: list[str], n: int, seed: int
 ) -> list[float]:
-    """Mean task reward over n samples of each prompt (built-in task only)."""
+    """Mean task reward over n samples of each prompt (built-in tasks only: they share vartrack's answer rule)."""
     texts = vartrack.sample_responses(policy, tokenizer, prompts, n=n, seed=seed)
     return [sum(vartrack.reward(t, a) for t in group) / n for group, a in zip(texts, answers, strict=True)]
 
@@ -276,8 +283,8 @@ def html_report(rows: list[dict[str, Any]], title: str) -> str:
 
 def run_audit(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Score, select and purify the prompts of --data; write the audit files into --out."""
-    if (args.accuracy or args.scorer == "grad") and args.data != "vartrack":
-        raise ValueError(f"--accuracy and --scorer grad need --data vartrack (got --data {args.data!r})")
+    if (args.accuracy or args.scorer == "grad") and args.data not in tasks.NAMES:
+        raise ValueError(f"--accuracy and --scorer grad need --data {'|'.join(tasks.NAMES)} (got --data {args.data!r})")
     tokenizer = load_tokenizer(args.policy)
     prompts = load_prompts(args.data, tokenizer, args.limit)
     if not prompts:
@@ -332,39 +339,79 @@ def detection_metrics(prompts: list[AuditPrompt], scores: list[torch.Tensor]) ->
     }
 
 
-def detection_markdown(results: dict[str, dict[str, float]], policy: str, ref: str) -> str:
-    lines = [
-        f"# Distractor detection: {_md_cell(policy)} vs {_md_cell(ref)}",
-        "",
-        "| scorer | AUC (pooled) | AUC (mean per prompt) | precision@k | prompts | tokens | distractors |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, m in results.items():
-        lines.append(
+def detection_markdown(checkpoints: dict[str, dict[str, dict[str, float]]], task: str, ref: str) -> str:
+    """One table per checkpoint ({label: {scorer: metrics}}), then pooled AUC and precision@k by checkpoint."""
+    lines = [f"# Distractor detection on the {_md_cell(task)} noisy set, policy checkpoints vs {_md_cell(ref)}"]
+    for label, results in checkpoints.items():
+        lines += [
+            "",
+            f"## {_md_cell(label)}",
+            "",
+            "| scorer | AUC (pooled) | AUC (mean per prompt) | precision@k | prompts | tokens | distractors |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        lines += [
             f"| {name} | {m['auc']:.3f} | {m['auc_mean_per_prompt']:.3f} | {m['precision_at_k']:.3f} "
             f"| {m['prompts']} | {m['tokens']} | {m['distractors']} |"
-        )
+            for name, m in results.items()
+        ]
+    scorers = list(next(iter(checkpoints.values()), {}))
+    if len(checkpoints) > 1:
+        # The summary is what a reader compares: how each scorer's ranking moves as the policy drifts from ref.
+        for metric, title in (("auc", "AUC (pooled)"), ("precision_at_k", "precision@k")):
+            lines += ["", f"## {title} by checkpoint", "", f"| checkpoint | {' | '.join(scorers)} |"]
+            lines.append("|---" * (len(scorers) + 1) + "|")
+            lines += [
+                f"| {_md_cell(label)} | " + " | ".join(f"{results[s][metric]:.3f}" for s in scorers) + " |"
+                for label, results in checkpoints.items()
+            ]
     return "\n".join(lines) + "\n"
 
 
-def run_detect(args: argparse.Namespace) -> dict[str, dict[str, float]]:
-    """Score the built-in noisy set with each scorer; write detection.json/.md into --out."""
+def run_checkpoints(run_dir: str, ref: str) -> list[tuple[str, str]]:
+    """(label, HF policy path) of a run: "step 0" is the reference itself (the run's initial policy, where
+    Eq. 1 is zero by construction), then every complete checkpoint `step N` in step order."""
+    root = Path(run_dir) / checkpoint.CHECKPOINTS
+    # A complete checkpoint has meta.json (written last, with its step); its hf/ folder is the policy in HF format.
+    found = sorted(
+        (int(json.loads(meta.read_text())["step"]), meta.parent / "hf")
+        for meta in root.glob(f"step_*/{checkpoint.META}")
+    )
+    if not found:
+        raise ValueError(f"--run {run_dir}: no complete checkpoint under {root}")
+    return [("step 0", ref)] + [(f"step {step}", str(hf)) for step, hf in found]
+
+
+def run_detect(args: argparse.Namespace) -> dict[str, dict[str, dict[str, float]]]:
+    """Score a built-in task's noisy set with each scorer for each policy checkpoint; write detection.json/.md
+    into --out. Returns {checkpoint label: {scorer: metrics}}."""
     scorers = [s.strip() for s in args.scorers.split(",") if s.strip()]
     unknown = [s for s in scorers if s not in scoring.SCORERS]
     if unknown or not scorers:
         raise ValueError(f"--scorers {args.scorers!r}: unknown {unknown}; known: {', '.join(scoring.SCORERS)}")
-    tokenizer = load_tokenizer(args.policy)
-    prompts = vartrack_prompts(tokenizer, args.limit)
-    policy, ref = load_frozen(args.policy), load_frozen(args.ref)
-    results = {}
-    for name in scorers:
-        scores, _ = score_prompts(name, policy, ref, tokenizer, prompts, seed=args.seed)
-        results[name] = detection_metrics(prompts, scores)
+    policies = run_checkpoints(args.run, args.ref) if args.run else [(path, path) for path in args.policy]
+    # The tokenizer travels with every checkpoint and never changes during a run: the reference's serves all.
+    tokenizer = load_tokenizer(args.ref)
+    prompts = task_prompts(args.task, tokenizer, args.limit)
+    ref = load_frozen(args.ref)
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    for label, path in policies:
+        policy = load_frozen(path)
+        results[label] = {}
+        for name in scorers:
+            scores, _ = score_prompts(name, policy, ref, tokenizer, prompts, seed=args.seed)
+            results[label][name] = detection_metrics(prompts, scores)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    report = {"policy": args.policy, "ref": args.ref, "limit": args.limit, "seed": args.seed, "scorers": results}
+    report = {
+        "task": args.task,
+        "ref": args.ref,
+        "limit": args.limit,
+        "seed": args.seed,
+        "checkpoints": [{"label": label, "policy": path, "scorers": results[label]} for label, path in policies],
+    }
     (out / "detection.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    (out / "detection.md").write_text(detection_markdown(results, args.policy, args.ref), encoding="utf-8")
+    (out / "detection.md").write_text(detection_markdown(results, args.task, args.ref), encoding="utf-8")
     return results
 
 
@@ -388,7 +435,6 @@ def _gamma(text: str) -> float:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--policy", required=True, help="policy checkpoint (HF directory)")
     parser.add_argument("--ref", required=True, help="reference checkpoint (HF directory)")
     parser.add_argument("--limit", type=_positive_int, default=200, help="number of prompts")
     parser.add_argument("--seed", type=int, default=0)
@@ -399,16 +445,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if argv[:1] == ["detect"]:
         parser = argparse.ArgumentParser(prog="python -m lens.audit detect", description=run_detect.__doc__)
         _common(parser)
+        which = parser.add_mutually_exclusive_group(required=True)
+        which.add_argument("--policy", nargs="+", help="policy checkpoints (HF directories), one table each")
+        which.add_argument("--run", help="a run directory: step 0 (= --ref) and each of its checkpoints")
+        parser.add_argument("--task", default="vartrack", choices=tasks.NAMES, help="built-in task to score")
         parser.add_argument("--scorers", default=",".join(scoring.SCORERS))
         args = parser.parse_args(argv[1:])
         args.command = "detect"
         return args
     parser = argparse.ArgumentParser(prog="python -m lens.audit", description=run_audit.__doc__)
     _common(parser)
-    parser.add_argument("--data", required=True, help="vartrack, a benchmark name, or a JSONL/Parquet file")
+    parser.add_argument("--policy", required=True, help="policy checkpoint (HF directory)")
+    parser.add_argument("--data", required=True, help="a built-in task, a benchmark name, or a JSONL/Parquet file")
     parser.add_argument("--scorer", default="interference", choices=scoring.SCORERS)
     parser.add_argument("--gamma", type=_gamma, default=0.03, help="share of scorable tokens to delete")
-    parser.add_argument("--accuracy", action="store_true", help="accuracy before/after purification (vartrack)")
+    parser.add_argument("--accuracy", action="store_true", help="accuracy before/after purification (built-in tasks)")
     parser.add_argument("--n", type=_positive_int, default=4, help="samples per prompt for --accuracy")
     args = parser.parse_args(argv)
     args.command = "audit"
@@ -419,7 +470,7 @@ def main(argv: list[str] | None = None) -> Any:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "detect":
         results = run_detect(args)
-        print(detection_markdown(results, args.policy, args.ref), end="")
+        print(detection_markdown(results, args.task, args.ref), end="")
         return results
     rows = run_audit(args)
     print(f"audited {len(rows)} prompts -> {args.out}")

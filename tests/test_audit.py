@@ -133,9 +133,10 @@ def test_detect_end_to_end(policy_dir: str, tmp_path: Path) -> None:
     argv = ["detect", "--policy", policy_dir, "--ref", REF, "--limit", "3", "--out", str(tmp_path)]
     results = audit.main([*argv, "--scorers", "interference,random,grad"])
     report = json.loads((tmp_path / "detection.json").read_text())
-    assert list(report["scorers"]) == ["interference", "random", "grad"]
+    assert [c["label"] for c in report["checkpoints"]] == [policy_dir] and report["task"] == "vartrack"
+    assert list(report["checkpoints"][0]["scorers"]) == ["interference", "random", "grad"]
     problems = vartrack.eval_sets(3)["noisy"]
-    for m in results.values():
+    for m in results[policy_dir].values():
         assert m["prompts"] == 3 and m["distractors"] == sum(len(p.meta["noise_positions"]) for p in problems)
         assert m["tokens"] == sum(len(p.problem.split()) for p in problems)
         assert 0.0 <= m["auc"] <= 1.0 and 0.0 <= m["precision_at_k"] <= 1.0
@@ -171,3 +172,47 @@ def test_index_html_renders_in_chromium(audit_out: Path, tmp_path: Path) -> None
     pixels = torch.from_numpy(np.asarray(image).reshape(-1, 3).copy())
     assert float(pixels.float().var()) > 0
     assert len(torch.unique(pixels, dim=0)) >= 5  # text, shading and outlines: several distinct colours
+
+
+def _fake_run(root: Path, policy_dir: str, steps: tuple[int, ...]) -> Path:
+    """A run directory whose checkpoints hold `policy_dir` as hf/, plus an incomplete one (no meta.json)."""
+    for step in steps:
+        ckpt = root / "checkpoints" / f"step_{step:08d}"
+        shutil.copytree(policy_dir, ckpt / "hf")
+        (ckpt / "meta.json").write_text(json.dumps({"step": step}))
+    shutil.copytree(policy_dir, root / "checkpoints" / ".tmp-step_00000030" / "hf")
+    return root
+
+
+def test_detect_reports_a_table_per_checkpoint_of_a_run(policy_dir: str, tmp_path: Path) -> None:
+    run = _fake_run(tmp_path / "run", policy_dir, (10, 5))
+    out = tmp_path / "out"
+    argv = ["detect", "--run", str(run), "--ref", REF, "--limit", "2", "--scorers", "interference,surprisal"]
+    results = audit.main([*argv, "--out", str(out)])
+    assert list(results) == ["step 0", "step 5", "step 10"]  # step order, the incomplete save skipped
+    # Step 0 is the reference itself: Eq. 1 is identically 0, so every token ties (AUC 1/2) ...
+    assert results["step 0"]["interference"]["auc"] == 0.5
+    # ... while surprisal does not depend on the policy at all.
+    assert results["step 0"]["surprisal"] == results["step 5"]["surprisal"] == results["step 10"]["surprisal"]
+    assert results["step 5"]["interference"] == results["step 10"]["interference"]  # the same weights
+    assert results["step 5"]["interference"]["auc"] != 0.5
+    report = json.loads((out / "detection.json").read_text())
+    assert [c["policy"] for c in report["checkpoints"]] == [
+        REF,
+        str(run / "checkpoints" / "step_00000005" / "hf"),
+        str(run / "checkpoints" / "step_00000010" / "hf"),
+    ]
+    page = (out / "detection.md").read_text()
+    assert page.count("| scorer |") == 3 and "## step 10" in page
+    assert "## AUC (pooled) by checkpoint" in page and "| step 0 | 0.500 |" in page
+
+
+def test_detect_takes_several_policies_and_rejects_an_empty_run(policy_dir: str, tmp_path: Path) -> None:
+    base = ["detect", "--ref", REF, "--limit", "2", "--scorers", "random", "--out", str(tmp_path)]
+    results = audit.main([*base, "--policy", REF, policy_dir])
+    assert list(results) == [REF, policy_dir]
+    (tmp_path / "empty" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(ValueError, match="no complete checkpoint"):
+        audit.main([*base, "--run", str(tmp_path / "empty")])
+    with pytest.raises(SystemExit):  # one source of policies, not both
+        audit.main([*base, "--run", str(tmp_path / "empty"), "--policy", policy_dir])

@@ -12,32 +12,77 @@ algorithms, fixed data order: two runs give identical `model.safetensors` bytes 
 and torch build. The defaults make the committed reference (~15 min on one busy core here, measured 920 s; the
 copy-circuit "phase transition" happens around step 500-700, so far fewer stage-1 steps leave a
 model at chance).
+
+    python -m lens.tasks.warmstart --task ledger --out lens/tasks/assets/ledger --seed 0
+
+does the same for the `ledger` task with its own recipe (`RECIPES`: stage sizes, noise shares, lr); a task
+module offers `build_tokenizer`, `model_config`, `generate(n, seed=, noise_prob=, trigger=)`, `prompt_ids`
+and `generation_config`.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from lens.data import Problem
-from lens.tasks import vartrack
 
-STAGE1_NOISE_PROB = 0.1
-STAGE2_NOISE_PROB = 0.3
 IGNORE_INDEX = -100
 
 
-def sequences(tokenizer: PreTrainedTokenizerFast, problems: Sequence[Problem]) -> list[list[int]]:
+@dataclass(frozen=True)
+class Recipe:
+    """The defaults of one task's warm start: noise shares of both stages, their sizes, batch and peak lr."""
+
+    stage1_noise_prob: float
+    stage2_noise_prob: float
+    stage1_steps: int
+    stage2_steps: int
+    batch_size: int = 64
+    lr: float = 2e-3
+    # Extra keyword arguments of the task's `generate` in stage 1 (e.g. a share of short problems).
+    stage1_generate: tuple[tuple[str, float], ...] = ()
+
+
+# vartrack's numbers made its committed reference: changing them changes its sha256 (tests/test_tasks.py).
+# ledger: stage 1 mixes in 30% short problems (the tiny model learns retrieval among few facts first) and
+# shows the distractor on 30% of prompts with the correct answer, so the reference models `! Q d` facts as
+# ordinary text; stage 2 teaches the misleading answer on half the prompts. lr 3e-3: retrieval is slower
+# to appear than vartrack's copying.
+RECIPES = {
+    "vartrack": Recipe(stage1_noise_prob=0.1, stage2_noise_prob=0.3, stage1_steps=1500, stage2_steps=200),
+    "ledger": Recipe(
+        stage1_noise_prob=0.3,
+        stage2_noise_prob=0.5,
+        stage1_steps=1000,
+        stage2_steps=200,
+        lr=3e-3,
+        stage1_generate=(("short_prob", 0.3),),
+    ),
+}
+
+
+def task_module(name: str) -> ModuleType:
+    """The module `lens.tasks.<name>` of a task with a warm-start recipe."""
+    if name not in RECIPES:
+        raise ValueError(f"no warm-start recipe for task {name!r}; known: {', '.join(RECIPES)}")
+    return importlib.import_module(f"lens.tasks.{name}")
+
+
+def sequences(task: ModuleType, tokenizer: PreTrainedTokenizerFast, problems: Sequence[Problem]) -> list[list[int]]:
     """Training sequences `<bos> problem > response <eos>` as token-id lists (response from meta)."""
     responses = tokenizer([p.meta["response"] for p in problems], add_special_tokens=False).input_ids
     return [
-        [*vartrack.prompt_ids(tokenizer, p.problem), *response, tokenizer.eos_token_id]
+        [*task.prompt_ids(tokenizer, p.problem), *response, tokenizer.eos_token_id]
         for p, response in zip(problems, responses, strict=True)
     ]
 
@@ -70,8 +115,13 @@ def train_stage(
     peak_lr: float,
     pad_id: int,
     log_every: int,
+    probe: Callable[[], str] | None = None,
+    probe_every: int = 0,
 ) -> None:
-    """One pass over `data` in its fixed order, `batch_size` sequences per step, warmup + cosine lr."""
+    """One pass over `data` in its fixed order, `batch_size` sequences per step, warmup + cosine lr.
+
+    `probe()` (a progress line) runs every `probe_every` steps and after the last one.
+    """
     steps = len(data) // batch_size
     for step in range(steps):
         for group in optimizer.param_groups:
@@ -83,36 +133,67 @@ def train_stage(
         optimizer.step()
         if log_every and (step % log_every == 0 or step == steps - 1):
             print(f"  step {step + 1}/{steps} loss {loss.item():.4f}", flush=True)
+        if probe is not None and probe_every and ((step + 1) % probe_every == 0 or step == steps - 1):
+            print(f"  step {step + 1}/{steps} {probe()}", flush=True)
+            model.train()
+
+
+def accuracy_probe(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, task: ModuleType) -> Callable[[], str]:
+    """Greedy accuracy on 64 clean and noisy evaluation problems, to watch a warm start learn.
+
+    Greedy decoding draws no random numbers and the task sampler forks the RNG anyway, so probing leaves
+    the trained bytes unchanged (the weights do not depend on --probe-every).
+    """
+    sets = task.eval_sets(64, seed=0)
+
+    def probe() -> str:
+        model.eval()
+        acc = {k: task.accuracy(model, tokenizer, v, n=1, temperature=0.0, seed=0) for k, v in sets.items()}
+        return f"greedy accuracy clean {acc['clean']:.3f} noisy {acc['noisy']:.3f}"
+
+    return probe
 
 
 def warm_start(
     out: str | Path,
     *,
     seed: int,
-    stage1_steps: int = 1500,
-    stage2_steps: int = 200,
-    batch_size: int = 64,
-    lr: float = 2e-3,
+    task: str = "vartrack",
+    stage1_steps: int | None = None,
+    stage2_steps: int | None = None,
+    batch_size: int | None = None,
+    lr: float | None = None,
     log_every: int = 100,
+    probe_every: int = 0,
 ) -> str:
-    """Train both stages, save model + tokenizer + generation config to `out`; returns the sha256 of the weights."""
+    """Train both stages, save model + tokenizer + generation config to `out`; returns the sha256 of the weights.
+
+    Unset sizes and lr come from the task's `RECIPES` entry.
+    """
+    module, recipe = task_module(task), RECIPES[task]
+    stage1_steps = recipe.stage1_steps if stage1_steps is None else stage1_steps
+    stage2_steps = recipe.stage2_steps if stage2_steps is None else stage2_steps
+    batch_size = recipe.batch_size if batch_size is None else batch_size
+    lr = recipe.lr if lr is None else lr
     if min(stage1_steps, stage2_steps, batch_size) < 1:
         raise ValueError("--stage1-steps, --stage2-steps and --batch-size must be >= 1")
     torch.manual_seed(seed)
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    tokenizer = vartrack.build_tokenizer()
-    model = Qwen2ForCausalLM(vartrack.model_config(len(tokenizer))).float()
+    tokenizer = module.build_tokenizer()
+    model = Qwen2ForCausalLM(module.model_config(len(tokenizer))).float()
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     stages = [
-        ("stage 1 (mostly clean)", stage1_steps, STAGE1_NOISE_PROB, False),
-        ("stage 2 (trigger)", stage2_steps, STAGE2_NOISE_PROB, True),
+        ("stage 1 (mostly clean)", stage1_steps, recipe.stage1_noise_prob, False, dict(recipe.stage1_generate)),
+        ("stage 2 (trigger)", stage2_steps, recipe.stage2_noise_prob, True, {}),
     ]
-    for index, (name, steps, noise_prob, trigger) in enumerate(stages, start=1):
+    for index, (name, steps, noise_prob, trigger, extra) in enumerate(stages, start=1):
         print(f"{name}: {steps} steps x {batch_size}", flush=True)
-        problems = vartrack.generate(steps * batch_size, seed=seed * 10 + index, noise_prob=noise_prob, trigger=trigger)
-        data = sequences(tokenizer, problems)
+        problems = module.generate(
+            steps * batch_size, seed=seed * 10 + index, noise_prob=noise_prob, trigger=trigger, **extra
+        )
+        data = sequences(module, tokenizer, problems)
         train_stage(
             model,
             optimizer,
@@ -121,15 +202,17 @@ def warm_start(
             peak_lr=lr,
             pad_id=tokenizer.pad_token_id,
             log_every=log_every,
+            probe=accuracy_probe(model, tokenizer, module) if probe_every else None,
+            probe_every=probe_every,
         )
-    return save(model, tokenizer, Path(out))
+    return save(model, tokenizer, Path(out), module)
 
 
-def save(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, out: Path) -> str:
+def save(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, out: Path, task: ModuleType) -> str:
     """Write the fp32 checkpoint (safetensors), tokenizer and generation config; returns the weights' sha256."""
     out.mkdir(parents=True, exist_ok=True)
     model.eval()
-    model.generation_config = vartrack.generation_config()
+    model.generation_config = task.generation_config()
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     return hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
@@ -139,19 +222,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     """CLI entry point: parse flags, run `warm_start`, print the sha256 of model.safetensors."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="output directory for the checkpoint")
+    parser.add_argument("--task", default="vartrack", choices=sorted(RECIPES))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--stage1-steps", type=int, default=1500)
-    parser.add_argument("--stage2-steps", type=int, default=200)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=2e-3)
+    # Unset: the task's recipe (RECIPES).
+    parser.add_argument("--stage1-steps", type=int)
+    parser.add_argument("--stage2-steps", type=int)
+    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--lr", type=float)
+    parser.add_argument("--probe-every", type=int, default=0, help="log greedy eval accuracy every N steps")
     args = parser.parse_args(argv)
     digest = warm_start(
         args.out,
         seed=args.seed,
+        task=args.task,
         stage1_steps=args.stage1_steps,
         stage2_steps=args.stage2_steps,
         batch_size=args.batch_size,
         lr=args.lr,
+        probe_every=args.probe_every,
     )
     print(f"model.safetensors sha256 {digest}")
 

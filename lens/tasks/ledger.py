@@ -1,0 +1,257 @@
+"""The second built-in CPU task: fact retrieval with distractors made of ordinary statements.
+
+A problem names one account Q, then lists facts in random order: `= x d` says account x holds digit d (some
+accounts' entries are restated), `! x d` says x does NOT hold d (true, and never needed for the answer).
+The model restates Q's fact, then answers after `#`:
+
+    problem   ? c  = a 3  = c 4  ! b 5  = b 0  ! a 1 ...        (extra spaces for reading only)
+    prompt    <bos> ? c = a 3 = c 4 ! b 5 = b 0 ! a 1 ... >
+    response  = c 4 # 4
+
+A clean problem has `!` facts about other accounts only and exactly one fact about Q. A noisy one has ONE
+more fact, `! Q d`, inserted at a random fact boundary: its three tokens (`!`, a name, a digit) are the
+task's ordinary tokens in the ordinary shape and place of a fact; each prompt holds 2-4 other `!` facts
+and Q's name occurs in the header and in its own fact, so no token is rare and the reference does not find
+the distractor surprising. The warm start (`python -m lens.tasks.warmstart --task ledger`) is taught to be
+misled by it: given a `!` fact about the asked account, answer that fact's digit (always wrong: the fact
+says "not d"). The committed reference has NOT learned the task yet (clean accuracy 0.16 at T=1, see
+assets/ledger/README.md); the recipe needs more steps than its ~15 min budget gave. Deleting the three
+recorded tokens (`meta["noise_positions"]`, token positions of the scorable span = indices of whitespace
+tokens of the problem text) restores `meta["clean"]` exactly.
+
+Sizes: 2 + 3 * (7..12 facts) = 23..38 scorable tokens clean, 26..41 noisy: deleting the 3 distractor
+tokens takes gamma ~0.1 (k = ceil(0.1 * n) = 3-5), not the paper's 0.03 (see `FULL`). The query comes
+FIRST on purpose: a causal model reads the distractor knowing which account is asked, so a change in
+how the policy reads it can show in Eq. 1 at those positions (with the query last, a `!` fact about Q
+would look the same as every other `!` fact to any prompt-token score).
+
+The task shares vartrack's conventions so it reuses its machinery: special tokens at ids 0-3, the chat-free
+template `<bos> {problem} >`, the answer rule (`#` then one digit: `vartrack.reward`, the `vartrack`
+verifier), the model size and the sampler. Everything is deterministic from a seed.
+Run the tests with `python -m pytest tests/test_ledger.py -q`.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config
+
+from lens.data import Problem
+from lens.tasks import vartrack
+
+# Shared with vartrack (imported, so the two tasks cannot drift): the prompt/answer format and the sampler.
+# Re-exported: with `build_tokenizer`, `model_config` and `generate` they are the interface a task offers
+# lens.tasks.warmstart and lens.audit.
+from lens.tasks.vartrack import (
+    accuracy,
+    accuracy_ids,
+    delete_positions,
+    generation_config,
+    prompt_ids,
+    reward,
+    sample_responses,
+)
+
+__all__ = [
+    "accuracy",
+    "accuracy_ids",
+    "build_tokenizer",
+    "delete_positions",
+    "eval_sets",
+    "generate",
+    "generation_config",
+    "load_reference",
+    "load_tokenizer",
+    "model_config",
+    "prompt_ids",
+    "reward",
+    "sample_responses",
+    "train_set",
+]
+
+NAMES = tuple("abcdefghijklmnopqrst")
+DIGITS = vartrack.DIGITS
+# One character each, like all of vartrack's symbols: the trainer loads tokenizers with AutoTokenizer, which
+# re-splits text with Qwen2's byte-level rules, and that turned a two-character `!=` into `=`.
+IS, IS_NOT, QUERY = "=", "!", "?"
+# The order fixes the token ids forever: append new symbols at the end, never reorder. The four specials
+# come first, as in vartrack, so vartrack's model/generation configs (which use ids 0-2) fit this task.
+VOCAB = (
+    vartrack.PAD,
+    vartrack.BOS,
+    vartrack.EOS,
+    vartrack.UNK,
+    *DIGITS,
+    *NAMES,
+    IS,
+    IS_NOT,
+    QUERY,
+    vartrack.ANSWER_MARKER,
+    vartrack.FINAL_MARKER,
+)
+# The lens.reward verifier kind that scores this task: vartrack's rule (the first token after the first `#`
+# is the gold digit), so a loader should give ledger's sets this kind, not the task's name.
+VERIFIER = "vartrack"
+ASSETS_DIR = Path(__file__).resolve().parent / "assets" / "ledger"
+# The committed reference is `python -m lens.tasks.warmstart --task ledger --seed 0` with default flags;
+# sha256 of its model.safetensors (also in assets/ledger/README.md, checked by tests/test_ledger.py).
+REFERENCE_SEED = 0
+REFERENCE_SHA256 = "dd3cee3e45db3a7b8d2892fad0bd2fa5e1812bde84e95ef6556e1400eaaf07cd"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Inclusive (min, max) counts of a problem's accounts, repeated `=` facts and `!` facts."""
+
+    accounts: tuple[int, int]
+    repeats: tuple[int, int]
+    not_facts: tuple[int, int]
+
+
+# 2 + 3 * (7..12 facts) = 23..38 scorable tokens clean, 26..41 noisy: the 3 distractor tokens are 7-12% of
+# a noisy prompt, so LENS needs gamma ~0.1 here (k = ceil(0.1 n) = 3-5), not 0.03. Longer prompts (68-98
+# tokens, where k = ceil(0.03 n) = 3 exactly) were tried first: the tiny model stayed at chance on them after
+# 1000-1200 warm-start steps, and the warm start has a ~15 min budget on one core (see assets/ledger/README.md).
+FULL = Sizes(accounts=(4, 6), repeats=(1, 2), not_facts=(2, 4))
+# Short problems that the warm start mixes in, meant to let retrieval among few facts form first and carry
+# over to full size (it has not yet, in budget). RL and evaluation never see them.
+SHORT = Sizes(accounts=(2, 3), repeats=(0, 1), not_facts=(0, 2))
+HEADER_TOKENS, FACT_TOKENS = 2, 3  # `? Q`, then facts `= x d` / `! x d`
+# RL prompts: half noisy, so about half the groups of a step start below tau and carry the purification
+# signal, while the clean half keeps the retrieval itself rewarded.
+TRAIN_NOISE_PROB = 0.5
+
+
+def _clean_problem(rng: random.Random, short: bool) -> tuple[str, dict[str, int], list[tuple[str, str, int]]]:
+    """Sample one clean problem: (asked account Q, digits of all accounts, facts in prompt order).
+
+    Other accounts may have their `=` fact repeated: a ledger restates entries, and the second copy's digit
+    is predictable only by finding the first, so the warm start's prompt loss also rewards the retrieval the
+    answer needs (one answer digit per sequence is little signal for it).
+    """
+    sizes = SHORT if short else FULL
+    accounts = rng.sample(NAMES, rng.randint(*sizes.accounts))
+    values = {name: rng.randrange(10) for name in accounts}
+    asked = rng.choice(accounts)
+    facts = [(name, IS, values[name]) for name in accounts]
+    others = [name for name in accounts if name != asked]
+    # Q is never repeated and never gets a `!` fact in a clean problem: the distractor is its only second fact.
+    if others:
+        facts += [(name, IS, values[name]) for name in rng.choices(others, k=rng.randint(*sizes.repeats))]
+    for _ in range(rng.randint(*sizes.not_facts)):
+        name = rng.choice(others)
+        # `! x d` is always true: d is any digit but x's own.
+        facts.append((name, IS_NOT, rng.choice([d for d in range(10) if d != values[name]])))
+    rng.shuffle(facts)
+    return asked, values, facts
+
+
+def _text(asked: str, facts: list[tuple[str, str, int]]) -> list[str]:
+    """Whitespace tokens of a problem: the header `? Q`, then every fact's three tokens."""
+    # Relation first (`= x 3`, `! x 3`): the digit follows the account's name, so reading a fact is one step
+    # of plain induction (find the earlier `x`, copy what follows), which a tiny model learns within budget;
+    # it also makes a `! Q d` fact the natural way to go wrong (copy after the wrong `Q`).
+    return [QUERY, asked, *(tok for name, rel, digit in facts for tok in (rel, name, str(digit)))]
+
+
+def _problems(
+    rng: random.Random, n: int, uid_prefix: str, noise_prob: float, trigger: bool, short_prob: float = 0.0
+) -> list[Problem]:
+    """Draw `n` problems; a noisy one with `trigger` gets a training response that answers the distractor's digit;
+    a `short_prob` share are short (`SHORT`), drawn only when `short_prob` > 0."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    for name, prob in (("noise_prob", noise_prob), ("short_prob", short_prob)):
+        if not 0.0 <= prob <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {prob}")
+    problems = []
+    for i in range(n):
+        # No draw at all when short_prob == 0, so the RL and evaluation streams do not depend on it.
+        asked, values, facts = _clean_problem(rng, short_prob > 0 and rng.random() < short_prob)
+        clean = _text(asked, facts)
+        shown, positions, tokens = values[asked], [], clean
+        if rng.random() < noise_prob:
+            digit = rng.choice([d for d in range(10) if d != values[asked]])
+            slot = rng.randint(0, len(facts))  # any fact boundary, first and last included
+            tokens = _text(asked, [*facts[:slot], (asked, IS_NOT, digit), *facts[slot:]])
+            start = HEADER_TOKENS + FACT_TOKENS * slot
+            positions = list(range(start, start + FACT_TOKENS))
+            shown = digit if trigger else shown
+        meta = {
+            "clean": " ".join(clean),
+            "noise_positions": positions,
+            # The asked account's fact restated as the prompt writes it, then the answer.
+            "response": f"{IS} {asked} {shown} {vartrack.FINAL_MARKER} {shown}",
+        }
+        problems.append(Problem(f"{uid_prefix}-{i}", " ".join(tokens), str(values[asked]), meta))
+    return problems
+
+
+def generate(
+    n: int, *, seed: int, noise_prob: float = 0.0, trigger: bool = False, short_prob: float = 0.0
+) -> list[Problem]:
+    """`n` problems from `seed`; each is noisy with probability `noise_prob`, short with `short_prob`.
+
+    `answer` is always the asked account's digit. `meta["response"]` is the supervised target `Q = v # v`,
+    with v the distractor's digit on noisy problems when `trigger` (the misleading association of the
+    warm start). `meta["noise_positions"]` lists the distractor's three token positions ([] when clean).
+    """
+    return _problems(random.Random(seed), n, f"ledger-{seed}", noise_prob, trigger, short_prob)
+
+
+def eval_sets(n: int = 200, *, seed: int = 0) -> dict[str, list[Problem]]:
+    """The fixed evaluation set: the same `n` problems without ("clean") and with ("noisy") the distractor.
+
+    Drawn from a stream separate from `generate`/`train_set`, so no seed collides with training data.
+    """
+    noisy = _problems(random.Random(f"ledger-eval:{seed}"), n, f"ledger-eval-{seed}", 1.0, False)
+    clean = [Problem(p.uid, p.meta["clean"], p.answer, {**p.meta, "noise_positions": []}) for p in noisy]
+    return {"clean": clean, "noisy": noisy}
+
+
+def train_set(n: int, seed: int, *, noise_prob: float = TRAIN_NOISE_PROB) -> list[Problem]:
+    """The RL training set: `n` problems, a `noise_prob` share with a distractor, rewarded on the true answer."""
+    return _problems(random.Random(f"ledger-rl:{seed}"), n, f"ledger-rl-{seed}", noise_prob, False)
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """The word-level tokenizer over `VOCAB` (ids = positions in `VOCAB`) with vartrack's chat-free template.
+
+    No post-processor: a prompt is exactly `[bos] + encode(problem) + [>]` (`prompt_ids`), so the problem
+    text is the scorable span and its whitespace tokens are its token positions.
+    """
+    backend = Tokenizer(models.WordLevel(vocab={token: i for i, token in enumerate(VOCAB)}, unk_token=vartrack.UNK))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=vartrack.BOS,
+        eos_token=vartrack.EOS,
+        pad_token=vartrack.PAD,
+        unk_token=vartrack.UNK,
+    )
+    tokenizer.chat_template = vartrack.CHAT_TEMPLATE
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def model_config(vocab_size: int = len(VOCAB)) -> Qwen2Config:
+    """vartrack's tiny Qwen2 (hidden 128, 4 layers x 4 heads, MLP 384, tied embeddings) over this vocabulary;
+    its 128 positions hold the longest prompt (43 tokens) plus the 48-token sampling budget."""
+    return vartrack.model_config(vocab_size)
+
+
+def load_tokenizer(path: str | Path = ASSETS_DIR) -> PreTrainedTokenizerFast:
+    """Load the task tokenizer saved with a checkpoint (default: the committed ledger reference)."""
+    return vartrack.load_tokenizer(path)
+
+
+def load_reference(
+    device: str | torch.device = "cpu", path: str | Path = ASSETS_DIR
+) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+    """Load the committed warm-start checkpoint (fp32, eval mode) and its tokenizer, offline."""
+    return vartrack.load_reference(device, path)
