@@ -514,7 +514,7 @@ def load_sets(
         raise ValueError(f"load_sets: role={role!r}: expected train or eval")
     if source in tasks.NAMES:
         built = tasks.problem_sets(source, role=role, limit=limit, seed=seed)
-        sets = [ProblemSet(name, source, "{problem}", problems) for name, problems in built.items()]
+        sets = [ProblemSet(name, tasks.verifier(source), "{problem}", problems) for name, problems in built.items()]
     elif source in BENCHMARKS:
         sets = [load_benchmark(source, data_dir, limit=limit)]
     else:

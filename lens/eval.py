@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from lens import answers, data, reward
+from lens import answers, data, reward, tasks
 from lens.reward import REASONS, Verifier
 from lens.rollout import Engine, SamplingParams, make_engine
 
@@ -248,7 +248,7 @@ EvalSet = data.ProblemSet  # problems of one reported set, their verifier kind a
 def known_benchmarks() -> list[str]:
     """Names `--benchmarks` accepts: the named sets (evaluation sets first) and the built-in task."""
     by_role = sorted(data.BENCHMARKS.values(), key=lambda s: s.role != "eval")
-    return [spec.name for spec in by_role] + [VARTRACK]
+    return [spec.name for spec in by_role] + list(tasks.NAMES)
 
 
 def parse_benchmarks(text: str) -> list[str]:
@@ -269,9 +269,9 @@ def load_eval_sets(
 ) -> list[EvalSet]:
     """The sets of one benchmark (lens.data.load_sets): a named set, a file, a hub set, or the built-in task's
     clean and noisy sets, named `vartrack_clean`/`vartrack_noisy` and drawn from `seed` (default 200 each)."""
-    if name == VARTRACK:
+    if name in tasks.NAMES:
         sets = data.load_sets(name, limit=limit or VARTRACK_DEFAULT_SIZE, seed=seed)
-        return [EvalSet(f"{VARTRACK}_{s.name}", s.kind, s.prompt, s.problems) for s in sets]
+        return [EvalSet(f"{name}_{s.name}", s.kind, s.prompt, s.problems) for s in sets]
     try:
         return data.load_sets(name, limit=limit, seed=seed, data_dir=data_dir)
     except FileNotFoundError as e:  # the CLI reports user errors (ValueError) as one line

@@ -313,3 +313,15 @@ def test_warmstart_is_deterministic_bit_for_bit(tmp_path: Path) -> None:
 def test_warmstart_regenerates_the_committed_checkpoint(tmp_path: Path) -> None:
     # Bit-for-bit equality holds on the same CPU kind and torch build as the committed run (see README).
     assert run_warmstart(tmp_path / "ref", "--seed", str(ledger.REFERENCE_SEED)) == ledger.REFERENCE_SHA256
+
+
+def test_every_entry_point_accepts_the_task_by_name():
+    from lens import data
+    from lens import eval as ev
+
+    clean, noisy = data.load_sets("ledger", limit=3)
+    assert (clean.kind, noisy.kind) == ("vartrack", "vartrack")  # scored by its VERIFIER, not a kind named ledger
+    (train,) = data.load_sets("ledger", role="train", limit=5)
+    assert len(train.problems) == 5
+    assert "ledger" in ev.known_benchmarks()
+    assert [s.name for s in ev.load_eval_sets("ledger", limit=2)] == ["ledger_clean", "ledger_noisy"]

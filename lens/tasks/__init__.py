@@ -1,4 +1,5 @@
-"""Built-in verifiable tasks, by name. `vartrack` is the synthetic CPU task of the default run.
+"""Built-in verifiable tasks, by name. `vartrack` is the synthetic CPU task of the default run; `ledger`
+(natural-looking distractors, issue 19) is experimental: its committed reference has not learned the task yet.
 
 `problem_sets(name, role=..., limit=..., seed=...)` is how `lens.data.load_sets` reads a task: the task module
 is imported only then (it pulls in transformers).
@@ -23,3 +24,8 @@ def problem_sets(name: str, *, role: str, limit: int | None, seed: int) -> dict[
     task = importlib.import_module(f"lens.tasks.{name}")
     n = limit or DEFAULT_SIZE[role]
     return {"train": task.train_set(n, seed)} if role == "train" else task.eval_sets(n, seed=seed)
+
+
+def verifier(name: str) -> str:
+    """The verifier kind that scores a task's answers (a task module may name one as VERIFIER)."""
+    return getattr(importlib.import_module(f"lens.tasks.{name}"), "VERIFIER", name)
