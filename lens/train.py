@@ -278,6 +278,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if args.dry_run:
         preflight.print_summary(preflight.dry_run(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1"))))
         return {}
+    # The handlers go in before setup: a stop that arrives while models load or the first evaluation runs is
+    # honoured after the first step (with a checkpoint) instead of killing one rank and stranding the others.
+    with dist.StopFlag() as stop:
+        return train(cfg, stop)
+
+
+def train(cfg: Config, stop: dist.StopFlag) -> dict[str, float]:
+    """The run: setup, the evaluation before training, the loop, the summary -> the last step's metrics."""
     run, eval_sets, eval_verifiers, start = setup(cfg)
     rank0 = run.rank == 0
     if rank0:
@@ -296,27 +304,26 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         log.log(0, first_eval)  # step 0: the model before training, the start of every curve
     last: dict[str, float] = dict(first_eval)
     progress = metrics.Progress(cfg.optim.steps, initial=start, enabled=rank0)
-    with dist.StopFlag() as stop:
-        for step in range(start, cfg.optim.steps):
-            run.timer.reset()
-            stats: dict[str, float] = {}
-            with run.timer("step"):
-                sg = run.method.sample(run, step, stats)
-                upd = update(run, sg)
-                sync_weights(run)
-            run.method.after_step(stats)
-            last = step_metrics(run, sg, stats, upd)
-            done = step + 1
-            if cfg.data.eval_every and (done % cfg.data.eval_every == 0 or done == cfg.optim.steps) and eval_sets:
-                last.update(run_eval(run, eval_sets, eval_verifiers))
-            log.log(done, last)
-            progress.update(done, last)
-            stopping = stop.should_stop()  # collective: every rank stops after the same step
-            if (cfg.checkpoint.every and done % cfg.checkpoint.every == 0) or done == cfg.optim.steps or stopping:
-                save(run, done)
-            if stopping:
-                progress.write(f"stopped by signal after step {done}; resume with --resume auto")
-                break
+    for step in range(start, cfg.optim.steps):
+        run.timer.reset()
+        stats: dict[str, float] = {}
+        with run.timer("step"):
+            sg = run.method.sample(run, step, stats)
+            upd = update(run, sg)
+            sync_weights(run)
+        run.method.after_step(stats)
+        last = step_metrics(run, sg, stats, upd)
+        done = step + 1
+        if cfg.data.eval_every and (done % cfg.data.eval_every == 0 or done == cfg.optim.steps) and eval_sets:
+            last.update(run_eval(run, eval_sets, eval_verifiers))
+        log.log(done, last)
+        progress.update(done, last)
+        stopping = stop.should_stop()  # collective: every rank stops after the same step
+        if (cfg.checkpoint.every and done % cfg.checkpoint.every == 0) or done == cfg.optim.steps or stopping:
+            save(run, done)
+        if stopping:
+            progress.write(f"stopped by signal after step {done}; resume with --resume auto")
+            break
     progress.close()
     log.close()
     for verifier in (run.verifier, *eval_verifiers.values()):
