@@ -142,18 +142,10 @@ def commit() -> str:
 
 
 def train_step(run: Any, step: int) -> dict[str, Any]:
-    """One training step of `run` as lens.train.main's loop takes it (sample, update, weight sync, the
-    method's after-step), without evaluation or checkpoint -> its metrics row, reduced over ranks."""
+    """One training step of `run`, the trainer's own (`lens.train.train_step`) -> its metrics row."""
     from lens import train
 
-    run.timer.reset()
-    stats: dict[str, float] = {}
-    with run.timer("step"):
-        sg = run.method.sample(run, step, stats)
-        upd = train.update(run, sg)
-        train.sync_weights(run)
-    run.method.after_step(stats)
-    return {"step": step + 1, **train.step_metrics(run, sg, stats, upd)}
+    return {"step": step + 1, **train.train_step(run, step)}
 
 
 def run_interleaved(args: argparse.Namespace, root: Path) -> dict[str, list[dict[str, Any]]]:

@@ -284,6 +284,19 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         return train(cfg, stop)
 
 
+def train_step(run: Run, step: int) -> dict[str, float]:
+    """One step (the method's sampling and groups, the update, the weight sync, the method's after-step)
+    -> its metrics, reduced over ranks. Evaluation and checkpoints are the loop's."""
+    run.timer.reset()
+    stats: dict[str, float] = {}
+    with run.timer("step"):
+        sg = run.method.sample(run, step, stats)
+        upd = update(run, sg)
+        sync_weights(run)
+    run.method.after_step(stats)
+    return step_metrics(run, sg, stats, upd)
+
+
 def train(cfg: Config, stop: dist.StopFlag) -> dict[str, float]:
     """The run: setup, the evaluation before training, the loop, the summary -> the last step's metrics."""
     run, eval_sets, eval_verifiers, start = setup(cfg)
@@ -305,14 +318,7 @@ def train(cfg: Config, stop: dist.StopFlag) -> dict[str, float]:
     last: dict[str, float] = dict(first_eval)
     progress = metrics.Progress(cfg.optim.steps, initial=start, enabled=rank0)
     for step in range(start, cfg.optim.steps):
-        run.timer.reset()
-        stats: dict[str, float] = {}
-        with run.timer("step"):
-            sg = run.method.sample(run, step, stats)
-            upd = update(run, sg)
-            sync_weights(run)
-        run.method.after_step(stats)
-        last = step_metrics(run, sg, stats, upd)
+        last = train_step(run, step)
         done = step + 1
         if cfg.data.eval_every and (done % cfg.data.eval_every == 0 or done == cfg.optim.steps) and eval_sets:
             last.update(run_eval(run, eval_sets, eval_verifiers))

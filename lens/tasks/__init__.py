@@ -29,3 +29,10 @@ def problem_sets(name: str, *, role: str, limit: int | None, seed: int) -> dict[
 def verifier(name: str) -> str:
     """The verifier kind that scores a task's answers (a task module may name one as VERIFIER)."""
     return getattr(importlib.import_module(f"lens.tasks.{name}"), "VERIFIER", name)
+
+
+def clean_and_noisy(noisy: list[Problem]) -> dict[str, list[Problem]]:
+    """A task's evaluation sets: its noisy problems and their clean twins (same uids, distractors removed), so
+    the two accuracies compare the same problems."""
+    clean = [Problem(p.uid, p.meta["clean"], p.answer, {**p.meta, "noise_positions": []}) for p in noisy]
+    return {"clean": clean, "noisy": noisy}

@@ -42,7 +42,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config
 
 from lens.data import Problem
-from lens.tasks import vartrack
+from lens.tasks import clean_and_noisy, vartrack
 
 # Shared with vartrack (imported, so the two tasks cannot drift): the prompt/answer format and the sampler.
 # Re-exported: with `build_tokenizer`, `model_config` and `generate` they are the interface a task offers
@@ -209,9 +209,7 @@ def eval_sets(n: int = 200, *, seed: int = 0) -> dict[str, list[Problem]]:
 
     Drawn from a stream separate from `generate`/`train_set`, so no seed collides with training data.
     """
-    noisy = _problems(random.Random(f"ledger-eval:{seed}"), n, f"ledger-eval-{seed}", 1.0, False)
-    clean = [Problem(p.uid, p.meta["clean"], p.answer, {**p.meta, "noise_positions": []}) for p in noisy]
-    return {"clean": clean, "noisy": noisy}
+    return clean_and_noisy(_problems(random.Random(f"ledger-eval:{seed}"), n, f"ledger-eval-{seed}", 1.0, False))
 
 
 def train_set(n: int, seed: int, *, noise_prob: float = TRAIN_NOISE_PROB) -> list[Problem]:

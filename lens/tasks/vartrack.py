@@ -35,6 +35,7 @@ from transformers import (
 
 from lens.data import Problem
 from lens.reward import verify_vartrack
+from lens.tasks import clean_and_noisy
 
 VARIABLES = tuple("abcdefghij")
 DIGITS = tuple("0123456789")
@@ -120,9 +121,7 @@ def eval_sets(n: int = 200, *, seed: int = 0) -> dict[str, list[Problem]]:
 
     Drawn from a stream separate from `generate`/`train_set`, so no seed collides with training data.
     """
-    noisy = _problems(random.Random(f"vartrack-eval:{seed}"), n, f"vartrack-eval-{seed}", 1.0, False)
-    clean = [Problem(p.uid, p.meta["clean"], p.answer, {**p.meta, "noise_positions": []}) for p in noisy]
-    return {"clean": clean, "noisy": noisy}
+    return clean_and_noisy(_problems(random.Random(f"vartrack-eval:{seed}"), n, f"vartrack-eval-{seed}", 1.0, False))
 
 
 def train_set(n: int, seed: int, *, noise_prob: float = TRAIN_NOISE_PROB) -> list[Problem]:
