@@ -1,22 +1,30 @@
-"""The LENS study on the built-in task: every method over several seeds, one table, the report figures.
+"""The LENS study: every method x paired seeds x both built-in tasks; curves, AUC and paired differences vs GRPO.
 
-    python bench/study.py                                   # 7 methods x 5 seeds, 2 at a time (~42 min, 2 cores)
-    python bench/study.py --jobs 1                          # one run at a time, with every core
-    python bench/study.py --methods grpo,lens --seeds 0,1   # a subset
-    python bench/study.py --table-only                      # re-aggregate the runs already on disk
+    python bench/study.py                                        # 8 methods x 10 seeds x 2 tasks, 2 runs at a time
+    python bench/study.py --tasks ledger --seeds 0,1,2           # a subset
+    python bench/study.py --methods grpo,lens --jobs 1           # one run at a time, with every core
+    python bench/study.py --table-only                           # re-aggregate the runs already on disk
 
-Each run is `python -m lens.train --config configs/cpu_default.yaml` with the method's overrides, a seed
-and its own run dir under --runs (a finished run is not rerun). The table (bench/results/study.md and
-study.json) gives mean and standard error over seeds of the noisy/clean evaluation accuracy at steps
-10/20/30/40, the first step reaching GRPO's best noisy accuracy (mean over GRPO seeds of each seed's
-best), the zero-success groups per step, the LENS counters and wall time; `python -m lens.report`
-draws the figures from the same run dirs. The 35 runs take 4,880 s of run time on two cores (DAPO's refills
-and grpo_ext's 16 rollouts cost 2-3x a GRPO run); `--seeds 0,1,2` keeps it near 25 minutes.
+Each run is `python -m lens.train` on the task's preset (`TASKS`) with the method's overrides (`METHODS`),
+`STUDY_STEPS` steps and an evaluation every `EVAL_EVERY` steps, in its own run dir under --runs (a finished
+run is not rerun). Seeds are paired: a seed fixes the data order, the rollout sampling streams and the
+evaluation samples (lens.train's seed rule), so method A and GRPO at seed s see the same prompts in the
+same order and are graded on the same draws, and the paired difference removes that shared variance.
+
+Per task and method (bench/results/study_<task>.md, study.json, study_<task>.png): noisy and clean accuracy
+curves with 95 % t-intervals over seeds; the area under the noisy curve (trapezoids over the evaluated steps,
+divided by the horizon: the mean accuracy over training); the first step reaching GRPO's best (mean over GRPO
+seeds of each seed's best noisy accuracy); paired differences against GRPO with 95 % intervals; and two
+compute-matched views, since methods generate different numbers of rollouts per step: the noisy accuracy each
+run had when it had generated as many rollouts as GRPO does in the whole run, and when it had spent GRPO's
+training time (`time/step` summed; evaluation and start-up excluded), both linearly interpolated between
+evaluations.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -25,43 +33,61 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+# The task's preset as overrides of configs/cpu_default.yaml (vartrack). ledger's distractor is 3 of its 26-41
+# scorable tokens, so deleting it takes gamma ~0.1 (lens/tasks/ledger.py, "Sizes").
+TASKS: dict[str, list[str]] = {
+    "vartrack": [],
+    "ledger": ["model.path=lens/tasks/assets/ledger", "data.train=ledger", "data.eval=[ledger]", "algorithm.gamma=0.1"],
+}
 METHODS: dict[str, list[str]] = {
     "grpo": ["algorithm.name=grpo"],
     "grpo_ext": ["algorithm.name=grpo_ext"],
-    # The warm start answers nearly every clean prompt right, so few groups have reward variance: DAPO's
-    # dynamic sampling needs bigger and more generation batches than the defaults to fill 16 groups.
+    # Few groups of the warm starts have reward variance: DAPO's dynamic sampling needs bigger and more
+    # generation batches than the defaults to fill 16 groups.
     "dapo": ["algorithm.name=dapo", "algorithm.dapo.gen_batch_size=32", "algorithm.dapo.max_gen_batches=40"],
     "lens": ["algorithm.name=lens"],
     "resample": ["algorithm.name=resample"],
     "random_prune": ["algorithm.name=random_prune"],
-    "surprisal": ["algorithm.name=lens", "algorithm.scorer=surprisal"],
+    "lens_surprisal": ["algorithm.name=lens", "algorithm.scorer=surprisal"],
+    "lens_keep_failure": ["algorithm.name=lens", "algorithm.replace=keep_failure"],
 }
-EVAL_STEPS = (10, 20, 30, 40)
+STUDY_STEPS, EVAL_EVERY = 20, 2
+# Evaluation: the built-in tasks' 64 held-out problems per set x 4 samples (data.eval_n), 11 times a run.
+COMMON = [
+    f"optim.steps={STUDY_STEPS}",
+    f"data.eval_every={EVAL_EVERY}",
+    "logging.tensorboard=false",
+    "checkpoint.every=0",
+]
 COUNTERS = ("lens/below_tau", "lens/purified", "lens/guard_passes", "lens/rollouts_replaced", "lens/tokens_deleted")
+# Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (beyond: the normal 1.960).
+T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131)
+T95 += (2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
-def run_one(method: str, seed: int, runs: Path, threads: int | None = None) -> Path:
-    """Train one (method, seed) unless it already finished; returns the run dir.
+def run_one(task: str, method: str, seed: int, runs: Path, threads: int | None = None) -> Path:
+    """Train one (task, method, seed) unless it already finished; returns the run dir.
 
     threads: torch's intra-op threads for this run (OMP_NUM_THREADS); None keeps the environment's.
     """
-    run_dir = runs / f"{method}_s{seed}"
+    run_dir = runs / task / f"{method}_s{seed}"
     if (run_dir / "wall_s.txt").exists():
         return run_dir
     shutil.rmtree(run_dir, ignore_errors=True)  # a failed or cut-off attempt starts over
-    cmd = [sys.executable, "-m", "lens.train", "--config", "configs/cpu_default.yaml", *METHODS[method]]
-    cmd += [f"seed={seed}", f"run_dir={run_dir}", "logging.tensorboard=false", "checkpoint.every=0"]
+    cmd = [sys.executable, "-m", "lens.train", "--config", "configs/cpu_default.yaml", *TASKS[task], *METHODS[method]]
+    cmd += [*COMMON, f"seed={seed}", f"run_dir={run_dir}"]
     env = dict(os.environ) if threads is None else {**os.environ, "OMP_NUM_THREADS": str(threads)}
     start = time.monotonic()
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
     if done.returncode != 0:
-        raise RuntimeError(f"study: {method} seed {seed} failed:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"study: {task} {method} seed {seed} failed:\n{done.stderr[-3000:]}")
     (run_dir / "wall_s.txt").write_text(f"{time.monotonic() - start:.1f}\n")
     return run_dir
 
@@ -78,114 +104,271 @@ def read_rows(run_dir: Path) -> dict[int, dict[str, float]]:
     return rows
 
 
-def mean_se(values: list[float]) -> tuple[float, float]:
-    """Mean and standard error of the mean (0 for one value); NaN for none."""
+def ci95(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and half-width of its 95 % t-interval (0 for one value); NaN for none."""
     if not values:
         return math.nan, math.nan
-    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
-    return statistics.fmean(values), se
+    if len(values) == 1:
+        return float(values[0]), 0.0
+    df = len(values) - 1
+    t = T95[df - 1] if df <= len(T95) else 1.960
+    return statistics.fmean(values), t * statistics.stdev(values) / math.sqrt(len(values))
 
 
-def first_reach(rows: dict[int, dict[str, float]], key: str, target: float) -> int | None:
-    """First evaluated step whose `key` is >= target (None: never)."""
-    return next((s for s in sorted(rows) if rows[s].get(key) is not None and rows[s][key] >= target), None)
+def auc(curve: dict[int, float], horizon: int) -> float:
+    """Trapezoid area under {step: accuracy} over [0, horizon] divided by horizon: the mean accuracy."""
+    steps = sorted(s for s in curve if s <= horizon)
+    if not steps or steps[0] != 0 or steps[-1] != horizon:
+        raise ValueError(f"curve must be evaluated at steps 0 and {horizon}, has {steps}")
+    area = sum((b - a) * (curve[a] + curve[b]) / 2 for a, b in itertools.pairwise(steps))
+    return area / horizon
+
+
+def at_budget(xs: Sequence[float], ys: Sequence[float], budget: float) -> float:
+    """y linearly interpolated at x = budget on increasing xs; the last y when the budget is beyond them."""
+    if budget >= xs[-1]:
+        return ys[-1]
+    i = next(i for i, x in enumerate(xs) if x >= budget)
+    if i == 0:
+        return ys[0]
+    frac = (budget - xs[i - 1]) / (xs[i] - xs[i - 1])
+    return ys[i - 1] + frac * (ys[i] - ys[i - 1])
+
+
+def first_reach(curve: dict[int, float], target: float) -> int | None:
+    """First evaluated step whose accuracy is >= target (None: never)."""
+    return next((s for s in sorted(curve) if curve[s] >= target), None)
 
 
 def rollouts(row: dict[str, float], m: int) -> float:
     """Responses generated in one step: every rewarded first-sampling response (the reward/<reason> counts,
-    DAPO's discarded groups included) plus m per prompt sampled a second time (LENS, resample)."""
+    DAPO's discarded groups included) plus m per prompt sampled a second time (LENS, resample, pruning)."""
     first = sum(v for k, v in row.items() if k.startswith("reward/") and k != "reward/mean")
     return first + m * row.get("lens/purified", 0.0)
 
 
-def run_summary(rows: dict[int, dict[str, float]], batch_size: int, m: int) -> dict[str, float]:
-    """Per-run figures: eval accuracy at the eval steps, zero-success groups per step, rollouts per step (the
-    compute a method spends), mean counters. m: the run's rollouts per prompt."""
-    train = [r for s, r in rows.items() if s > 0]
-    out = {f"{k}@{s}": rows.get(s, {}).get(k, math.nan) for s in EVAL_STEPS for k in ("eval/noisy", "eval/clean")}
-    out["zero_success_groups"] = statistics.fmean(r["bins/failure"] * batch_size for r in train)
-    out["rollouts_per_step"] = statistics.fmean(rollouts(r, m) for r in train)
-    out.update({c: statistics.fmean(r.get(c, 0.0) for r in train) for c in COUNTERS})
-    out["step_s"] = statistics.fmean(r["time/step"] for r in train)
+def run_summary(rows: dict[int, dict[str, float]], m: int) -> dict:
+    """One run's curves and figures: noisy/clean accuracy per evaluated step, the cumulative rollouts and
+    training seconds at those steps, AUCs, final and best accuracy, per-step costs and mean counters."""
+    evaluated = sorted(s for s, r in rows.items() if "eval/noisy" in r)
+    steps = sorted(s for s in rows if s > 0)
+    spent, seconds, cum = 0.0, 0.0, {0: (0.0, 0.0)}
+    for s in steps:
+        spent, seconds = spent + rollouts(rows[s], m), seconds + rows[s]["time/step"]
+        cum[s] = (spent, seconds)
+    noisy = {s: rows[s]["eval/noisy"] for s in evaluated}
+    clean = {s: rows[s]["eval/clean"] for s in evaluated}
+    horizon = evaluated[-1]
+    train = [rows[s] for s in steps]
+    return {
+        "noisy": noisy,
+        "clean": clean,
+        "rollouts": {s: cum[s][0] for s in evaluated},
+        "seconds": {s: cum[s][1] for s in evaluated},
+        "auc_noisy": auc(noisy, horizon),
+        "auc_clean": auc(clean, horizon),
+        "final_noisy": noisy[horizon],
+        "final_clean": clean[horizon],
+        "best_noisy": max(noisy.values()),
+        "rollouts_per_step": spent / len(steps),
+        "step_s": seconds / len(steps),
+        **{c: statistics.fmean(r.get(c, 0.0) for r in train) for c in COUNTERS},
+    }
+
+
+def load_runs(runs: Path, task: str, methods: Sequence[str], seeds: Sequence[int]) -> dict[str, dict[int, dict]]:
+    """{method: {seed: run_summary}} of the finished runs of one task."""
+    out: dict[str, dict[int, dict]] = {}
+    for method in methods:
+        for seed in seeds:
+            d = runs / task / f"{method}_s{seed}"
+            if (d / "wall_s.txt").exists():
+                m = yaml.safe_load((d / "config.yaml").read_text())["algorithm"]["m"]
+                out.setdefault(method, {})[seed] = {
+                    **run_summary(read_rows(d), m),
+                    "wall_s": float((d / "wall_s.txt").read_text()),
+                }
     return out
 
 
-def table(runs: Path, methods: list[str], seeds: list[int], batch_size: int = 16) -> dict[str, dict]:
-    """Aggregate over seeds -> {method: {figure: [mean, se], "seeds": n}}; steps to GRPO's peak included."""
-    per: dict[str, list[tuple[dict, dict, float]]] = {}
-    for m in methods:
-        for s in seeds:
-            d = runs / f"{m}_s{s}"
-            if (d / "wall_s.txt").exists():
-                rows = read_rows(d)
-                wall = float((d / "wall_s.txt").read_text())
-                group = yaml.safe_load((d / "config.yaml").read_text())["algorithm"]["m"]
-                per.setdefault(m, []).append((rows, run_summary(rows, batch_size, group), wall))
-    grpo_peak = None
-    if "grpo" in per:
-        grpo_peak = statistics.fmean(max(r.get("eval/noisy", -1) for r in rows.values()) for rows, _, _ in per["grpo"])
+def compute_matched(run: dict, rollout_budget: float, second_budget: float) -> tuple[float, float]:
+    """A run's noisy accuracy at GRPO's rollout budget and at GRPO's training seconds."""
+    steps = sorted(run["noisy"])
+    ys = [run["noisy"][s] for s in steps]
+    by_rollouts = at_budget([run["rollouts"][s] for s in steps], ys, rollout_budget)
+    return by_rollouts, at_budget([run["seconds"][s] for s in steps], ys, second_budget)
+
+
+def task_table(per: dict[str, dict[int, dict]]) -> dict:
+    """Aggregate one task's runs -> {"grpo_best", "budgets", "methods": {method: figures}}.
+
+    Figures are (mean, 95 % half-width) over seeds; "diff_*" are paired differences method - GRPO over the
+    seeds both finished; curves are per evaluated step.
+    """
+    grpo = per.get("grpo", {})
+    grpo_best = statistics.fmean(r["best_noisy"] for r in grpo.values()) if grpo else None
+    rollout_budget = statistics.fmean(r["rollouts"][max(r["rollouts"])] for r in grpo.values()) if grpo else None
+    second_budget = statistics.fmean(r["seconds"][max(r["seconds"])] for r in grpo.values()) if grpo else None
     out: dict[str, dict] = {}
-    for m, items in per.items():
-        keys = items[0][1].keys()
-        entry = {k: mean_se([summary[k] for _, summary, _ in items]) for k in keys}
-        entry["wall_s"] = mean_se([wall for _, _, wall in items])
-        if grpo_peak is not None:
-            reach = [first_reach(rows, "eval/noisy", grpo_peak) for rows, _, _ in items]
-            entry["reached_grpo_peak"] = sum(r is not None for r in reach)
-            entry["steps_to_grpo_peak"] = mean_se([float(r) for r in reach if r is not None])
-        entry["seeds"] = len(items)
-        out[m] = entry
-    return {"grpo_peak_noisy": grpo_peak, "methods": out}
+    for method, by_seed in per.items():
+        runs = list(by_seed.values())
+        entry: dict = {"seeds": sorted(by_seed)}
+        for key in ("auc_noisy", "auc_clean", "final_noisy", "final_clean", "rollouts_per_step", "step_s", "wall_s"):
+            entry[key] = ci95([r[key] for r in runs])
+        entry.update({c: ci95([r[c] for r in runs]) for c in COUNTERS})
+        steps = sorted(set.intersection(*(set(r["noisy"]) for r in runs)))
+        entry["curve_noisy"] = {s: ci95([r["noisy"][s] for r in runs]) for s in steps}
+        entry["curve_clean"] = {s: ci95([r["clean"][s] for r in runs]) for s in steps}
+        entry["curve_rollouts"] = {s: statistics.fmean(r["rollouts"][s] for r in runs) for s in steps}
+        entry["curve_seconds"] = {s: statistics.fmean(r["seconds"][s] for r in runs) for s in steps}
+        if grpo:
+            matched = {seed: compute_matched(r, rollout_budget, second_budget) for seed, r in by_seed.items()}
+            entry["at_grpo_rollouts"] = ci95([v[0] for v in matched.values()])
+            entry["at_grpo_seconds"] = ci95([v[1] for v in matched.values()])
+            reach = [first_reach(r["noisy"], grpo_best) for r in runs]
+            entry["reached_grpo_best"] = sum(r is not None for r in reach)
+            entry["steps_to_grpo_best"] = ci95([float(r) for r in reach if r is not None])
+            paired = sorted(set(by_seed) & set(grpo))
+            entry["paired_seeds"] = len(paired)
+            for key in ("auc_noisy", "auc_clean", "final_noisy"):
+                entry[f"diff_{key}"] = ci95([by_seed[s][key] - grpo[s][key] for s in paired])
+            entry["diff_at_grpo_rollouts"] = ci95([matched[s][0] - grpo[s]["final_noisy"] for s in paired])
+            entry["diff_at_grpo_seconds"] = ci95([matched[s][1] - grpo[s]["final_noisy"] for s in paired])
+        out[method] = entry
+    budgets = {"rollouts": rollout_budget, "seconds": second_budget}
+    return {"grpo_best_noisy": grpo_best, "budgets": budgets, "methods": out}
 
 
-def markdown(result: dict) -> str:
-    """The study table as Markdown: mean ± s.e. over seeds."""
+def pm(v: tuple[float, float], digits: int = 3) -> str:
+    """'mean ± half-width', or '—' for no value."""
+    return "—" if math.isnan(v[0]) else f"{v[0]:.{digits}f} ± {v[1]:.{digits}f}"
 
-    def pm(v: tuple[float, float]) -> str:
-        return "—" if math.isnan(v[0]) else f"{v[0]:.3f} ± {v[1]:.3f}"
 
-    cols = [f"eval/noisy@{s}" for s in EVAL_STEPS] + ["eval/clean@40", "steps_to_grpo_peak", "zero_success_groups"]
-    cols.append("rollouts_per_step")
-    cols += [*COUNTERS, "step_s", "wall_s"]
+def signed(v: tuple[float, float]) -> str:
+    """A paired difference with its interval, marked * when the interval excludes 0."""
+    if math.isnan(v[0]):
+        return "—"
+    star = "*" if abs(v[0]) > v[1] else ""
+    return f"{v[0]:+.3f} ± {v[1]:.3f}{star}"
+
+
+def markdown(task: str, result: dict) -> str:
+    """One task's tables: the summary with paired differences, then the noisy-accuracy curves."""
+    methods = result["methods"]
+    b = result["budgets"]
     lines = [
-        f"GRPO peak noisy accuracy (mean over GRPO seeds of each seed's best): {result['grpo_peak_noisy']}",
+        f"# Study: `{task}`, {STUDY_STEPS} steps, evaluation every {EVAL_EVERY} steps",
         "",
-        "| method | seeds | " + " | ".join(cols) + " |",
-        "|---|---|" + "---|" * len(cols),
+        "Mean ± 95 % t-interval over seeds; Δ = paired difference method − GRPO (same seed), * when its interval",
+        "excludes 0. AUC: mean noisy (clean) accuracy over the run (trapezoids over the evaluated steps).",
+        f"GRPO's best noisy accuracy (mean over GRPO seeds of each seed's best): {result['grpo_best_noisy']:.3f}.",
+        f"Compute-matched: noisy accuracy at GRPO's rollouts ({b['rollouts']:.0f}) and at GRPO's training seconds"
+        f" ({b['seconds']:.1f} s of `time/step`), interpolated between evaluations; Δ against GRPO's final.",
+        "",
+        "| method | seeds | noisy AUC | Δ noisy AUC | clean AUC | Δ clean AUC | final noisy | Δ final noisy"
+        " | steps to GRPO best | at GRPO rollouts | Δ | at GRPO seconds | Δ | rollouts/step | s/step |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for m, e in result["methods"].items():
-        cells = []
-        for c in cols:
-            if c == "steps_to_grpo_peak" and c in e:
-                cells.append(f"{pm(e[c])} ({e['reached_grpo_peak']}/{e['seeds']} reached)")
-            else:
-                cells.append(pm(e[c]) if c in e else "—")
-        lines.append(f"| {m} | {e['seeds']} | " + " | ".join(cells) + " |")
+    for name, e in methods.items():
+        reach = f"{pm(e['steps_to_grpo_best'], 1)} ({e['reached_grpo_best']}/{len(e['seeds'])})"
+        cells = [
+            str(len(e["seeds"])),
+            pm(e["auc_noisy"]),
+            signed(e["diff_auc_noisy"]),
+            pm(e["auc_clean"]),
+            signed(e["diff_auc_clean"]),
+            pm(e["final_noisy"]),
+            signed(e["diff_final_noisy"]),
+            reach,
+            pm(e["at_grpo_rollouts"]),
+            signed(e["diff_at_grpo_rollouts"]),
+            pm(e["at_grpo_seconds"]),
+            signed(e["diff_at_grpo_seconds"]),
+            f"{e['rollouts_per_step'][0]:.0f}",
+            f"{e['step_s'][0]:.2f}",
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    steps = sorted(next(iter(methods.values()))["curve_noisy"])
+    lines += ["", "Noisy accuracy per evaluated step:", ""]
+    lines += ["| method | " + " | ".join(str(s) for s in steps) + " |", "|---|" + "---|" * len(steps)]
+    for name, e in methods.items():
+        lines.append(f"| {name} | " + " | ".join(pm(e["curve_noisy"].get(s, (math.nan, 0)), 2) for s in steps) + " |")
+    lines += ["", "LENS counters per step (mean ± 95 %):", "", "| method | " + " | ".join(COUNTERS) + " |"]
+    lines.append("|---|" + "---|" * len(COUNTERS))
+    for name, e in methods.items():
+        lines.append(f"| {name} | " + " | ".join(pm(e[c], 2) for c in COUNTERS) + " |")
     return "\n".join(lines) + "\n"
 
 
-def train_all(methods: list[str], seeds: list[int], runs: Path, jobs: int) -> list[str]:
-    """Every (method, seed) run, `jobs` at a time, seed-major so a cut-short study still compares every method.
-    A failed run does not stop the others; returns one message per failure."""
+def figure(task: str, result: dict, path: Path) -> None:
+    """Noisy accuracy (mean and 95 % band) against steps, rollouts generated and training seconds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5), sharey=True)
+    for name, e in result["methods"].items():
+        steps = sorted(e["curve_noisy"])
+        mean = [e["curve_noisy"][s][0] for s in steps]
+        lo = [e["curve_noisy"][s][0] - e["curve_noisy"][s][1] for s in steps]
+        hi = [e["curve_noisy"][s][0] + e["curve_noisy"][s][1] for s in steps]
+        xs_of = (steps, [e["curve_rollouts"][s] for s in steps], [e["curve_seconds"][s] for s in steps])
+        for ax, xs in zip(axes, xs_of, strict=True):
+            (line,) = ax.plot(xs, mean, label=name, lw=1.5)
+            ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.12)
+    for ax, label in zip(axes, ("step", "rollouts generated", "training seconds (time/step summed)"), strict=True):
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("noisy accuracy (mean, 95 % band)")
+    axes[-1].legend(fontsize=8)
+    fig.suptitle(f"{task}: noisy held-out accuracy over seeds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def train_all(tasks: list[str], methods: list[str], seeds: list[int], runs: Path, jobs: int) -> list[str]:
+    """Every (task, method, seed) run, `jobs` at a time, seed-major so a cut-short study still compares every
+    method at the seeds it reached. A failed run does not stop the others; returns one message per failure."""
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
     failures = []
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(run_one, m, s, runs, threads): (m, s) for s in seeds for m in methods}
-        for future, (m, s) in futures.items():
+        futures = {
+            pool.submit(run_one, t, m, s, runs, threads): (t, m, s) for s in seeds for t in tasks for m in methods
+        }
+        for future, (t, m, s) in futures.items():
             try:
-                print(f"study: {m} seed {s} -> {future.result()}", flush=True)
+                print(f"study: {t} {m} seed {s} -> {future.result()}", flush=True)
             except RuntimeError as e:
                 print(e, file=sys.stderr, flush=True)
-                failures.append(f"{m} seed {s}")
+                failures.append(f"{t} {m} seed {s}")
     return failures
+
+
+def write_results(runs: Path, out: Path, tasks: list[str], methods: list[str], seeds: list[int]) -> dict:
+    """Aggregate every task's finished runs into study.json, study_<task>.md and study_<task>.png under out."""
+    out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for task in tasks:
+        per = load_runs(runs, task, methods, seeds)
+        if not per:
+            continue
+        results[task] = task_table(per)
+        (out / f"study_{task}.md").write_text(markdown(task, results[task]))
+        figure(task, results[task], out / f"study_{task}.png")
+        print(markdown(task, results[task]))
+    (out / "study.json").write_text(json.dumps(results, indent=1) + "\n")
+    return results
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--tasks", default=",".join(TASKS))
     p.add_argument("--methods", default=",".join(METHODS))
-    p.add_argument("--seeds", default="0,1,2,3,4")
-    p.add_argument("--runs", default="runs/study", help="where the run dirs go")
-    p.add_argument("--out", default="bench/results", help="study.md, study.json and study_report/ go here")
+    p.add_argument("--seeds", default=",".join(str(s) for s in range(10)))
+    p.add_argument("--runs", default="runs/study", help="where the run dirs go (<runs>/<task>/<method>_s<seed>)")
+    p.add_argument("--out", default="bench/results", help="study.json, study_<task>.md/.png go here")
     p.add_argument("--table-only", action="store_true", help="aggregate the finished runs, train nothing")
     p.add_argument(
         "--jobs",
@@ -195,26 +378,20 @@ def main(argv: list[str] | None = None) -> None:
         "little from a second thread, so two one-thread runs finish the study about twice as fast)",
     )
     args = p.parse_args(argv)
+    tasks = [t for t in args.tasks.split(",") if t]
     methods = [m for m in args.methods.split(",") if m]
-    unknown = sorted(set(methods) - set(METHODS))
-    if unknown:
-        p.error(f"--methods: unknown {unknown}; known: {sorted(METHODS)}")
+    for flag, names, known in (("--tasks", tasks, TASKS), ("--methods", methods, METHODS)):
+        unknown = sorted(set(names) - set(known))
+        if unknown:
+            p.error(f"{flag}: unknown {unknown}; known: {sorted(known)}")
     seeds = [int(s) for s in args.seeds.split(",") if s]
-    runs, out = REPO / args.runs, REPO / args.out
     if args.jobs < 1:
         p.error(f"--jobs must be >= 1, got {args.jobs}")
-    failures = [] if args.table_only else train_all(methods, seeds, runs, args.jobs)
-    result = table(runs, methods, seeds)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "study.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "study.md").write_text(markdown(result))
-    print(markdown(result))
-    dirs = [str(runs / f"{m}_s{s}") for m in methods for s in seeds if (runs / f"{m}_s{s}" / "wall_s.txt").exists()]
-    if dirs:
-        report = [sys.executable, "-m", "lens.report", *dirs, "--out", str(out / "study_report")]
-        subprocess.run([*report, "--baseline", "grpo", "--metric", "eval/noisy"], cwd=REPO, check=True)
+    runs, out = REPO / args.runs, REPO / args.out
+    failures = [] if args.table_only else train_all(tasks, methods, seeds, runs, args.jobs)
+    write_results(runs, out, tasks, methods, seeds)
     if failures:
-        sys.exit(f"study: {len(failures)} runs failed and are missing from the table: {', '.join(failures)}")
+        sys.exit(f"study: {len(failures)} runs failed and are missing from the tables: {', '.join(failures)}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -12,14 +13,17 @@ study = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(study)
 
 
-def _write_run(root: Path, name: str, noisy: dict[int, float], wall: float) -> None:
-    d = root / name
+def _write_run(root: Path, task: str, name: str, noisy: dict[int, float], wall: float, purified: float = 0.0) -> None:
+    """A finished run of 4 steps evaluated at 0, 2, 4: 16 first-sampling rollouts a step, 1 s a step."""
+    d = root / task / name
     d.mkdir(parents=True)
     (d / "config.yaml").write_text("algorithm:\n  m: 8\n")
-    rows = [{"step": 0, "eval/noisy": 0.0, "eval/clean": 1.0}]
-    for step in range(1, 41):
-        row = {"step": step, "bins/failure": 0.25, "time/step": 2.0, "lens/purified": 2.0}
-        row.update({"reward/mean": 0.5, "reward/correct": 64.0, "reward/wrong": 60.0, "reward/timeout": 4.0})
+    rows = []
+    for step in range(5):
+        row = {"step": step}
+        if step:
+            row.update({"time/step": 1.0, "lens/purified": purified, "reward/mean": 0.5})
+            row.update({"reward/correct": 10.0, "reward/wrong": 6.0})
         if step in noisy:
             row.update({"eval/noisy": noisy[step], "eval/clean": 0.9})
         rows.append(row)
@@ -27,32 +31,54 @@ def _write_run(root: Path, name: str, noisy: dict[int, float], wall: float) -> N
     (d / "wall_s.txt").write_text(f"{wall}\n")
 
 
-def test_mean_se_and_first_reach_by_hand():
-    assert study.mean_se([1.0, 3.0]) == (2.0, 1.0)  # stdev sqrt(2), / sqrt(2)
-    assert study.mean_se([5.0]) == (5.0, 0.0)
-    assert all(math.isnan(v) for v in study.mean_se([]))
-    rows = {0: {"eval/noisy": 0.0}, 10: {"eval/noisy": 0.5}, 15: {}, 20: {"eval/noisy": 0.8}}
-    assert study.first_reach(rows, "eval/noisy", 0.6) == 20
-    assert study.first_reach(rows, "eval/noisy", 0.9) is None
+def test_statistics_by_hand():
+    assert study.ci95([1.0, 3.0]) == (2.0, pytest.approx(12.706))  # t(1) x stdev sqrt(2) / sqrt(2)
+    assert study.ci95([5.0]) == (5.0, 0.0)
+    assert all(math.isnan(v) for v in study.ci95([]))
+    assert study.ci95([float(v) for v in range(40)])[1] == pytest.approx(1.960 * statistics.stdev(range(40)) / 40**0.5)
+    # Trapezoids over 0, 2, 4: (2 * (0 + 0.5) / 2 + 2 * (0.5 + 1) / 2) / 4 = 0.5.
+    assert study.auc({0: 0.0, 2: 0.5, 4: 1.0}, 4) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="steps 0 and 4"):
+        study.auc({2: 0.5, 4: 1.0}, 4)
+    assert study.at_budget([0, 10, 20], [0.0, 0.4, 0.8], 15) == pytest.approx(0.6)
+    assert study.at_budget([0, 10, 20], [0.0, 0.4, 0.8], 50) == 0.8  # beyond the run: its last value
+    assert study.first_reach({0: 0.0, 2: 0.5, 4: 0.8}, 0.6) == 4
+    assert study.first_reach({0: 0.0, 2: 0.5}, 0.9) is None
 
 
-def test_table_over_seeds(tmp_path):
-    _write_run(tmp_path, "grpo_s0", {10: 0.2, 20: 0.6, 30: 0.5, 40: 0.6}, 100.0)
-    _write_run(tmp_path, "grpo_s1", {10: 0.4, 20: 0.5, 30: 0.8, 40: 0.7}, 120.0)
-    _write_run(tmp_path, "lens_s0", {10: 0.7, 20: 0.9, 30: 0.9, 40: 0.9}, 130.0)
-    _write_run(tmp_path, "lens_s1", {10: 0.3, 20: 0.6, 30: 0.7, 40: 0.8}, 150.0)
-    result = study.table(tmp_path, ["grpo", "lens"], [0, 1])
-    assert result["grpo_peak_noisy"] == pytest.approx(0.7)  # mean of the seeds' best: (0.6 + 0.8) / 2
+def test_task_table_pairs_seeds_and_matches_compute(tmp_path):
+    _write_run(tmp_path, "t", "grpo_s0", {0: 0.0, 2: 0.2, 4: 0.6}, 10.0)
+    _write_run(tmp_path, "t", "grpo_s1", {0: 0.0, 2: 0.4, 4: 0.8}, 12.0)
+    # LENS purifies 1 prompt a step: 16 + 8 = 24 rollouts a step, 1.5x GRPO's.
+    _write_run(tmp_path, "t", "lens_s0", {0: 0.0, 2: 0.4, 4: 0.8}, 13.0, purified=1.0)
+    _write_run(tmp_path, "t", "lens_s1", {0: 0.0, 2: 0.6, 4: 0.8}, 15.0, purified=1.0)
+    result = study.task_table(study.load_runs(tmp_path, "t", ["grpo", "lens"], [0, 1]))
+    assert result["grpo_best_noisy"] == pytest.approx(0.7)  # mean of the seeds' best: (0.6 + 0.8) / 2
+    assert result["budgets"] == {"rollouts": 64.0, "seconds": 4.0}
     lens = result["methods"]["lens"]
-    assert lens["seeds"] == 2 and lens["reached_grpo_peak"] == 2
-    assert lens["steps_to_grpo_peak"] == (20.0, 10.0)  # seed 0 at step 10, seed 1 at step 30
-    assert result["methods"]["grpo"]["reached_grpo_peak"] == 1  # only seed 1 reaches 0.7 (at 30)
-    assert lens["eval/noisy@10"][0] == pytest.approx(0.5)
-    assert lens["zero_success_groups"] == (4.0, 0.0)  # 0.25 of 16 prompts
-    assert lens["rollouts_per_step"] == (144.0, 0.0)  # 64 + 60 + 4 first-sampling responses + 8 x 2 purified
-    assert lens["wall_s"] == (140.0, 10.0)
-    md = study.markdown(result)
-    assert "| lens | 2 |" in md and "(2/2 reached)" in md
+    assert lens["seeds"] == [0, 1] and lens["paired_seeds"] == 2
+    assert lens["rollouts_per_step"] == (24.0, 0.0)
+    # AUCs: grpo s0 (0.2 + 0.8) / 4 = 0.25, s1 (0.4 + 1.2) / 4 = 0.4; lens s0 0.4, s1 0.5; diffs 0.15, 0.1.
+    assert lens["auc_noisy"][0] == pytest.approx(0.45)
+    assert lens["diff_auc_noisy"] == (pytest.approx(0.125), pytest.approx(12.706 * 0.025 * 2**0.5 / 2**0.5))
+    assert lens["diff_final_noisy"] == (pytest.approx(0.1), pytest.approx(12.706 * 0.1 * 2**0.5 / 2**0.5))
+    # 64 rollouts: between step 2 (48) and 4 (96) -> 1/3 of the way: s0 0.4 + 0.4/3, s1 0.6 + 0.2/3.
+    assert lens["at_grpo_rollouts"][0] == pytest.approx((0.4 + 0.4 / 3 + 0.6 + 0.2 / 3) / 2)
+    assert lens["at_grpo_seconds"][0] == pytest.approx(0.8)  # same seconds a step: GRPO's 4 s = step 4
+    assert lens["reached_grpo_best"] == 2 and lens["steps_to_grpo_best"] == (4.0, 0.0)  # 0.8 >= 0.7 at 4
+    assert result["methods"]["grpo"]["diff_auc_noisy"] == (0.0, 0.0)
+    assert lens["curve_noisy"][2] == (pytest.approx(0.5), pytest.approx(12.706 * 0.1))
+    md = study.markdown("t", result)
+    assert "| lens | 2 |" in md and "+0.125 ± 0.318" in md and "(2/2)" in md
+
+
+def test_results_are_written_per_task(tmp_path):
+    _write_run(tmp_path / "runs", "vartrack", "grpo_s0", {0: 0.0, 2: 0.2, 4: 0.6}, 10.0)
+    out = tmp_path / "out"
+    results = study.write_results(tmp_path / "runs", out, ["vartrack", "ledger"], ["grpo"], [0])
+    assert list(results) == ["vartrack"]  # no ledger runs: no ledger table
+    assert (out / "study_vartrack.md").exists() and (out / "study_vartrack.png").stat().st_size > 0
+    assert json.loads((out / "study.json").read_text())["vartrack"]["methods"]["grpo"]["seeds"] == [0]
 
 
 def test_unknown_method_is_named(capsys):
@@ -69,24 +95,41 @@ def test_jobs_must_be_positive(capsys):
 
 def test_train_all_runs_every_pair_with_split_threads(monkeypatch, tmp_path):
     calls = []
-    monkeypatch.setattr(study, "run_one", lambda m, s, runs, threads: calls.append((m, s, threads)) or runs)
+    monkeypatch.setattr(study, "run_one", lambda t, m, s, runs, threads: calls.append((t, m, s, threads)) or runs)
     monkeypatch.setattr(study.os, "cpu_count", lambda: 4)
-    assert study.train_all(["grpo", "lens"], [0, 1], tmp_path, jobs=2) == []
-    assert sorted(calls) == [("grpo", 0, 2), ("grpo", 1, 2), ("lens", 0, 2), ("lens", 1, 2)]
+    assert study.train_all(["ledger"], ["grpo", "lens"], [0, 1], tmp_path, jobs=2) == []
+    assert sorted(calls) == [("ledger", m, s, 2) for m in ("grpo", "lens") for s in (0, 1)]
     calls.clear()
-    study.train_all(["grpo"], [3], tmp_path, jobs=1)
-    assert calls == [("grpo", 3, None)]  # one run at a time keeps the environment's threads
+    study.train_all(["vartrack"], ["grpo"], [3], tmp_path, jobs=1)
+    assert calls == [("vartrack", "grpo", 3, None)]  # one run at a time keeps the environment's threads
 
 
 def test_a_failed_run_does_not_stop_the_others(monkeypatch, tmp_path):
     done = []
 
-    def run_one(m, s, runs, threads):
+    def run_one(t, m, s, runs, threads):
         if m == "dapo":
             raise RuntimeError("study: dapo seed 0 failed")
         done.append(m)
         return runs
 
     monkeypatch.setattr(study, "run_one", run_one)
-    assert study.train_all(["grpo", "dapo", "lens"], [0], tmp_path, jobs=1) == ["dapo seed 0"]
+    assert study.train_all(["ledger"], ["grpo", "dapo", "lens"], [0], tmp_path, jobs=1) == ["ledger dapo seed 0"]
     assert done == ["grpo", "lens"]
+
+
+def test_unknown_task_is_named(capsys):
+    with pytest.raises(SystemExit):
+        study.main(["--tasks", "vartrack,bogus", "--table-only"])
+    assert "bogus" in capsys.readouterr().err
+
+
+def test_every_study_run_passes_the_dry_run(capsys):
+    # A study that fails after an hour on a bad override is worse than none: every task x method config loads.
+    from lens import train
+
+    for task, task_flags in study.TASKS.items():
+        for method, flags in study.METHODS.items():
+            argv = ["--config", "configs/cpu_default.yaml", *task_flags, *flags, *study.COMMON, "--dry-run"]
+            assert train.main(argv) == {}, (task, method)
+    assert capsys.readouterr().out.count("dry run: ok") == len(study.TASKS) * len(study.METHODS)
