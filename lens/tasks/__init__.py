@@ -1,5 +1,5 @@
-"""Built-in verifiable tasks, by name. `vartrack` is the synthetic CPU task of the default run; `ledger`
-(natural-looking distractors, issue 19) is experimental: its committed reference has not learned the task yet.
+"""Built-in verifiable tasks, by name. `vartrack` is the synthetic CPU task of the default run (distractor
+symbols the clean text never contains); `ledger` has natural-looking distractors (one ordinary fact).
 
 `problem_sets(name, role=..., limit=..., seed=...)` is how `lens.data.load_sets` reads a task: the task module
 is imported only then (it pulls in transformers).

@@ -12,14 +12,14 @@ A clean problem has `!` facts about other accounts only and exactly one fact abo
 more fact, `! Q d`, inserted at a random fact boundary: its three tokens (`!`, a name, a digit) are the
 task's ordinary tokens in the ordinary shape and place of a fact; each prompt holds 2-4 other `!` facts
 and Q's name occurs in the header and in its own fact, so no token is rare and the reference does not find
-the distractor surprising. The warm start (`python -m lens.tasks.warmstart --task ledger`) is taught to be
-misled by it: given a `!` fact about the asked account, answer that fact's digit (always wrong: the fact
-says "not d"). The committed reference has NOT learned the task yet (clean accuracy 0.16 at T=1, see
-assets/ledger/README.md); the recipe needs more steps than its ~15 min budget gave. Deleting the three
-recorded tokens (`meta["noise_positions"]`, token positions of the scorable span = indices of whitespace
-tokens of the problem text) restores `meta["clean"]` exactly.
+the distractor surprising. The warm start (`python -m lens.tasks.warmstart --task ledger`) learns the
+retrieval (clean accuracy 0.82 at T=1) and is then taught to be misled by the distractor: given a `!` fact
+about the asked account, answer that fact's digit (always wrong: the fact says "not d"); its noisy accuracy is
+0.21 (assets/ledger/README.md). Deleting the three recorded tokens (`meta["noise_positions"]`, token
+positions of the scorable span = indices of whitespace tokens of the problem text) restores `meta["clean"]`
+exactly.
 
-Sizes: 2 + 3 * (7..12 facts) = 23..38 scorable tokens clean, 26..41 noisy: deleting the 3 distractor
+Sizes: 2 + 3 * (7..13 facts) = 23..41 scorable tokens clean, 26..44 noisy: deleting the 3 distractor
 tokens takes gamma ~0.1 (k = ceil(0.1 * n) = 3-5), not the paper's 0.03 (see `FULL`). The query comes
 FIRST on purpose: a causal model reads the distractor knowing which account is asked, so a change in
 how the policy reads it can show in Eq. 1 at those positions (with the query last, a `!` fact about Q
@@ -101,7 +101,7 @@ ASSETS_DIR = Path(__file__).resolve().parent / "assets" / "ledger"
 # The committed reference is `python -m lens.tasks.warmstart --task ledger --seed 0` with default flags;
 # sha256 of its model.safetensors (also in assets/ledger/README.md, checked by tests/test_ledger.py).
 REFERENCE_SEED = 0
-REFERENCE_SHA256 = "dd3cee3e45db3a7b8d2892fad0bd2fa5e1812bde84e95ef6556e1400eaaf07cd"
+REFERENCE_SHA256 = "377b942620468d2115acf891822cc629e23aca13c23d46907395f50b8bb03781"
 
 
 @dataclass(frozen=True)
@@ -113,14 +113,15 @@ class Sizes:
     not_facts: tuple[int, int]
 
 
-# 2 + 3 * (7..12 facts) = 23..38 scorable tokens clean, 26..41 noisy: the 3 distractor tokens are 7-12% of
+# 2 + 3 * (7..13 facts) = 23..41 scorable tokens clean, 26..44 noisy: the 3 distractor tokens are 7-12% of
 # a noisy prompt, so LENS needs gamma ~0.1 here (k = ceil(0.1 n) = 3-5), not 0.03. Longer prompts (68-98
 # tokens, where k = ceil(0.03 n) = 3 exactly) were tried first: the tiny model stayed at chance on them after
-# 1000-1200 warm-start steps, and the warm start has a ~15 min budget on one core (see assets/ledger/README.md).
-FULL = Sizes(accounts=(4, 6), repeats=(1, 2), not_facts=(2, 4))
-# Short problems that the warm start mixes in, meant to let retrieval among few facts form first and carry
-# over to full size (it has not yet, in budget). RL and evaluation never see them.
-SHORT = Sizes(accounts=(2, 3), repeats=(0, 1), not_facts=(0, 2))
+# 1000-1200 warm-start steps (see assets/ledger/README.md).
+FULL = Sizes(accounts=(4, 6), repeats=(1, 3), not_facts=(2, 4))
+# Short problems that half of the warm start's stage 1 draws, each restating 3-6 entries: every restated
+# digit is predictable only by finding its account's first fact, so they are dense practice of the retrieval
+# the answer needs (an answer gives one such target per sequence). RL and evaluation never see them.
+SHORT = Sizes(accounts=(2, 4), repeats=(3, 6), not_facts=(0, 2))
 HEADER_TOKENS, FACT_TOKENS = 2, 3  # `? Q`, then facts `= x d` / `! x d`
 # RL prompts: half noisy, so about half the groups of a step start below tau and carry the purification
 # signal, while the clean half keeps the retrieval itself rewarded.

@@ -54,19 +54,19 @@ class Recipe:
 
 
 # vartrack's numbers made its committed reference: changing them changes its sha256 (tests/test_tasks.py).
-# ledger: stage 1 mixes in 30% short problems (the tiny model learns retrieval among few facts first) and
-# shows the distractor on 30% of prompts with the correct answer, so the reference models `! Q d` facts as
-# ordinary text; stage 2 teaches the misleading answer on half the prompts. lr 3e-3: retrieval is slower
-# to appear than vartrack's copying.
+# ledger: half of stage 1 are short problems dense in restated entries (retrieval practice, `ledger.SHORT`),
+# and 30% of prompts show the distractor with the correct answer, so the reference models `! Q d` facts as
+# ordinary text; stage 2 teaches the misleading answer on half the prompts. Content-based retrieval appears
+# only after ~1000 steps at lr 1e-3 (at 3e-3 it did not appear in 1000-1600 steps): 2500 steps.
 RECIPES = {
     "vartrack": Recipe(stage1_noise_prob=0.1, stage2_noise_prob=0.3, stage1_steps=1500, stage2_steps=200),
     "ledger": Recipe(
         stage1_noise_prob=0.3,
         stage2_noise_prob=0.5,
-        stage1_steps=1000,
+        stage1_steps=2500,
         stage2_steps=200,
-        lr=3e-3,
-        stage1_generate=(("short_prob", 0.3),),
+        lr=1e-3,
+        stage1_generate=(("short_prob", 0.5),),
     ),
 }
 
