@@ -331,14 +331,27 @@ def figure(task: str, result: dict, path: Path) -> None:
     plt.close(fig)
 
 
+# 2-3x the cost of a GRPO run each (DAPO's refills, grpo_ext's 16 rollouts): trained after every other method's
+# runs, so a study cut short still pairs every LENS variant with GRPO at every seed it reached.
+COSTLY = ("dapo", "grpo_ext")
+
+
+def run_order(tasks: list[str], methods: list[str], seeds: list[int]) -> list[tuple[str, str, int]]:
+    """(task, method, seed) in training order: seed-major, the COSTLY methods after all the others."""
+    order = []
+    for costly in (False, True):
+        order += [(t, m, s) for s in seeds for t in tasks for m in methods if (m in COSTLY) == costly]
+    return order
+
+
 def train_all(tasks: list[str], methods: list[str], seeds: list[int], runs: Path, jobs: int) -> list[str]:
-    """Every (task, method, seed) run, `jobs` at a time, seed-major so a cut-short study still compares every
-    method at the seeds it reached. A failed run does not stop the others; returns one message per failure."""
+    """Every (task, method, seed) run, `jobs` at a time, in `run_order`. A failed run does not stop the others;
+    returns one message per failure."""
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
     failures = []
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {
-            pool.submit(run_one, t, m, s, runs, threads): (t, m, s) for s in seeds for t in tasks for m in methods
+            pool.submit(run_one, t, m, s, runs, threads): (t, m, s) for t, m, s in run_order(tasks, methods, seeds)
         }
         for future, (t, m, s) in futures.items():
             try:
@@ -350,19 +363,40 @@ def train_all(tasks: list[str], methods: list[str], seeds: list[int], runs: Path
 
 
 def write_results(runs: Path, out: Path, tasks: list[str], methods: list[str], seeds: list[int]) -> dict:
-    """Aggregate every task's finished runs into study.json, study_<task>.md and study_<task>.png under out."""
+    """Aggregate every task's runs into study.json, study_<task>.md and study_<task>.png under out.
+
+    Each run's summary is also kept in out/study_runs.json, and a run missing from `runs` is read from there:
+    the committed tables can be re-aggregated (--table-only) and a study continued on another machine without
+    the run directories.
+    """
     out.mkdir(parents=True, exist_ok=True)
+    kept_path = out / "study_runs.json"
+    kept = json.loads(kept_path.read_text()) if kept_path.exists() else {}
     results = {}
     for task in tasks:
         per = load_runs(runs, task, methods, seeds)
+        for method in methods:
+            for seed in seeds:
+                saved = kept.get(task, {}).get(method, {}).get(str(seed))
+                if seed not in per.get(method, {}) and saved is not None:
+                    per.setdefault(method, {})[seed] = _from_json(saved)
+        for method, by_seed in per.items():
+            kept.setdefault(task, {}).setdefault(method, {}).update({str(s): r for s, r in by_seed.items()})
         if not per:
             continue
         results[task] = task_table(per)
         (out / f"study_{task}.md").write_text(markdown(task, results[task]))
         figure(task, results[task], out / f"study_{task}.png")
         print(markdown(task, results[task]))
+    kept_path.write_text(json.dumps(kept, indent=0, sort_keys=True) + "\n")
     (out / "study.json").write_text(json.dumps(results, indent=1) + "\n")
     return results
+
+
+def _from_json(summary: dict) -> dict:
+    """A run summary read back from JSON: its per-step curves get their integer step keys back."""
+    curves = ("noisy", "clean", "rollouts", "seconds")
+    return {k: ({int(s): v for s, v in val.items()} if k in curves else val) for k, val in summary.items()}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -79,6 +79,19 @@ def test_results_are_written_per_task(tmp_path):
     assert list(results) == ["vartrack"]  # no ledger runs: no ledger table
     assert (out / "study_vartrack.md").exists() and (out / "study_vartrack.png").stat().st_size > 0
     assert json.loads((out / "study.json").read_text())["vartrack"]["methods"]["grpo"]["seeds"] == [0]
+    # Without the run directories the kept summaries give the same tables, and new runs add to them.
+    again = study.write_results(tmp_path / "elsewhere", out, ["vartrack"], ["grpo"], [0])
+    assert json.dumps(again["vartrack"]) == json.dumps(results["vartrack"])
+    _write_run(tmp_path / "more", "vartrack", "grpo_s1", {0: 0.0, 2: 0.4, 4: 0.8}, 12.0)
+    both = study.write_results(tmp_path / "more", out, ["vartrack"], ["grpo"], [0, 1])
+    assert both["vartrack"]["methods"]["grpo"]["seeds"] == [0, 1]
+    assert both["vartrack"]["grpo_best_noisy"] == pytest.approx(0.7)
+
+
+def test_costly_methods_run_after_every_other_method_at_every_seed():
+    order = study.run_order(["vartrack", "ledger"], ["grpo", "dapo", "lens"], [0, 1])
+    assert order[:4] == [("vartrack", "grpo", 0), ("vartrack", "lens", 0), ("ledger", "grpo", 0), ("ledger", "lens", 0)]
+    assert [m for _, m, _ in order[8:]] == ["dapo"] * 4 and len(order) == 12
 
 
 def test_unknown_method_is_named(capsys):
