@@ -193,10 +193,10 @@ def cases() -> list[Case]:
             for ent in (False, True):
                 # The backward's row chunk is at most N; dz tiles do not depend on the vocabulary.
                 metas = [lin.dz_launch(n, 4096, h, dtype, ent, False).meta for n in ROW_SWEEP]
-                runtime = {"h_ptr": f"*{dt}", "w_ptr": f"*{dt}", "targets_ptr": "*i64", "lse_ptr": "*fp32",
-                           "ent_ptr": "*fp32", "gl_ptr": "*fp32", "ge_ptr": "*fp32", "dz_ptr": f"*{dt}", "N": "i32",
-                           "C": "i32", "col0": "i32", "stride_h": "i32", "stride_w": "i32", "stride_dz": "i32",
-                           "inv_t": "fp32"}  # fmt: skip
+                runtime = {"h_ptr": f"*{dt}", "w_ptr": f"*{dt}", "targets_ptr": "*i64", "m_ptr": "*fp32",
+                           "rel_lse_ptr": "*fp32", "ent_ptr": "*fp32", "gl_ptr": "*fp32", "ge_ptr": "*fp32",
+                           "dz_ptr": f"*{dt}", "N": "i32", "C": "i32", "col0": "i32", "stride_h": "i32",
+                           "stride_w": "i32", "stride_dz": "i32", "inv_t": "fp32"}  # fmt: skip
                 name = f"H={h} {dt}" + (" entropy" if ent else "")
                 out += _cases_from_sweep("linear_token_logprobs._dz_kernel", name, runtime, metas, dt == "bf16")
         for v in sorted({v for v, _ in MODELS.values()}):
@@ -204,13 +204,14 @@ def cases() -> list[Case]:
                 blocks = {tok.launch_blocks(n, v, False) for n in ROW_SWEEP}
                 metas = [dict(V=v, BLOCK_N=bn, BLOCK_V=bv, WITH_ENTROPY=ent, num_warps=w) for bn, bv, w in blocks]
                 name = f"V={v} {dt}" + (" entropy" if ent else "")
-                runtime = {"logits_ptr": f"*{dt}", "targets_ptr": "*i64", "logp_ptr": "*fp32", "lse_ptr": "*fp32",
-                           "ent_ptr": "*fp32", "N": "i32", "stride_n": "i32", "inv_t": "fp32"}  # fmt: skip
+                runtime = {"logits_ptr": f"*{dt}", "targets_ptr": "*i64", "logp_ptr": "*fp32", "m_ptr": "*fp32",
+                           "rel_lse_ptr": "*fp32", "ent_ptr": "*fp32", "N": "i32", "stride_n": "i32",
+                           "inv_t": "fp32"}  # fmt: skip
                 out += _cases_from_sweep("token_logprobs._fwd_kernel", name, runtime, metas, dt == "bf16")
                 bwd_metas = [{**m, "FIX_BF16": False} for m in metas]
-                runtime = {"logits_ptr": f"*{dt}", "targets_ptr": "*i64", "lse_ptr": "*fp32", "ent_ptr": "*fp32",
-                           "gl_ptr": "*fp32", "ge_ptr": "*fp32", "grad_ptr": f"*{dt}", "N": "i32", "stride_n": "i32",
-                           "stride_gn": "i32", "inv_t": "fp32"}  # fmt: skip
+                runtime = {"logits_ptr": f"*{dt}", "targets_ptr": "*i64", "m_ptr": "*fp32", "rel_lse_ptr": "*fp32",
+                           "ent_ptr": "*fp32", "gl_ptr": "*fp32", "ge_ptr": "*fp32", "grad_ptr": f"*{dt}", "N": "i32",
+                           "stride_n": "i32", "stride_gn": "i32", "inv_t": "fp32"}  # fmt: skip
                 out += _cases_from_sweep("token_logprobs._bwd_kernel", name, runtime, bwd_metas, dt == "bf16")
             blocks = {tok.launch_blocks(n, v, False) for n in ROW_SWEEP}
             metas = [dict(V=v, BLOCK_N=bn, BLOCK_V=bv, num_warps=w) for bn, bv, w in blocks]

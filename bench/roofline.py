@@ -47,7 +47,7 @@ def works() -> list[Work]:
     """Every kernel at the paper's shapes (the model-dependent ones for each head)."""
     out = []
     n, v7 = N_RESPONSE, HEADS["qwen2.5-7b"][0]
-    ids = n * I64 + 3 * n * FP32  # targets in; logp / lse / entropy out
+    ids = n * I64 + 4 * n * FP32  # targets in; logp / row max / relative log-sum / entropy out
     out.append(Work("token_logprobs fwd", f"N={n} V={v7}", n * v7 * BF16 + ids, 0, "read the bf16 logits once"))
     out.append(Work("token_logprobs bwd", f"N={n} V={v7}", 2 * n * v7 * BF16 + ids, 0, "read logits, write d logits"))
     out.append(Work("interference_scores", f"N={N_PROMPT} V={v7}", 2 * N_PROMPT * v7 * BF16 + N_PROMPT * 12, 0,

@@ -126,23 +126,31 @@ def row_chunk(n_cols: int, budget: int = CHUNK_ELEMS) -> int:
 
 
 @triton.jit
-def online_lse_update(m, s, t, z, valid, WITH_ENTROPY: tl.constexpr):
-    """Fold one tile of scaled logits `z` into running (max, sum exp, sum exp*z).
+def online_lse_update(m, s, t, x, valid, inv_t, WITH_ENTROPY: tl.constexpr):
+    """Fold one tile of raw logits `x` into the running (m, s, t) of a row, relative to the row max.
 
-    Exactly one exp per element plus one per row and tile (the rescale of the running sums): the
-    tile max is taken first, then every element is exponentiated once against the new max.
-    Shapes: m, s, t [BLOCK_N] fp32; z, valid [BLOCK_N, BLOCK_V] (fp32, bool).
+    m is the running max of the raw logits, and with d = (x - m) * inv_t (the scaled logits relative
+    to their max): s = sum exp(d), t = sum exp(d) * d. Everything is relative because an absolute
+    log-sum-exp m / T + log s rounds at the size of the logits (~1e-3 at 1e4), and so does x * inv_t
+    itself; x - m is exact for nearby logits and keeps full precision at any magnitude. Exactly one exp
+    per element plus one per row and tile (the rescale of the running sums): the tile max is taken
+    first, then every element is exponentiated once against the new max.
+    Shapes: m, s, t [BLOCK_N] fp32; x, valid [BLOCK_N, BLOCK_V] (fp32, bool); inv_t = 1 / T.
     """
-    z = tl.where(valid, z, float("-inf"))
-    m_new = tl.maximum(m, tl.max(z, axis=1))
+    x = tl.where(valid, x, float("-inf"))
+    m_new = tl.maximum(m, tl.max(x, axis=1))
     # Rows whose tiles were all masked so far keep m = -inf: use 0 as the pivot to avoid inf - inf.
     pivot = tl.where(m_new == float("-inf"), 0.0, m_new)
-    scale = tl.exp(m - pivot)
-    e = tl.exp(z - pivot[:, None])
-    s = s * scale + tl.sum(e, axis=1)
+    shift = (m - pivot) * inv_t  # <= 0: the old sums' d values move by this much; -inf before any column
+    scale = tl.exp(shift)
+    d = (x - pivot[:, None]) * inv_t
+    e = tl.exp(d)
     if WITH_ENTROPY:
-        # e == 0 where z == -inf (masked or truly -inf logits): skip those to avoid 0 * -inf = nan.
-        t = t * scale + tl.sum(e * tl.where(e > 0.0, z, 0.0), axis=1)
+        # sum exp(d_old + shift) (d_old + shift) = scale * (t + shift * s); nothing folded yet (s == 0,
+        # shift == -inf) contributes 0, not nan. e == 0 where x == -inf (masked or truly -inf logits):
+        # skip those to avoid 0 * -inf = nan.
+        t = tl.where(s > 0.0, scale * (t + shift * s), 0.0) + tl.sum(e * tl.where(e > 0.0, d, 0.0), axis=1)
+    s = s * scale + tl.sum(e, axis=1)
     return m_new, s, t
 
 

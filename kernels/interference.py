@@ -7,6 +7,9 @@ Two forms, both fp32, without grad (scores only rank tokens for deletion):
   kernel produces both models' logits tiles from hidden states (`tl.dot`, fp32 accumulate) in the same
   pass, so neither [N, V] logits tensor exists.
 On CPU without the interpreter both run the chunked torch paths of token_logprobs / linear_token_logprobs.
+Each model's log-prob is (x_t - m) / T - rel_lse with m its row max of the raw logits and rel_lse the
+log-sum relative to it (see token_logprobs): no absolute log-sum-exp, which would round at the size of
+the logits.
 
 Run the tests: `.venv/bin/python -m pytest tests/kernels/test_interference.py -q`.
 """
@@ -84,17 +87,18 @@ def _scores_kernel(
     for v0 in range(0, V, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
         valid = row_ok[:, None] & (cols[None, :] < V)
-        zp = tl.load(p_ptr + rows64[:, None] * stride_p + cols[None, :], mask=valid, other=0.0).to(tl.float32)
-        zr = tl.load(r_ptr + rows64[:, None] * stride_r + cols[None, :], mask=valid, other=0.0).to(tl.float32)
-        mp, sp, _ = online_lse_update(mp, sp, sp, zp * inv_t, valid, False)
-        mr, sr, _ = online_lse_update(mr, sr, sr, zr * inv_t, valid, False)
+        xp = tl.load(p_ptr + rows64[:, None] * stride_p + cols[None, :], mask=valid, other=0.0).to(tl.float32)
+        xr = tl.load(r_ptr + rows64[:, None] * stride_r + cols[None, :], mask=valid, other=0.0).to(tl.float32)
+        mp, sp, _ = online_lse_update(mp, sp, sp, xp, valid, inv_t, False)
+        mr, sr, _ = online_lse_update(mr, sr, sr, xr, valid, inv_t, False)
     tgt = tl.load(targets_ptr + rows, mask=row_ok, other=0).to(tl.int64)
-    zpt = tl.load(p_ptr + rows64 * stride_p + tgt, mask=row_ok, other=0.0).to(tl.float32) * inv_t
-    zrt = tl.load(r_ptr + rows64 * stride_r + tgt, mask=row_ok, other=0.0).to(tl.float32) * inv_t
-    # LENS Eq. (1): |(zp_t - lse_p) - (zr_t - lse_r)|; padded rows get s = 1 to keep the log finite.
-    lse_p = mp + tl.log(tl.where(row_ok, sp, 1.0))
-    lse_r = mr + tl.log(tl.where(row_ok, sr, 1.0))
-    tl.store(out_ptr + rows, tl.abs((zpt - lse_p) - (zrt - lse_r)), mask=row_ok)
+    xpt = tl.load(p_ptr + rows64 * stride_p + tgt, mask=row_ok, other=0.0).to(tl.float32)
+    xrt = tl.load(r_ptr + rows64 * stride_r + tgt, mask=row_ok, other=0.0).to(tl.float32)
+    # LENS Eq. (1): |((xp_t - m_p) / T - rel_lse_p) - ((xr_t - m_r) / T - rel_lse_r)|; padded rows get
+    # s = 1 to keep the log finite.
+    logp_p = (xpt - mp) * inv_t - tl.log(tl.where(row_ok, sp, 1.0))
+    logp_r = (xrt - mr) * inv_t - tl.log(tl.where(row_ok, sr, 1.0))
+    tl.store(out_ptr + rows, tl.abs(logp_p - logp_r), mask=row_ok)
 
 
 # Sizes that follow the batch are not specialised (value 1, multiple of 16): one compiled variant per
@@ -107,9 +111,10 @@ def _linear_scores_kernel(
 ):  # fmt: skip
     """Program (row block, vocab split): partial (max, sum exp, target logit) of both models per row.
 
-    part_ptr is [6, splits, N] fp32: m_p, s_p, zt_p, m_r, s_r, zt_r. `tiles_per_split` is a runtime
-    argument (it follows N; as a constexpr it compiled one variant per value). EVEN_H: both H_P and
-    H_R are multiples of BLOCK_H (mask-free loads, see `linear_logits_tile`).
+    part_ptr is [6, splits, N] fp32: m_p, s_p, zt_p, m_r, s_r, zt_r (max and target logit raw, s relative
+    to the split's max). `tiles_per_split` is a runtime argument (it follows N; as a constexpr it
+    compiled one variant per value). EVEN_H: both H_P and H_R are multiples of BLOCK_H (mask-free
+    loads, see `linear_logits_tile`).
     """
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     split = tl.program_id(1)
@@ -127,19 +132,19 @@ def _linear_scores_kernel(
         cols_in = tl.minimum(cols, V - 1)
         valid = row_ok[:, None] & (cols < V)[None, :]
         is_t = cols[None, :] == tgt[:, None]
-        zp = linear_logits_tile(
+        xp = linear_logits_tile(
             hp_ptr, wp_ptr, rows_in, cols_in, stride_hp, stride_wp, H_P, BLOCK_N, BLOCK_V, BLOCK_H, EVEN_H,
             UPCAST, IEEE,
-        ) * inv_t  # fmt: skip
-        ztp += tl.sum(tl.where(is_t, zp, 0.0), axis=1)
-        mp, sp, _ = online_lse_update(mp, sp, sp, zp, valid, False)
+        )  # fmt: skip
+        ztp += tl.sum(tl.where(is_t, xp, 0.0), axis=1)
+        mp, sp, _ = online_lse_update(mp, sp, sp, xp, valid, inv_t, False)
         # The policy tile is folded in before the reference tile is computed: one fp32 tile live at a time.
-        zr = linear_logits_tile(
+        xr = linear_logits_tile(
             hr_ptr, wr_ptr, rows_in, cols_in, stride_hr, stride_wr, H_R, BLOCK_N, BLOCK_V, BLOCK_H, EVEN_H,
             UPCAST, IEEE,
-        ) * inv_t  # fmt: skip
-        ztr += tl.sum(tl.where(is_t, zr, 0.0), axis=1)
-        mr, sr, _ = online_lse_update(mr, sr, sr, zr, valid, False)
+        )  # fmt: skip
+        ztr += tl.sum(tl.where(is_t, xr, 0.0), axis=1)
+        mr, sr, _ = online_lse_update(mr, sr, sr, xr, valid, inv_t, False)
     plane = tl.num_programs(1) * N
     out = part_ptr + split * N + rows
     tl.store(out, mp, mask=row_ok)
@@ -203,11 +208,14 @@ def _linear_scores_op(
         policy_weight.stride(0), ref_hidden.stride(0), ref_weight.stride(0), 1.0 / temperature,
         launch.tiles_per_split, **launch.meta,
     )  # fmt: skip
+    inv_t = 1.0 / temperature
     zeros = torch.zeros_like(part[0])
-    lse_p, _ = merge_partials(part[0], part[1], zeros, False)
-    lse_r, _ = merge_partials(part[3], part[4], zeros, False)
-    # LENS Eq. (1)
-    return ((part[2].sum(dim=0) - lse_p) - (part[5].sum(dim=0) - lse_r)).abs()
+    m_p, rel_lse_p, _ = merge_partials(part[0], part[1], zeros, inv_t, False)
+    m_r, rel_lse_r, _ = merge_partials(part[3], part[4], zeros, inv_t, False)
+    # LENS Eq. (1); each raw target logit sits in exactly one split (0 in the others): the sums are exact.
+    logp_p = (part[2].sum(dim=0) - m_p) * inv_t - rel_lse_p
+    logp_r = (part[5].sum(dim=0) - m_r) * inv_t - rel_lse_r
+    return (logp_p - logp_r).abs()
 
 
 @_linear_scores_op.register_fake

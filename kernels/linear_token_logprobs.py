@@ -7,6 +7,9 @@ Backward: over vocabulary chunks of bounded size, a Triton kernel recomputes the
 and writes dz = d loss / d logits in the input dtype, then two matmuls give dhidden += dz @ W_c and
 dweight[c] = dz.T @ hidden; the full [N, V] gradient of the logits never exists either.
 On CPU without the interpreter, `linear_token_logprobs_chunked` does the same with torch ops.
+Like token_logprobs, every path carries the row max m of the raw logits hidden @ weight.T and the relative
+log-sum rel_lse = log sum exp((logits - m) / T) separately (precise at any logit magnitude); 1/T is applied
+to logits - m, never to the logits or to hidden.
 
 Run the tests: `.venv/bin/python -m pytest tests/kernels/test_linear_token_logprobs.py -q`.
 """
@@ -31,7 +34,13 @@ from lens_kernels._common import (
     online_lse_update,
     use_triton,
 )
-from lens_kernels.token_logprobs import chunk_stats, dz_from_logits_torch, dz_tile, merge_chunk_stats
+from lens_kernels.token_logprobs import (
+    chunk_stats,
+    dz_from_logits_torch,
+    dz_tile,
+    merge_chunk_stats,
+    token_logprobs_ref,
+)
 
 _FN = "linear_token_logprobs"
 # Elements of one [rows, vocab] chunk of the backward on GPU (bf16: 512 MiB); CPU uses CHUNK_ELEMS.
@@ -49,16 +58,10 @@ def linear_token_logprobs_ref(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Reference: the naive path, log_softmax(hidden @ weight.T / T) in the input dtype ([N, V] logits).
 
-    hidden [N, H], weight [V, H], targets [N] -> logp [N] fp32 (and entropy [N] fp32).
+    hidden [N, H], weight [V, H], targets [N] -> logp [N] fp32 (and entropy [N] fp32). The log_softmax
+    is `token_logprobs_ref`'s (the row max subtracted before the division by T).
     """
-    logits = hidden @ weight.T
-    logsm = torch.log_softmax(logits / temperature, dim=-1)
-    logp = logsm.gather(1, targets.long()[:, None]).squeeze(1).float()
-    if not return_entropy:
-        return logp
-    p = logsm.exp()
-    entropy = -torch.where(p > 0, p * logsm, torch.zeros_like(p)).sum(dim=-1).float()
-    return logp, entropy
+    return token_logprobs_ref(hidden @ weight.T, targets, temperature=temperature, return_entropy=return_entropy)
 
 
 def _chunk_sizes(n: int, v: int, budget: int) -> tuple[int, int]:
@@ -77,39 +80,36 @@ def _spans(n: int, size: int) -> list[tuple[int, int]]:
 
 def chunked_forward(
     hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Torch forward over [rows, cols] logits chunks: (logp, entropy, lse), each [N] fp32.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Torch forward over [rows, cols] logits chunks: (logp, entropy, m, rel_lse), each [N] fp32.
 
     Vocabulary chunks are the outer loop so that each weight slice is converted to fp32 once; the
-    per-chunk statistics ([vocab chunks, N] fp32) are merged exactly at the end.
+    per-chunk statistics ([vocab chunks, N] fp32) are merged exactly at the end. 1/T is applied inside
+    the fused chunk reductions, to logits - max (no extra pass over the chunk).
     """
     n, v = hidden.shape[0], weight.shape[0]
-    hs = _scaled_hidden(hidden, temperature)
+    inv_t = 1.0 / temperature
+    hf = hidden.float()
     rows, cols = _chunk_sizes(n, v, CHUNK_ELEMS)
     spans = _spans(v, cols)
-    lse_c = torch.empty(len(spans), n, dtype=torch.float32, device=hidden.device)
-    ent_c = torch.zeros_like(lse_c)
+    m_c = torch.empty(len(spans), n, dtype=torch.float32, device=hidden.device)
+    lse_c = torch.empty_like(m_c)
+    ent_c = torch.zeros_like(m_c)
     for i, (c0, c1) in enumerate(spans):
         wf = weight[c0:c1].float()
         for r0, r1 in _spans(n, rows):
-            lse_c[i, r0:r1], ent_c[i, r0:r1] = chunk_stats(hs[r0:r1] @ wf.T, with_entropy)
-    lse, entropy = merge_chunk_stats(lse_c, ent_c, with_entropy)
-    target_z = (hs * weight[targets.long()].float()).sum(dim=1)
-    return target_z - lse, entropy, lse
-
-
-def _scaled_hidden(hidden: torch.Tensor, temperature: float) -> torch.Tensor:
-    """hidden / T as fp32 [N, H]: 1/T folded into the small operand once, instead of a pass over every
-    [rows, cols] logits chunk (fp32 hidden at T == 1 is used as is, no copy)."""
-    hf = hidden.float()
-    return hf if temperature == 1.0 else hf / temperature
+            m_c[i, r0:r1], lse_c[i, r0:r1], ent_c[i, r0:r1] = chunk_stats(hf[r0:r1] @ wf.T, inv_t, with_entropy)
+    m, rel_lse, entropy = merge_chunk_stats(m_c, lse_c, ent_c, inv_t, with_entropy)
+    target_x = (hf * weight[targets.long()].float()).sum(dim=1)
+    return (target_x - m) * inv_t - rel_lse, entropy, m, rel_lse
 
 
 def _chunked_backward(
     hidden: torch.Tensor,
     weight: torch.Tensor,
     targets: torch.Tensor,
-    lse: torch.Tensor,
+    m: torch.Tensor,
+    rel_lse: torch.Tensor,
     entropy: torch.Tensor,
     grad_logp: torch.Tensor,
     grad_entropy: torch.Tensor | None,
@@ -117,8 +117,8 @@ def _chunked_backward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(dhidden [N, H], dweight [V, H]) in the input dtypes, recomputing logits chunk by chunk."""
     n, v = hidden.shape[0], weight.shape[0]
+    inv_t = 1.0 / temperature
     hf = hidden.float()
-    hs = _scaled_hidden(hidden, temperature)
     rows, cols = _chunk_sizes(n, v, CHUNK_ELEMS)
     dh = torch.zeros_like(hf)
     dw = torch.empty_like(weight)
@@ -127,11 +127,13 @@ def _chunked_backward(
         dwc = torch.zeros_like(wf)
         for r0, r1 in _spans(n, rows):
             ge = None if grad_entropy is None else grad_entropy[r0:r1]
-            z = hs[r0:r1] @ wf.T
-            dz = dz_from_logits_torch(z, targets[r0:r1], c0, lse[r0:r1], entropy[r0:r1], grad_logp[r0:r1], ge)
+            dz = dz_from_logits_torch(
+                hf[r0:r1] @ wf.T, targets[r0:r1], c0, m[r0:r1], rel_lse[r0:r1], entropy[r0:r1], grad_logp[r0:r1],
+                ge, inv_t,
+            )  # fmt: skip
             # d/d raw logits = dz / T: folded into the two GEMMs (alpha) rather than a pass over dz.
-            dh[r0:r1].addmm_(dz, wf, alpha=1.0 / temperature)
-            dwc.addmm_(dz.T, hf[r0:r1], alpha=1.0 / temperature)
+            dh[r0:r1].addmm_(dz, wf, alpha=inv_t)
+            dwc.addmm_(dz.T, hf[r0:r1], alpha=inv_t)
         dw[c0:c1] = dwc
     return dh.to(hidden.dtype), dw
 
@@ -141,16 +143,16 @@ class _ChunkedLinearTokenLogprobs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, temperature, with_entropy):
-        logp, entropy, lse = chunked_forward(hidden, weight, targets, temperature, with_entropy)
-        ctx.save_for_backward(hidden, weight, targets, lse, entropy)
+        logp, entropy, m, rel_lse = chunked_forward(hidden, weight, targets, temperature, with_entropy)
+        ctx.save_for_backward(hidden, weight, targets, m, rel_lse, entropy)
         ctx.temperature, ctx.with_entropy = temperature, with_entropy
         return logp, entropy
 
     @staticmethod
     def backward(ctx, grad_logp, grad_entropy):
-        hidden, weight, targets, lse, entropy = ctx.saved_tensors
+        hidden, weight, targets, m, rel_lse, entropy = ctx.saved_tensors
         ge = grad_entropy.float() if ctx.with_entropy else None
-        dh, dw = _chunked_backward(hidden, weight, targets, lse, entropy, grad_logp.float(), ge, ctx.temperature)
+        dh, dw = _chunked_backward(hidden, weight, targets, m, rel_lse, entropy, grad_logp.float(), ge, ctx.temperature)
         return dh, dw, None, None, None
 
 
@@ -197,7 +199,10 @@ def _fwd_kernel(
     V: tl.constexpr, H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr,
     EVEN_H: tl.constexpr, WITH_ENTROPY: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
-    """Program (row block, vocab split): partial (max, sum exp, sum exp*z, target logit) per row.
+    """Program (row block, vocab split): partial (max, sum exp, sum exp*d, target logit) per row.
+
+    The max and the target logit are raw logits; s and t are relative to the split's max
+    (`online_lse_update`), `merge_partials` rescales them to the row max.
 
     `tiles_per_split` is a runtime argument: it depends on N (through the split count), and as a
     constexpr it made one compiled variant per distinct value (up to ~45, compiled inside training
@@ -215,13 +220,12 @@ def _fwd_kernel(
     for i in range(tiles_per_split):
         cols = (split * tiles_per_split + i) * BLOCK_V + tl.arange(0, BLOCK_V)
         col_ok = cols < V
-        z = linear_logits_tile(
+        x = linear_logits_tile(
             h_ptr, w_ptr, rows_in, tl.minimum(cols, V - 1), stride_h, stride_w, H, BLOCK_N, BLOCK_V, BLOCK_H,
             EVEN_H, UPCAST, IEEE,
         )  # fmt: skip
-        z = z * inv_t
-        zt += tl.sum(tl.where(cols[None, :] == tgt[:, None], z, 0.0), axis=1)
-        m, s, t = online_lse_update(m, s, t, z, row_ok[:, None] & col_ok[None, :], WITH_ENTROPY)
+        zt += tl.sum(tl.where(cols[None, :] == tgt[:, None], x, 0.0), axis=1)
+        m, s, t = online_lse_update(m, s, t, x, row_ok[:, None] & col_ok[None, :], inv_t, WITH_ENTROPY)
     out = split * N + rows
     tl.store(m_ptr + out, m, mask=row_ok)
     tl.store(s_ptr + out, s, mask=row_ok)
@@ -233,7 +237,7 @@ def _fwd_kernel(
 # model whatever N is (bench/compile_targets.py checks it).
 @triton.jit(do_not_specialize=["N", "C", "col0"])
 def _dz_kernel(
-    h_ptr, w_ptr, targets_ptr, lse_ptr, ent_ptr, gl_ptr, ge_ptr, dz_ptr, N, C, col0, stride_h, stride_w,
+    h_ptr, w_ptr, targets_ptr, m_ptr, rel_lse_ptr, ent_ptr, gl_ptr, ge_ptr, dz_ptr, N, C, col0, stride_h, stride_w,
     stride_dz, inv_t, H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr,
     EVEN_H: tl.constexpr, WITH_ENTROPY: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
@@ -243,16 +247,17 @@ def _dz_kernel(
     row_ok = rows < N
     col_ok = local < C
     cols = col0 + local
-    z = linear_logits_tile(
+    x = linear_logits_tile(
         h_ptr, w_ptr, tl.minimum(rows, N - 1), col0 + tl.minimum(local, C - 1), stride_h, stride_w, H, BLOCK_N,
         BLOCK_V, BLOCK_H, EVEN_H, UPCAST, IEEE,
     )  # fmt: skip
     tgt = tl.load(targets_ptr + rows, mask=row_ok, other=-1).to(tl.int64)
-    lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
+    m = tl.load(m_ptr + rows, mask=row_ok, other=0.0)
+    rel_lse = tl.load(rel_lse_ptr + rows, mask=row_ok, other=0.0)
     ent = tl.load(ent_ptr + rows, mask=row_ok, other=0.0)
     gl = tl.load(gl_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
     ge = tl.load(ge_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-    dz = dz_tile(z * inv_t, cols, tgt, lse, ent, gl, ge, WITH_ENTROPY) * inv_t
+    dz = dz_tile((x - m[:, None]) * inv_t, cols, tgt, rel_lse, ent, gl, ge, WITH_ENTROPY) * inv_t
     out = dz_ptr + rows.to(tl.int64)[:, None] * stride_dz + local[None, :]
     tl.store(out, cast_for_store(dz, dz_ptr.dtype.element_ty, UPCAST), mask=row_ok[:, None] & col_ok[None, :])
 
@@ -303,15 +308,23 @@ def num_splits(row_blocks: int, vocab_tiles: int, sms: int) -> int:
 
 
 def merge_partials(
-    m: torch.Tensor, s: torch.Tensor, t: torch.Tensor, with_entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Merge per-split online sums [splits, N] into (lse [N], entropy [N]) (zeros when not asked)."""
+    m: torch.Tensor, s: torch.Tensor, t: torch.Tensor, inv_t: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Merge per-split online sums [splits, N] into (m [N], rel_lse [N], entropy [N]) (entropy 0 unless asked).
+
+    Split k's sums are relative to its own max m_k (`online_lse_update`); moved to the row max they become
+    s_k * scale_k and scale_k * (t_k + shift_k * s_k), shift_k = (m_k - m) * inv_t, scale_k = exp(shift_k).
+    A split that saw no column (s_k == 0, m_k == -inf) adds nothing.
+    """
     mx = m.amax(dim=0)
-    scale = (m - mx).exp()
+    shift = (m - mx) * inv_t
+    scale = shift.exp()
     big_s = (s * scale).sum(dim=0)
-    lse = mx + big_s.log()
-    entropy = lse - (t * scale).sum(dim=0) / big_s if with_entropy else torch.zeros_like(lse)
-    return lse, entropy
+    rel_lse = big_s.log()
+    if not with_entropy:
+        return mx, rel_lse, torch.zeros_like(rel_lse)
+    big_t = torch.where(s > 0, scale * (t + shift * s), torch.zeros_like(s)).sum(dim=0)
+    return mx, rel_lse, rel_lse - big_t / big_s
 
 
 @dataclass(frozen=True)
@@ -373,19 +386,21 @@ def launch_linear_partials(
 @torch.library.custom_op("lens_kernels::linear_token_logprobs_fwd", mutates_args=())
 def _fwd_op(
     hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Triton forward: hidden [N, H], weight [V, H] (unit column stride) -> (logp, entropy, lse) [N] fp32."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Triton forward: hidden [N, H], weight [V, H] (unit column stride) -> (logp, entropy, m, rel_lse) [N] fp32."""
     n = hidden.shape[0]
     if n == 0:
-        return tuple(hidden.new_zeros(0, dtype=torch.float32) for _ in range(3))
+        return tuple(hidden.new_zeros(0, dtype=torch.float32) for _ in range(4))
+    inv_t = 1.0 / temperature
     m, s, t, zt = launch_linear_partials(hidden, weight, targets, temperature, with_entropy)
-    lse, entropy = merge_partials(m, s, t, with_entropy)
-    return zt.sum(dim=0) - lse, entropy, lse
+    mx, rel_lse, entropy = merge_partials(m, s, t, inv_t, with_entropy)
+    # zt is the raw target logit in exactly one split (0 in the others): the sum is exact.
+    return (zt.sum(dim=0) - mx) * inv_t - rel_lse, entropy, mx, rel_lse
 
 
 @_fwd_op.register_fake
 def _(hidden, weight, targets, temperature, with_entropy):
-    return tuple(hidden.new_empty(hidden.shape[0], dtype=torch.float32) for _ in range(3))
+    return tuple(hidden.new_empty(hidden.shape[0], dtype=torch.float32) for _ in range(4))
 
 
 @torch.library.custom_op("lens_kernels::linear_token_logprobs_bwd", mutates_args=())
@@ -393,14 +408,18 @@ def _bwd_op(
     hidden: torch.Tensor,
     weight: torch.Tensor,
     targets: torch.Tensor,
-    lse: torch.Tensor,
+    m: torch.Tensor,
+    rel_lse: torch.Tensor,
     entropy: torch.Tensor,
     grad_logp: torch.Tensor,
     grad_entropy: torch.Tensor,
     temperature: float,
     with_entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Triton backward: (dhidden [N, H], dweight [V, H]) in the input dtypes, chunked over the vocabulary."""
+    """Triton backward: (dhidden [N, H], dweight [V, H]) in the input dtypes, chunked over the vocabulary.
+
+    m, rel_lse [N]: the forward's row max of the raw logits and relative log-sum.
+    """
     n, h = hidden.shape
     v = weight.shape[0]
     dh = torch.zeros(n, h, dtype=torch.float32, device=hidden.device)
@@ -416,9 +435,9 @@ def _bwd_op(
             dz = torch.empty(r1 - r0, c1 - c0, dtype=hidden.dtype, device=hidden.device)
             launch = dz_launch(r1 - r0, c1 - c0, h, hidden.dtype, with_entropy)
             _dz_kernel[launch.grid](
-                hidden[r0:r1], weight, targets[r0:r1], lse[r0:r1], entropy[r0:r1], gl[r0:r1], ge[r0:r1], dz,
-                r1 - r0, c1 - c0, c0, hidden.stride(0), weight.stride(0), dz.stride(0), 1.0 / temperature,
-                **launch.meta,
+                hidden[r0:r1], weight, targets[r0:r1], m[r0:r1], rel_lse[r0:r1], entropy[r0:r1], gl[r0:r1],
+                ge[r0:r1], dz, r1 - r0, c1 - c0, c0, hidden.stride(0), weight.stride(0), dz.stride(0),
+                1.0 / temperature, **launch.meta,
             )  # fmt: skip
             # bf16 x bf16 matmuls accumulate in fp32 inside the GEMM; only the chunk result is rounded.
             dh[r0:r1] += (dz @ weight[c0:c1].to(dz.dtype)).float()
@@ -428,22 +447,22 @@ def _bwd_op(
 
 
 @_bwd_op.register_fake
-def _(hidden, weight, targets, lse, entropy, grad_logp, grad_entropy, temperature, with_entropy):
+def _(hidden, weight, targets, m, rel_lse, entropy, grad_logp, grad_entropy, temperature, with_entropy):
     return torch.empty_like(hidden), torch.empty_like(weight, memory_format=torch.contiguous_format)
 
 
 def _setup_context(ctx, inputs, output) -> None:
     hidden, weight, targets, temperature, with_entropy = inputs
-    _, entropy, lse = output
-    ctx.save_for_backward(hidden, weight, targets, lse, entropy)
+    _, entropy, m, rel_lse = output
+    ctx.save_for_backward(hidden, weight, targets, m, rel_lse, entropy)
     ctx.temperature, ctx.with_entropy = temperature, with_entropy
 
 
-def _backward(ctx, grad_logp, grad_entropy, _grad_lse):
-    hidden, weight, targets, lse, entropy = ctx.saved_tensors
-    gl = grad_logp if grad_logp is not None else torch.zeros_like(lse)
-    ge = grad_entropy if grad_entropy is not None else torch.zeros_like(lse)
-    dh, dw = _bwd_op(hidden, weight, targets, lse, entropy, gl, ge, ctx.temperature, ctx.with_entropy)
+def _backward(ctx, grad_logp, grad_entropy, _grad_m, _grad_rel_lse):
+    hidden, weight, targets, m, rel_lse, entropy = ctx.saved_tensors
+    gl = grad_logp if grad_logp is not None else torch.zeros_like(rel_lse)
+    ge = grad_entropy if grad_entropy is not None else torch.zeros_like(rel_lse)
+    dh, dw = _bwd_op(hidden, weight, targets, m, rel_lse, entropy, gl, ge, ctx.temperature, ctx.with_entropy)
     return dh, dw, None, None, None
 
 
@@ -512,5 +531,5 @@ def linear_token_logprobs(
         return _chunked(hidden, weight, targets, float(temperature), return_entropy)
     hidden = hidden if hidden.stride(1) == 1 else hidden.contiguous()
     weight = weight if weight.stride(1) == 1 else weight.contiguous()
-    logp, entropy, _ = _fwd_op(hidden, weight, targets.contiguous(), float(temperature), return_entropy)
+    logp, entropy, _, _ = _fwd_op(hidden, weight, targets.contiguous(), float(temperature), return_entropy)
     return (logp, entropy) if return_entropy else logp

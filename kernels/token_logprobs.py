@@ -3,9 +3,15 @@
 logp[i] = log_softmax(logits[i] / T)[targets[i]], entropy[i] = -sum_v p_iv log p_iv, both fp32.
 The Triton kernel makes one pass over the vocabulary per row with an online max / log-sum-exp: each
 logit is loaded once, converted to fp32 at once and exponentiated exactly once. The backward pass
-recomputes the probabilities from the saved log-sum-exp (one more pass, one exp per element) and
+recomputes the probabilities from the saved statistics (one more pass, one exp per element) and
 writes d logits in the input dtype. On CPU without the interpreter a chunked torch path (rows x vocab
 chunks, never an [N, V] fp32 temporary) runs instead: `token_logprobs_chunked`.
+
+Every path carries the row max m of the raw logits and the relative log-sum
+rel_lse = log sum_v exp((logits_v - m) / T) separately, never an absolute log-sum-exp or logits / T:
+those round at the size of the logits (~1e-3 at 1e4), the relative quantities at their own (~1e-6).
+With d_v = (logits_v - m) / T: logp = d_target - rel_lse, entropy = rel_lse - sum_v p_v d_v and the
+backward's p_v = exp(d_v - rel_lse).
 
 Run the tests: `.venv/bin/python -m pytest tests/kernels/test_token_logprobs.py -q`.
 """
@@ -42,8 +48,12 @@ def token_logprobs_ref(
 
     logits [N, V], targets [N] -> logp [N] fp32 (and entropy [N] fp32). Pass fp32 logits for the gold
     values; bf16 logits give the error a plain bf16 implementation makes (the tests' yardstick).
+    The row max is subtracted before the division by T (log_softmax does not change under a shift): a
+    logit of 1e4 divided by T alone rounds by ~5e-4 in fp32, while the difference to the max is exact
+    and only small numbers are rounded after it. The max is detached: the shift has no gradient.
     """
-    logsm = torch.log_softmax(logits / temperature, dim=-1)
+    shifted = logits - logits.amax(dim=-1, keepdim=True).detach()
+    logsm = torch.log_softmax(shifted / temperature, dim=-1)
     logp = logsm.gather(1, targets.long()[:, None]).squeeze(1).float()
     if not return_entropy:
         return logp
@@ -58,133 +68,165 @@ def _chunks(n: int, size: int) -> list[tuple[int, int]]:
 
 def chunked_forward(
     logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Chunked torch forward: (logp, entropy, lse), each [N] fp32; temporaries <= a few CHUNK_ELEMS.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Chunked torch forward: (logp, entropy, m, rel_lse), each [N] fp32; temporaries <= a few CHUNK_ELEMS.
 
-    Each [rows, cols] chunk gets its own log-sum-exp (and entropy) from fused torch reductions; the
-    per-chunk statistics ([vocab chunks, N]) are merged exactly at the end (`merge_chunk_stats`).
+    m is the row max of the raw logits, rel_lse = log sum exp((logits - m) / T) (see the module doc).
+    Each [rows, cols] chunk gets its own max, relative log-sum (and entropy) from fused torch
+    reductions; the per-chunk statistics ([vocab chunks, N]) are merged exactly at the end
+    (`merge_chunk_stats`).
     """
     n, v = logits.shape
+    inv_t = 1.0 / temperature
     cols = min(v, _VOCAB_CHUNK)
     spans = _chunks(v, cols)
-    lse_c = torch.empty(len(spans), n, dtype=torch.float32, device=logits.device)
-    ent_c = torch.zeros_like(lse_c)
+    m_c = torch.empty(len(spans), n, dtype=torch.float32, device=logits.device)
+    lse_c = torch.empty_like(m_c)
+    ent_c = torch.zeros_like(m_c)
     for r0, r1 in _chunks(n, row_chunk(cols, CHUNK_ELEMS)):
         for i, (c0, c1) in enumerate(spans):
-            z = scaled_chunk(logits[r0:r1, c0:c1], temperature)
-            lse_c[i, r0:r1], ent_c[i, r0:r1] = chunk_stats(z, with_entropy)
-    lse, entropy = merge_chunk_stats(lse_c, ent_c, with_entropy)
-    target_z = logits.gather(1, targets.long()[:, None]).squeeze(1).float() / temperature
-    return target_z - lse, entropy, lse
+            m_c[i, r0:r1], lse_c[i, r0:r1], ent_c[i, r0:r1] = chunk_stats(logits[r0:r1, c0:c1], inv_t, with_entropy)
+    m, rel_lse, entropy = merge_chunk_stats(m_c, lse_c, ent_c, inv_t, with_entropy)
+    target_x = logits.gather(1, targets.long()[:, None]).squeeze(1).float()
+    return (target_x - m) * inv_t - rel_lse, entropy, m, rel_lse
 
 
-def scaled_chunk(x: torch.Tensor, temperature: float) -> torch.Tensor:
-    """x / T as fp32; a read-only view when x is fp32 and T == 1 (callers never modify it in place)."""
-    if x.dtype == torch.float32 and temperature == 1.0:
-        return x
-    return x.to(torch.float32, copy=True).div_(temperature)
+def chunk_stats(x: torch.Tensor, inv_t: float, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(max, relative log-sum, entropy) [R] fp32 of the rows of a [R, C] chunk of raw logits (not modified).
 
-
-def chunk_stats(z: torch.Tensor, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log-sum-exp [R], entropy of softmax within the chunk [R]) of a [R, C] fp32 chunk (not modified)."""
+    x may be any float dtype and a strided view: the conversion to fp32 and the scaling by inv_t = 1 / T
+    happen inside the fused reduction. The entropy (of the softmax within the chunk) is zeros unless asked.
+    """
     if with_entropy:
-        return _lse_entropy(z)
-    # Eager logsumexp is already one vectorised pass on CPU (faster than Inductor's version here).
-    lse = torch.logsumexp(z, dim=1)
-    return lse, torch.zeros_like(lse)
+        return _max_lse_entropy(x, inv_t)
+    m, rel_lse = _max_lse(x, inv_t)
+    return m, rel_lse, torch.zeros_like(rel_lse)
 
 
 @compiled_or_eager
-def _lse_entropy(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(lse, entropy) of each row of z: H = sum_j q_j (lse - z_j) with q = softmax(z).
+def _max_lse(x: torch.Tensor, inv_t: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(m, log sum exp((x - m) * inv_t)) of each row of x: two fused passes when compiled (no temporary).
 
-    Written as max / sum-exp / weighted-sum reductions so that Inductor fuses it into passes over z
-    without [R, C] temporaries (eager: ~5 passes and 3 temporaries). Entries with q == 0 (masked -inf
-    logits) contribute 0 instead of 0 * inf = nan; rows that are all -inf keep a finite pivot.
+    Rows that are all -inf keep m = -inf but use a finite pivot (0) for the sums.
     """
-    m = z.amax(dim=1, keepdim=True)
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    e = (z - m).exp()
+    x = x.float()
+    m = x.amax(dim=1, keepdim=True)
+    pivot = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    rel_lse = ((x - pivot) * inv_t).exp().sum(dim=1).log()
+    return m.squeeze(1), rel_lse
+
+
+@compiled_or_eager
+def _max_lse_entropy(x: torch.Tensor, inv_t: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(m, rel_lse, entropy) of each row of x: H = sum_j q_j (rel_lse - d_j), q = softmax(d), d = (x - m) * inv_t.
+
+    Written as max / sum-exp / weighted-sum reductions so that Inductor fuses it into passes over x
+    without [R, C] temporaries (eager: several passes and temporaries). Entries with q == 0 (masked -inf
+    logits) contribute 0 instead of 0 * inf = nan; rows that are all -inf keep m = -inf but use a
+    finite pivot (0) for the sums.
+    """
+    x = x.float()
+    m = x.amax(dim=1, keepdim=True)
+    pivot = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    d = (x - pivot) * inv_t
+    e = d.exp()
     s = e.sum(dim=1, keepdim=True)
-    lse = m + s.log()
-    ent = torch.where(e > 0, e * (lse - z), torch.zeros_like(e)).sum(dim=1, keepdim=True) / s
-    return lse.squeeze(1), ent.squeeze(1)
+    rel_lse = s.log()
+    ent = torch.where(e > 0, e * (rel_lse - d), torch.zeros_like(e)).sum(dim=1, keepdim=True) / s
+    return m.squeeze(1), rel_lse.squeeze(1), ent.squeeze(1)
 
 
 def merge_chunk_stats(
-    lse_c: torch.Tensor, ent_c: torch.Tensor, with_entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact merge of per-chunk statistics [chunks, N] into (lse [N], entropy [N]).
+    m_c: torch.Tensor, lse_c: torch.Tensor, ent_c: torch.Tensor, inv_t: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Exact merge of per-chunk statistics [chunks, N] into (m [N], rel_lse [N], entropy [N]).
 
-    With chunk weights w_c = exp(lse_c - lse): p = w_c q_c, so H = sum_c w_c H_c - sum_c w_c log w_c.
+    Chunk c's log-sum-exp relative to the row max m is a_c = (m_c - m) * inv_t + lse_c (-inf for a chunk
+    without finite logits). With chunk weights w_c = exp(a_c - rel_lse): p = w_c q_c, so
+    H = sum_c w_c H_c - sum_c w_c log w_c (a chunk's own entropy does not depend on its pivot).
     """
-    lse = torch.logsumexp(lse_c, dim=0)
+    m = m_c.amax(dim=0)
+    a = (m_c - m) * inv_t + lse_c
+    rel_lse = torch.logsumexp(a, dim=0)
     if not with_entropy:
-        return lse, torch.zeros_like(lse)
-    w = (lse_c - lse).exp()
-    return lse, (w * ent_c).sum(dim=0) - torch.special.xlogy(w, w).sum(dim=0)
+        return m, rel_lse, torch.zeros_like(rel_lse)
+    w = (a - rel_lse).exp()
+    return m, rel_lse, (w * ent_c).sum(dim=0) - torch.special.xlogy(w, w).sum(dim=0)
 
 
 def _chunked_backward(
     logits: torch.Tensor,
     targets: torch.Tensor,
-    lse: torch.Tensor,
+    m: torch.Tensor,
+    rel_lse: torch.Tensor,
     entropy: torch.Tensor,
     grad_logp: torch.Tensor,
     grad_entropy: torch.Tensor | None,
     temperature: float,
 ) -> torch.Tensor:
-    """d logits [N, V] in the logits dtype, chunk by chunk (see `_dz_from_probs` for the formula)."""
+    """d logits [N, V] in the logits dtype, chunk by chunk (see `dz_from_logits_torch` for the formula)."""
     n, v = logits.shape
+    inv_t = 1.0 / temperature
     cols = min(v, _VOCAB_CHUNK)
     grad = torch.empty_like(logits)
     for r0, r1 in _chunks(n, row_chunk(cols, CHUNK_ELEMS)):
         for c0, c1 in _chunks(v, cols):
-            z = logits[r0:r1, c0:c1].to(torch.float32, copy=True).div_(temperature)
             ge = None if grad_entropy is None else grad_entropy[r0:r1]
-            dz = dz_from_logits_torch(z, targets[r0:r1], c0, lse[r0:r1], entropy[r0:r1], grad_logp[r0:r1], ge)
-            grad[r0:r1, c0:c1] = dz.div_(temperature)
+            dz = dz_from_logits_torch(
+                logits[r0:r1, c0:c1], targets[r0:r1], c0, m[r0:r1], rel_lse[r0:r1], entropy[r0:r1],
+                grad_logp[r0:r1], ge, inv_t,
+            )  # fmt: skip
+            grad[r0:r1, c0:c1] = dz.mul_(inv_t)
     return grad
 
 
 def dz_from_logits_torch(
-    z: torch.Tensor,
+    x: torch.Tensor,
     targets: torch.Tensor,
     col0: int,
-    lse: torch.Tensor,
+    m: torch.Tensor,
+    rel_lse: torch.Tensor,
     entropy: torch.Tensor,
     grad_logp: torch.Tensor,
     grad_entropy: torch.Tensor | None,
+    inv_t: float,
 ) -> torch.Tensor:
-    """Gradient w.r.t. the scaled logits z of one chunk (z [R, C] fp32, not modified; columns col0..col0+C).
+    """Gradient w.r.t. the scaled logits z = x / T of one chunk: [R, C] fp32.
 
-    d logp / d z_j = [j == target] - p_j and d H / d z_j = -p_j (log p_j + H), log p_j = z_j - lse.
-    Multiply by 1 / T for the gradient w.r.t. the raw logits.
+    x [R, C] raw logits of columns col0..col0+C (any float dtype, not modified); m, rel_lse, entropy,
+    grad_logp, grad_entropy [R]. d logp / d z_j = [j == target] - p_j and d H / d z_j = -p_j (log p_j + H),
+    with log p_j = (x_j - m) * inv_t - rel_lse. Multiply by 1 / T for the gradient w.r.t. the raw logits.
     """
     if grad_entropy is None:
-        dz = _dz_logp(z, lse, grad_logp)
+        dz = _dz_logp(x, m, rel_lse, grad_logp, inv_t)
     else:
-        dz = _dz_logp_entropy(z, lse, entropy, grad_logp, grad_entropy)
+        dz = _dz_logp_entropy(x, m, rel_lse, entropy, grad_logp, grad_entropy, inv_t)
     local = targets.long() - col0
-    hit = (local >= 0) & (local < z.shape[1])
+    hit = (local >= 0) & (local < x.shape[1])
     rows = hit.nonzero().squeeze(1)
     dz[rows, local[rows]] += grad_logp[rows]
     return dz
 
 
-# The dense part of dz, one fused pass over the chunk when compiled (eager: 3-6 passes and temporaries).
+# The dense part of dz, one fused pass over the chunk when compiled (eager: several passes and temporaries).
 @compiled_or_eager
-def _dz_logp(z: torch.Tensor, lse: torch.Tensor, gl: torch.Tensor) -> torch.Tensor:
-    return (z - lse[:, None]).exp() * -gl[:, None]
+def _dz_logp(x: torch.Tensor, m: torch.Tensor, rel_lse: torch.Tensor, gl: torch.Tensor, inv_t: float) -> torch.Tensor:
+    return ((x.float() - m[:, None]) * inv_t - rel_lse[:, None]).exp() * -gl[:, None]
 
 
 @compiled_or_eager
 def _dz_logp_entropy(
-    z: torch.Tensor, lse: torch.Tensor, ent: torch.Tensor, gl: torch.Tensor, ge: torch.Tensor
+    x: torch.Tensor,
+    m: torch.Tensor,
+    rel_lse: torch.Tensor,
+    ent: torch.Tensor,
+    gl: torch.Tensor,
+    ge: torch.Tensor,
+    inv_t: float,
 ) -> torch.Tensor:
-    logp = z - lse[:, None]
+    logp = (x.float() - m[:, None]) * inv_t - rel_lse[:, None]
     p = logp.exp()
-    # p == 0 where z == -inf (masked logits): 0, not 0 * -inf = nan.
+    # p == 0 where x == -inf (masked logits): 0, not 0 * -inf = nan.
     coef = torch.where(p > 0, p * (logp + ent[:, None]), torch.zeros_like(p))
     return p * -gl[:, None] - coef * ge[:, None]
 
@@ -194,16 +236,16 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, targets, temperature, with_entropy):
-        logp, entropy, lse = chunked_forward(logits, targets, temperature, with_entropy)
-        ctx.save_for_backward(logits, targets, lse, entropy)
+        logp, entropy, m, rel_lse = chunked_forward(logits, targets, temperature, with_entropy)
+        ctx.save_for_backward(logits, targets, m, rel_lse, entropy)
         ctx.temperature, ctx.with_entropy = temperature, with_entropy
         return logp, entropy
 
     @staticmethod
     def backward(ctx, grad_logp, grad_entropy):
-        logits, targets, lse, entropy = ctx.saved_tensors
+        logits, targets, m, rel_lse, entropy = ctx.saved_tensors
         ge = grad_entropy if ctx.with_entropy else None
-        grad = _chunked_backward(logits, targets, lse, entropy, grad_logp.float(), ge, ctx.temperature)
+        grad = _chunked_backward(logits, targets, m, rel_lse, entropy, grad_logp.float(), ge, ctx.temperature)
         return grad, None, None, None
 
 
@@ -214,7 +256,8 @@ def _fwd_kernel(
     logits_ptr,
     targets_ptr,
     logp_ptr,
-    lse_ptr,
+    m_ptr,
+    rel_lse_ptr,
     ent_ptr,
     N,
     stride_n,
@@ -224,7 +267,10 @@ def _fwd_kernel(
     BLOCK_V: tl.constexpr,
     WITH_ENTROPY: tl.constexpr,
 ):
-    """BLOCK_N rows per program, one pass over V in BLOCK_V tiles (V is constexpr: static loop bound)."""
+    """BLOCK_N rows per program, one pass over V in BLOCK_V tiles (V is constexpr: static loop bound).
+
+    Stores logp, the raw row max m, rel_lse = log sum exp((x - m) * inv_t) and the entropy, [N] fp32 each.
+    """
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
     base = logits_ptr + rows.to(tl.int64)[:, None] * stride_n
@@ -234,25 +280,27 @@ def _fwd_kernel(
     for v0 in range(0, V, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
         valid = row_ok[:, None] & (cols[None, :] < V)
-        z = tl.load(base + cols[None, :], mask=valid, other=float("-inf")).to(tl.float32) * inv_t
-        m, s, t = online_lse_update(m, s, t, z, valid, WITH_ENTROPY)
+        x = tl.load(base + cols[None, :], mask=valid, other=float("-inf")).to(tl.float32)
+        m, s, t = online_lse_update(m, s, t, x, valid, inv_t, WITH_ENTROPY)
     s = tl.where(row_ok, s, 1.0)  # rows past N: keep log and division finite
-    lse = m + tl.log(s)
+    rel_lse = tl.log(s)
     tgt = tl.load(targets_ptr + rows, mask=row_ok, other=0).to(tl.int64)
-    z_t = tl.load(logits_ptr + rows.to(tl.int64) * stride_n + tgt, mask=row_ok, other=0.0).to(tl.float32) * inv_t
-    tl.store(logp_ptr + rows, z_t - lse, mask=row_ok)
-    tl.store(lse_ptr + rows, lse, mask=row_ok)
+    x_t = tl.load(logits_ptr + rows.to(tl.int64) * stride_n + tgt, mask=row_ok, other=0.0).to(tl.float32)
+    tl.store(logp_ptr + rows, (x_t - m) * inv_t - rel_lse, mask=row_ok)
+    tl.store(m_ptr + rows, m, mask=row_ok)
+    tl.store(rel_lse_ptr + rows, rel_lse, mask=row_ok)
     if WITH_ENTROPY:
-        tl.store(ent_ptr + rows, lse - t / s, mask=row_ok)
+        tl.store(ent_ptr + rows, rel_lse - t / s, mask=row_ok)
 
 
 @triton.jit
-def dz_tile(z, cols, tgt, lse, ent, gl, ge, WITH_ENTROPY: tl.constexpr):
-    """Gradient w.r.t. scaled logits z [BLOCK_N, BLOCK_V] of one tile; one exp per element.
+def dz_tile(d, cols, tgt, rel_lse, ent, gl, ge, WITH_ENTROPY: tl.constexpr):
+    """Gradient w.r.t. the scaled logits of one tile; one exp per element.
 
-    Same formula as `dz_from_logits_torch`; cols [BLOCK_V], tgt/lse/ent/gl/ge [BLOCK_N].
+    d [BLOCK_N, BLOCK_V] = (x - m) * inv_t, the scaled logits relative to the row max; same formula as
+    `dz_from_logits_torch`; cols [BLOCK_V], tgt/rel_lse/ent/gl/ge [BLOCK_N].
     """
-    logp = z - lse[:, None]
+    logp = d - rel_lse[:, None]
     p = tl.exp(logp)
     dz = tl.where(cols[None, :] == tgt[:, None], gl[:, None], 0.0) - p * gl[:, None]
     if WITH_ENTROPY:
@@ -266,7 +314,8 @@ def dz_tile(z, cols, tgt, lse, ent, gl, ge, WITH_ENTROPY: tl.constexpr):
 def _bwd_kernel(
     logits_ptr,
     targets_ptr,
-    lse_ptr,
+    m_ptr,
+    rel_lse_ptr,
     ent_ptr,
     gl_ptr,
     ge_ptr,
@@ -286,7 +335,8 @@ def _bwd_kernel(
     row_ok = rows < N
     rows64 = rows.to(tl.int64)
     tgt = tl.load(targets_ptr + rows, mask=row_ok, other=0).to(tl.int64)
-    lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
+    m = tl.load(m_ptr + rows, mask=row_ok, other=0.0)
+    rel_lse = tl.load(rel_lse_ptr + rows, mask=row_ok, other=0.0)
     gl = tl.load(gl_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
     ent = tl.load(ent_ptr + rows, mask=row_ok, other=0.0)
     ge = tl.load(ge_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
@@ -294,7 +344,8 @@ def _bwd_kernel(
         cols = v0 + tl.arange(0, BLOCK_V)
         valid = row_ok[:, None] & (cols[None, :] < V)
         x = tl.load(logits_ptr + rows64[:, None] * stride_n + cols[None, :], mask=valid, other=0.0)
-        dz = dz_tile(x.to(tl.float32) * inv_t, cols, tgt, lse, ent, gl, ge, WITH_ENTROPY)
+        d = (x.to(tl.float32) - m[:, None]) * inv_t
+        dz = dz_tile(d, cols, tgt, rel_lse, ent, gl, ge, WITH_ENTROPY)
         out = grad_ptr + rows64[:, None] * stride_gn + cols[None, :]
         tl.store(out, cast_for_store(dz * inv_t, grad_ptr.dtype.element_ty, FIX_BF16), mask=valid)
 
@@ -310,43 +361,44 @@ def launch_blocks(n: int, v: int, interpret: bool = INTERPRET) -> tuple[int, int
 @torch.library.custom_op("lens_kernels::token_logprobs_fwd", mutates_args=())
 def _fwd_op(
     logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Triton launcher: logits [N, V] (unit column stride), targets [N] -> (logp, entropy, lse) [N] fp32."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Triton launcher: logits [N, V] (unit column stride), targets [N] -> (logp, entropy, m, rel_lse) [N] fp32."""
     n, v = logits.shape
-    logp, lse, ent = (torch.zeros(n, dtype=torch.float32, device=logits.device) for _ in range(3))
+    logp, m, rel_lse, ent = (torch.zeros(n, dtype=torch.float32, device=logits.device) for _ in range(4))
     if n > 0:
         bn, bv, warps = launch_blocks(n, v)
         _fwd_kernel[(triton.cdiv(n, bn),)](
-            logits, targets, logp, lse, ent, n, logits.stride(0), 1.0 / temperature,
+            logits, targets, logp, m, rel_lse, ent, n, logits.stride(0), 1.0 / temperature,
             V=v, BLOCK_N=bn, BLOCK_V=bv, WITH_ENTROPY=with_entropy, num_warps=warps,
         )  # fmt: skip
-    return logp, ent, lse
+    return logp, ent, m, rel_lse
 
 
 @_fwd_op.register_fake
 def _(logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool):
     n = logits.shape[0]
-    return tuple(logits.new_empty(n, dtype=torch.float32) for _ in range(3))
+    return tuple(logits.new_empty(n, dtype=torch.float32) for _ in range(4))
 
 
 @torch.library.custom_op("lens_kernels::token_logprobs_bwd", mutates_args=())
 def _bwd_op(
     logits: torch.Tensor,
     targets: torch.Tensor,
-    lse: torch.Tensor,
+    m: torch.Tensor,
+    rel_lse: torch.Tensor,
     entropy: torch.Tensor,
     grad_logp: torch.Tensor,
     grad_entropy: torch.Tensor,
     temperature: float,
     with_entropy: bool,
 ) -> torch.Tensor:
-    """Triton launcher of the backward: returns d logits [N, V] in the logits dtype."""
+    """Triton launcher of the backward: returns d logits [N, V] in the logits dtype (m, rel_lse: the forward's)."""
     n, v = logits.shape
     grad = torch.empty_like(logits, memory_format=torch.contiguous_format)
     if n > 0:
         bn, bv, warps = launch_blocks(n, v)
         _bwd_kernel[(triton.cdiv(n, bn),)](
-            logits, targets, lse, entropy, grad_logp.contiguous(), grad_entropy.contiguous(), grad,
+            logits, targets, m, rel_lse, entropy, grad_logp.contiguous(), grad_entropy.contiguous(), grad,
             n, logits.stride(0), grad.stride(0), 1.0 / temperature,
             V=v, BLOCK_N=bn, BLOCK_V=bv, WITH_ENTROPY=with_entropy, FIX_BF16=INTERPRET, num_warps=warps,
         )  # fmt: skip
@@ -354,22 +406,22 @@ def _bwd_op(
 
 
 @_bwd_op.register_fake
-def _(logits, targets, lse, entropy, grad_logp, grad_entropy, temperature, with_entropy):
+def _(logits, targets, m, rel_lse, entropy, grad_logp, grad_entropy, temperature, with_entropy):
     return torch.empty_like(logits, memory_format=torch.contiguous_format)
 
 
 def _setup_context(ctx, inputs, output) -> None:
     logits, targets, temperature, with_entropy = inputs
-    _, entropy, lse = output
-    ctx.save_for_backward(logits, targets, lse, entropy)
+    _, entropy, m, rel_lse = output
+    ctx.save_for_backward(logits, targets, m, rel_lse, entropy)
     ctx.temperature, ctx.with_entropy = temperature, with_entropy
 
 
-def _backward(ctx, grad_logp, grad_entropy, _grad_lse):
-    logits, targets, lse, entropy = ctx.saved_tensors
-    ge = grad_entropy if grad_entropy is not None else torch.zeros_like(lse)
-    gl = grad_logp if grad_logp is not None else torch.zeros_like(lse)
-    grad = _bwd_op(logits, targets, lse, entropy, gl, ge, ctx.temperature, ctx.with_entropy)
+def _backward(ctx, grad_logp, grad_entropy, _grad_m, _grad_rel_lse):
+    logits, targets, m, rel_lse, entropy = ctx.saved_tensors
+    ge = grad_entropy if grad_entropy is not None else torch.zeros_like(rel_lse)
+    gl = grad_logp if grad_logp is not None else torch.zeros_like(rel_lse)
+    grad = _bwd_op(logits, targets, m, rel_lse, entropy, gl, ge, ctx.temperature, ctx.with_entropy)
     return grad, None, None, None
 
 
@@ -418,5 +470,5 @@ def token_logprobs(
     if not use_triton(logits):
         return _chunked(logits, targets, temperature, return_entropy)
     logits = logits if logits.stride(1) == 1 else logits.contiguous()
-    logp, entropy, _ = _fwd_op(logits, targets.contiguous(), float(temperature), return_entropy)
+    logp, entropy, _, _ = _fwd_op(logits, targets.contiguous(), float(temperature), return_entropy)
     return (logp, entropy) if return_entropy else logp

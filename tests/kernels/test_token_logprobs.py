@@ -111,9 +111,10 @@ def test_opcheck_ops() -> None:
     logits = make_logits(5, 40, torch.float32, seed=6).requires_grad_()
     targets = make_targets(5, 40, seed=6)
     torch.library.opcheck(tlp._fwd_op, (logits, targets, 0.9, True))
-    lse = torch.logsumexp(logits.detach(), dim=1)
+    m = logits.detach().amax(dim=1)
+    rel_lse = torch.logsumexp((logits.detach() - m[:, None]) / 0.9, dim=1)
     g = torch.randn(5)
-    torch.library.opcheck(tlp._bwd_op, (logits.detach(), targets, lse, torch.rand(5), g, g, 0.9, True))
+    torch.library.opcheck(tlp._bwd_op, (logits.detach(), targets, m, rel_lse, torch.rand(5), g, g, 0.9, True))
 
 
 @pytest.mark.parametrize(
@@ -136,18 +137,21 @@ def test_invalid_inputs(logits, targets, temperature, err, match) -> None:
 
 
 def test_chunk_work_compiles_once_for_every_shape() -> None:
-    # dynamic=True: the chunk shapes of every N and the ragged last chunk share one graph, no recompile
-    # (a recompile error would make the wrapper fall back with a warning, which is checked too).
+    # dynamic=True: the chunk shapes of every N and the ragged last chunk share one graph, and so do all
+    # temperatures, no recompile (a recompile error would make the wrapper fall back with a warning, which
+    # is checked too).
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    run = common.compiled_or_eager(tlp._lse_entropy.__wrapped__)
+    run = common.compiled_or_eager(tlp._max_lse_entropy.__wrapped__)
+    cases = zip(((20, 256), (37, 300), (50, 300), (37, 512), (3, 4096)), (1.0, 0.7, 1.3, 1.0, 0.5), strict=True)
     with torch._dynamo.config.patch(error_on_recompile=True), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for rows, cols in ((20, 256), (37, 300), (50, 300), (37, 512), (3, 4096)):
-            z = torch.randn(rows, cols) * 3
-            lse, ent = run(z)
-            want = torch.log_softmax(z, dim=1)
-            assert_close_fp32(lse, torch.logsumexp(z, dim=1), "lse")
+        for (rows, cols), temperature in cases:
+            x = torch.randn(rows, cols) * 3
+            m, rel_lse, ent = run(x, 1.0 / temperature)
+            want = torch.log_softmax(x / temperature, dim=1)
+            assert torch.equal(m, x.amax(dim=1))
+            assert_close_fp32(rel_lse, torch.logsumexp((x - m[:, None]) / temperature, dim=1), "rel_lse")
             assert_close_fp32(ent, -(want.exp() * want).sum(dim=1), "entropy")
     assert not [w for w in caught if "lens_kernels" in str(w.message)]
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
@@ -164,16 +168,18 @@ def test_chunk_work_falls_back_to_eager_when_compiling_fails(monkeypatch: pytest
         return run
 
     monkeypatch.setattr(common.torch, "compile", broken_compile)
-    run = common.compiled_or_eager(tlp._lse_entropy.__wrapped__)
-    z = torch.tensor([[0.0, math.log(3.0)], [1.0, float("-inf")]])
-    with pytest.warns(UserWarning, match="_lse_entropy failed .RuntimeError.; running it eagerly"):
-        lse, ent = run(z)
-    # p = [1/4, 3/4]: H = -(1/4 ln 1/4 + 3/4 ln 3/4); a row with one finite logit has H = 0.
+    run = common.compiled_or_eager(tlp._max_lse_entropy.__wrapped__)
+    x = torch.tensor([[0.0, math.log(3.0)], [1.0, float("-inf")]])
+    with pytest.warns(UserWarning, match="_max_lse_entropy failed .RuntimeError.; running it eagerly"):
+        m, rel_lse, ent = run(x, 1.0)
+    # p = [1/4, 3/4]: H = -(1/4 ln 1/4 + 3/4 ln 3/4), log-sum relative to the max ln 3 is ln 4/3; a row
+    # with one finite logit has H = 0 and a relative log-sum of 0.
     assert_close_fp32(ent, torch.tensor([-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)), 0.0]), "entropy")
-    assert_close_fp32(lse, torch.tensor([math.log(4.0), 1.0]), "lse")
+    assert_close_fp32(m, torch.tensor([math.log(3.0), 1.0]), "m")
+    assert_close_fp32(rel_lse, torch.tensor([math.log(4.0 / 3.0), 0.0]), "rel_lse")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        run(z)  # eager from now on: no second warning, the broken compiled function is not called again
+        run(x, 1.0)  # eager from now on: no second warning, the broken compiled function is not called again
     assert len(calls) == 1
 
 
