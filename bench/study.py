@@ -331,17 +331,17 @@ def figure(task: str, result: dict, path: Path) -> None:
     plt.close(fig)
 
 
-# 2-3x the cost of a GRPO run each (DAPO's refills, grpo_ext's 16 rollouts): trained after every other method's
-# runs, so a study cut short still pairs every LENS variant with GRPO at every seed it reached.
-COSTLY = ("dapo", "grpo_ext")
+# Training order, by tier and then seed-major: the headline pair first, so a study cut short still has GRPO and
+# LENS paired at every seed it reached; then the other LENS variants and controls; last the baselines that cost
+# 2-3x a GRPO run each (DAPO's refills, grpo_ext's 16 rollouts).
+TIERS = (("grpo", "lens"), ("resample", "random_prune", "lens_surprisal", "lens_keep_failure"), ("dapo", "grpo_ext"))
 
 
 def run_order(tasks: list[str], methods: list[str], seeds: list[int]) -> list[tuple[str, str, int]]:
-    """(task, method, seed) in training order: seed-major, the COSTLY methods after all the others."""
-    order = []
-    for costly in (False, True):
-        order += [(t, m, s) for s in seeds for t in tasks for m in methods if (m in COSTLY) == costly]
-    return order
+    """(task, method, seed) in training order: tier by tier (`TIERS`; unlisted methods last), seed-major."""
+    listed = {m for tier in TIERS for m in tier}
+    tiers = [*TIERS, tuple(m for m in methods if m not in listed)]
+    return [(t, m, s) for tier in tiers for s in seeds for t in tasks for m in methods if m in tier]
 
 
 def train_all(tasks: list[str], methods: list[str], seeds: list[int], runs: Path, jobs: int) -> list[str]:

@@ -88,10 +88,14 @@ def test_results_are_written_per_task(tmp_path):
     assert both["vartrack"]["grpo_best_noisy"] == pytest.approx(0.7)
 
 
-def test_costly_methods_run_after_every_other_method_at_every_seed():
-    order = study.run_order(["vartrack", "ledger"], ["grpo", "dapo", "lens"], [0, 1])
+def test_the_headline_pair_runs_first_and_the_costly_baselines_last():
+    order = study.run_order(["vartrack", "ledger"], ["grpo", "dapo", "lens", "resample"], [0, 1])
     assert order[:4] == [("vartrack", "grpo", 0), ("vartrack", "lens", 0), ("ledger", "grpo", 0), ("ledger", "lens", 0)]
-    assert [m for _, m, _ in order[8:]] == ["dapo"] * 4 and len(order) == 12
+    assert {m for _, m, _ in order[:8]} == {"grpo", "lens"}
+    assert [m for _, m, _ in order[8:12]] == ["resample"] * 4 and [m for _, m, _ in order[12:]] == ["dapo"] * 4
+    assert sorted(order) == sorted(
+        (t, m, s) for t in ("vartrack", "ledger") for m in ("grpo", "dapo", "lens", "resample") for s in (0, 1)
+    )
 
 
 def test_unknown_method_is_named(capsys):
