@@ -195,11 +195,22 @@ def load_runs(runs: Path, task: str, methods: Sequence[str], seeds: Sequence[int
 
 
 def compute_matched(run: dict, rollout_budget: float, second_budget: float) -> tuple[float, float]:
-    """A run's noisy accuracy at GRPO's rollout budget and at GRPO's training seconds."""
+    """A run's noisy accuracy at a rollout budget and at a training-seconds budget."""
     steps = sorted(run["noisy"])
     ys = [run["noisy"][s] for s in steps]
     by_rollouts = at_budget([run["rollouts"][s] for s in steps], ys, rollout_budget)
     return by_rollouts, at_budget([run["seconds"][s] for s in steps], ys, second_budget)
+
+
+def grpo_budgets(grpo: dict[int, dict], seed: int | None) -> tuple[float, float]:
+    """The rollouts and training seconds of GRPO's run at `seed` (the mean over GRPO's seeds when it has none):
+    per seed, because seconds vary between runs on a shared machine and GRPO matched against its own run
+    must give back its own final accuracy."""
+    runs = [grpo[seed]] if seed in grpo else list(grpo.values())
+    return (
+        statistics.fmean(r["rollouts"][max(r["rollouts"])] for r in runs),
+        statistics.fmean(r["seconds"][max(r["seconds"])] for r in runs),
+    )
 
 
 def task_table(per: dict[str, dict[int, dict]]) -> dict:
@@ -210,8 +221,7 @@ def task_table(per: dict[str, dict[int, dict]]) -> dict:
     """
     grpo = per.get("grpo", {})
     grpo_best = statistics.fmean(r["best_noisy"] for r in grpo.values()) if grpo else None
-    rollout_budget = statistics.fmean(r["rollouts"][max(r["rollouts"])] for r in grpo.values()) if grpo else None
-    second_budget = statistics.fmean(r["seconds"][max(r["seconds"])] for r in grpo.values()) if grpo else None
+    budgets = dict(zip(("rollouts", "seconds"), grpo_budgets(grpo, None), strict=True)) if grpo else {}
     out: dict[str, dict] = {}
     for method, by_seed in per.items():
         runs = list(by_seed.values())
@@ -225,7 +235,7 @@ def task_table(per: dict[str, dict[int, dict]]) -> dict:
         entry["curve_rollouts"] = {s: statistics.fmean(r["rollouts"][s] for r in runs) for s in steps}
         entry["curve_seconds"] = {s: statistics.fmean(r["seconds"][s] for r in runs) for s in steps}
         if grpo:
-            matched = {seed: compute_matched(r, rollout_budget, second_budget) for seed, r in by_seed.items()}
+            matched = {seed: compute_matched(r, *grpo_budgets(grpo, seed)) for seed, r in by_seed.items()}
             entry["at_grpo_rollouts"] = ci95([v[0] for v in matched.values()])
             entry["at_grpo_seconds"] = ci95([v[1] for v in matched.values()])
             reach = [first_reach(r["noisy"], grpo_best) for r in runs]
@@ -238,7 +248,6 @@ def task_table(per: dict[str, dict[int, dict]]) -> dict:
             entry["diff_at_grpo_rollouts"] = ci95([matched[s][0] - grpo[s]["final_noisy"] for s in paired])
             entry["diff_at_grpo_seconds"] = ci95([matched[s][1] - grpo[s]["final_noisy"] for s in paired])
         out[method] = entry
-    budgets = {"rollouts": rollout_budget, "seconds": second_budget}
     return {"grpo_best_noisy": grpo_best, "budgets": budgets, "methods": out}
 
 
@@ -265,8 +274,9 @@ def markdown(task: str, result: dict) -> str:
         "Mean ± 95 % t-interval over seeds; Δ = paired difference method − GRPO (same seed), * when its interval",
         "excludes 0. AUC: mean noisy (clean) accuracy over the run (trapezoids over the evaluated steps).",
         f"GRPO's best noisy accuracy (mean over GRPO seeds of each seed's best): {result['grpo_best_noisy']:.3f}.",
-        f"Compute-matched: noisy accuracy at GRPO's rollouts ({b['rollouts']:.0f}) and at GRPO's training seconds"
-        f" ({b['seconds']:.1f} s of `time/step`), interpolated between evaluations; Δ against GRPO's final.",
+        f"Compute-matched: noisy accuracy at the rollouts (mean {b['rollouts']:.0f}) and training seconds (mean"
+        f" {b['seconds']:.1f} s of `time/step`) of GRPO's run at the same seed, interpolated between evaluations;"
+        " Δ against GRPO's final. Seconds come from runs sharing 2 cores: a noisy measure.",
         "",
         "| method | seeds | noisy AUC | Δ noisy AUC | clean AUC | Δ clean AUC | final noisy | Δ final noisy"
         " | steps to GRPO best | at GRPO rollouts | Δ | at GRPO seconds | Δ | rollouts/step | s/step |",

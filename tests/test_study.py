@@ -13,8 +13,10 @@ study = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(study)
 
 
-def _write_run(root: Path, task: str, name: str, noisy: dict[int, float], wall: float, purified: float = 0.0) -> None:
-    """A finished run of 4 steps evaluated at 0, 2, 4: 16 first-sampling rollouts a step, 1 s a step."""
+def _write_run(
+    root: Path, task: str, name: str, noisy: dict[int, float], wall: float, purified: float = 0.0, step_s: float = 1.0
+) -> None:
+    """A finished run of 4 steps evaluated at 0, 2, 4: 16 first-sampling rollouts a step, step_s seconds a step."""
     d = root / task / name
     d.mkdir(parents=True)
     (d / "config.yaml").write_text("algorithm:\n  m: 8\n")
@@ -22,7 +24,7 @@ def _write_run(root: Path, task: str, name: str, noisy: dict[int, float], wall: 
     for step in range(5):
         row = {"step": step}
         if step:
-            row.update({"time/step": 1.0, "lens/purified": purified, "reward/mean": 0.5})
+            row.update({"time/step": step_s, "lens/purified": purified, "reward/mean": 0.5})
             row.update({"reward/correct": 10.0, "reward/wrong": 6.0})
         if step in noisy:
             row.update({"eval/noisy": noisy[step], "eval/clean": 0.9})
@@ -48,13 +50,13 @@ def test_statistics_by_hand():
 
 def test_task_table_pairs_seeds_and_matches_compute(tmp_path):
     _write_run(tmp_path, "t", "grpo_s0", {0: 0.0, 2: 0.2, 4: 0.6}, 10.0)
-    _write_run(tmp_path, "t", "grpo_s1", {0: 0.0, 2: 0.4, 4: 0.8}, 12.0)
+    _write_run(tmp_path, "t", "grpo_s1", {0: 0.0, 2: 0.4, 4: 0.8}, 12.0, step_s=2.0)  # a slower machine
     # LENS purifies 1 prompt a step: 16 + 8 = 24 rollouts a step, 1.5x GRPO's.
     _write_run(tmp_path, "t", "lens_s0", {0: 0.0, 2: 0.4, 4: 0.8}, 13.0, purified=1.0)
     _write_run(tmp_path, "t", "lens_s1", {0: 0.0, 2: 0.6, 4: 0.8}, 15.0, purified=1.0)
     result = study.task_table(study.load_runs(tmp_path, "t", ["grpo", "lens"], [0, 1]))
     assert result["grpo_best_noisy"] == pytest.approx(0.7)  # mean of the seeds' best: (0.6 + 0.8) / 2
-    assert result["budgets"] == {"rollouts": 64.0, "seconds": 4.0}
+    assert result["budgets"] == {"rollouts": 64.0, "seconds": 6.0}  # means over GRPO's seeds: 4 s and 8 s
     lens = result["methods"]["lens"]
     assert lens["seeds"] == [0, 1] and lens["paired_seeds"] == 2
     assert lens["rollouts_per_step"] == (24.0, 0.0)
@@ -64,9 +66,11 @@ def test_task_table_pairs_seeds_and_matches_compute(tmp_path):
     assert lens["diff_final_noisy"] == (pytest.approx(0.1), pytest.approx(12.706 * 0.1 * 2**0.5 / 2**0.5))
     # 64 rollouts: between step 2 (48) and 4 (96) -> 1/3 of the way: s0 0.4 + 0.4/3, s1 0.6 + 0.2/3.
     assert lens["at_grpo_rollouts"][0] == pytest.approx((0.4 + 0.4 / 3 + 0.6 + 0.2 / 3) / 2)
-    assert lens["at_grpo_seconds"][0] == pytest.approx(0.8)  # same seconds a step: GRPO's 4 s = step 4
+    # Matched per seed: s0 at GRPO s0's 4 s = its step 4 (0.8); s1 at GRPO s1's 8 s, beyond its 4 s: 0.8.
+    assert lens["at_grpo_seconds"][0] == pytest.approx(0.8)
     assert lens["reached_grpo_best"] == 2 and lens["steps_to_grpo_best"] == (4.0, 0.0)  # 0.8 >= 0.7 at 4
     assert result["methods"]["grpo"]["diff_auc_noisy"] == (0.0, 0.0)
+    assert result["methods"]["grpo"]["diff_at_grpo_seconds"] == (0.0, 0.0)
     assert lens["curve_noisy"][2] == (pytest.approx(0.5), pytest.approx(12.706 * 0.1))
     md = study.markdown("t", result)
     assert "| lens | 2 |" in md and "+0.125 ± 0.318" in md and "(2/2)" in md
