@@ -21,6 +21,7 @@ import fnmatch
 import math
 import os
 import signal
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,8 +244,10 @@ class StopFlag:
     `python -m lens.stop RUN_DIR`); `should_stop` all-reduces both with MAX, so a signal that reached one
     rank (a scheduler, the OOM killer's neighbour, `kill` by hand) or the file stops all ranks after the
     same step and none waits forever in the next collective. Rank 0 removes the file once the stop is
-    agreed, so a resumed run trains on. A second signal of the same kind while a stop is pending runs the
-    previous handler (Ctrl-C twice: KeyboardInterrupt at once).
+    agreed, so a resumed run trains on. A second signal of the same kind, `repeat_s` or more after the
+    first, runs the previous handler (Ctrl-C twice: KeyboardInterrupt at once). One sooner is the same
+    request delivered twice: a terminal's Ctrl-C and a scheduler's cancel reach torchrun and the workers,
+    and torchrun forwards its own copy; escalating on it would kill a worker before it saves.
 
     Time limit: torchrun forwards SIGTERM/SIGINT to every worker and SIGKILLs them
     TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds later (default 30), so the rest of the step plus the
@@ -259,6 +262,7 @@ class StopFlag:
         signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
         request_file: str | os.PathLike | None = None,
         ignore_after: bool = False,
+        repeat_s: float = 2.0,
     ) -> None:
         """ignore_after: after the block, ignore the signals instead of restoring the previous handlers; for a
         process that ends with the block (the trainer script). A stop signal that comes while it tears down,
@@ -269,15 +273,19 @@ class StopFlag:
         self.signals = signals
         self.request_file = Path(request_file) if request_file is not None else None
         self.ignore_after = ignore_after
+        self.repeat_s = repeat_s
         self.requested: signal.Signals | None = None  # the first signal received, if any
+        self._requested_at = 0.0  # time.monotonic() of the first signal
         self.cause: str | None = None  # what stopped the ranks, once `should_stop` returned True
         self._previous: dict[signal.Signals, Any] = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         sig = signal.Signals(signum)
-        if self.requested != sig:
-            self.requested = self.requested or sig
+        if self.requested is None:
+            self.requested, self._requested_at = sig, time.monotonic()
             return
+        if self.requested != sig or time.monotonic() - self._requested_at < self.repeat_s:
+            return  # another kind, or the same request delivered twice (see the class docstring)
         previous = self._previous[sig]
         if callable(previous):
             previous(signum, frame)

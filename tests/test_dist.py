@@ -191,7 +191,7 @@ def test_stop_flag_restores_handlers_and_a_second_signal_escalates():
     term = signal.getsignal(signal.SIGTERM)
     previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
     try:
-        with dist.StopFlag() as stop:
+        with dist.StopFlag(repeat_s=0.0) as stop:
             assert not stop.should_stop()
             signal.raise_signal(signal.SIGINT)
             assert stop.requested == signal.SIGINT and stop.should_stop() and seen == []
@@ -202,6 +202,23 @@ def test_stop_flag_restores_handlers_and_a_second_signal_escalates():
         assert signal.getsignal(signal.SIGTERM) == term
         signal.raise_signal(signal.SIGINT)  # restored: the handler from before the block
         assert seen == [signal.SIGINT, signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_a_signal_repeated_at_once_is_one_request_not_an_escalation():
+    # A terminal's Ctrl-C or a scheduler's cancel reaches torchrun and the worker, and torchrun forwards its own
+    # copy milliseconds later: that copy must not kill the worker before it saves.
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        with dist.StopFlag(repeat_s=0.5) as stop:
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)  # the second copy
+            assert stop.should_stop() and seen == []
+            time.sleep(0.6)
+            signal.raise_signal(signal.SIGINT)  # asked again, later: escalates
+            assert seen == [signal.SIGINT]
     finally:
         signal.signal(signal.SIGINT, previous)
 

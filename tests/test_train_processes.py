@@ -249,3 +249,18 @@ def test_a_late_stop_signal_while_a_rank_tears_down_does_not_fail_the_job(tmp_pa
     assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
     steps = _saved_steps(run_dir)
     assert len(steps) == 1 and steps[0] < 40 and steps[0] == max(_logged_steps(run_dir))
+
+
+def test_a_scheduler_cancel_saves_although_torchrun_forwards_a_second_sigterm(tmp_path):
+    # A scheduler's cancel signals every process of the job: the worker gets the SIGTERM, and torchrun's forwarded
+    # copy after it (here 50 ms later). Before, that copy counted as "signalled twice" and killed the worker before
+    # it could save; now it is one request: the step finishes and is saved (torchrun still exits 1, its contract).
+    run_dir, log = tmp_path / "run", tmp_path / "run.log"
+    cmd = [TORCHRUN, "--standalone", "--nproc_per_node=1", TRAIN, *BASE, "optim.steps=40", "checkpoint.every=0"]
+    proc = _start_until_step([*cmd, f"run_dir={run_dir}"], run_dir, 1, log)
+    os.kill(_worker_of_rank(proc.pid, 0), signal.SIGTERM)
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=300) == 1
+    steps = _saved_steps(run_dir)
+    assert len(steps) == 1 and steps[0] == max(_logged_steps(run_dir)), log.read_text()[-3000:]
