@@ -23,7 +23,8 @@ calls (each rank hashes a share of the files) and run_dir must be on a shared fi
 
 A run directory belongs to one run: a fresh run refuses a directory that holds another run's
 metrics, config or checkpoints, and a resumed run refuses a config that changes what the run learns
-(see `check_resume_config`).
+(see `check_resume_config`). A stop request (lens/stop.py) found when a run claims its directory is
+stale and removed with a warning.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from lens.config import default_run_dir  # noqa: F401  (re-exported: the rule li
 from lens.dist import rank as _rank
 from lens.dist import world as _world
 from lens.errors import one_line
+from lens.stop import discard_stale_request
 
 CHECKPOINTS = "checkpoints"
 META = "meta.json"
@@ -553,7 +555,7 @@ def claim_run_dir(
     checkpoints. A resumed run (auto or a checkpoint path) takes `resolve_resume`'s checkpoint and
     checks the config against the one saved with it (with auto and no checkpoint yet: against
     run_dir/config.yaml) by `check_resume_config`. Then rank 0 writes config.yaml, so the directory
-    is claimed before the first step.
+    is claimed before the first step. A stop request already there is removed (`stop.discard_stale_request`).
     """
     root = Path(run_dir)
     if resume in (None, "", "none"):
@@ -563,6 +565,9 @@ def claim_run_dir(
                 f"run_dir {root} already holds a run ({', '.join(found)}); "
                 "continue it with --resume auto, or choose another run_dir"
             )
+    # Before the checkpoint is verified (minutes for a large one): a request written while that runs is this run's.
+    if _rank() == 0:
+        discard_stale_request(root)
     path = resolve_resume(resume, root)
     saved = saved_config(path) if path is not None else saved_config(root)
     if saved:

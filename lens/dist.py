@@ -5,7 +5,7 @@ and stops that every rank takes after the same step.
     first = rank_offset(len(local_rows))                       # global index of this rank's first row
     total = all_reduce(float(mask.sum()), "sum")
     row = reduce_metrics(local_row, world())                   # every key reduced as REDUCTIONS declares
-    with StopFlag() as stop:
+    with StopFlag(request_file=run_dir / "STOP") as stop:      # SIGINT/SIGTERM, or `python -m lens.stop`
         for step in ...:
             ...
             if stop.should_stop():                             # collective, once per step on every rank
@@ -21,8 +21,10 @@ import fnmatch
 import math
 import os
 import signal
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
@@ -225,39 +227,65 @@ def reduce_metrics(local: Mapping[str, float], world: int) -> dict[str, float]:
 
 
 class StopFlag:
-    """SIGINT/SIGTERM ask for a stop after the current step; `should_stop` makes every rank agree.
+    """SIGINT/SIGTERM or a stop request file ask for a stop after the current step; `should_stop` makes
+    every rank agree.
 
-        with StopFlag() as stop:            # installs the handlers; restores the previous ones on exit
+        with StopFlag(request_file=run_dir / "STOP") as stop:   # installs the handlers; restores them on exit
             for step in range(start, steps):
                 ...                         # one whole step
                 stopping = stop.should_stop()   # collective: all ranks, once per step, same place
                 if stopping or step_is_a_save_step:
                     save(...)
                 if stopping:
+                    print(f"stopped by {stop.cause}")
                     break
 
-    The handler only sets a local flag; `should_stop` all-reduces it with MAX, so a signal that
-    reached one rank (a scheduler, the OOM killer's neighbour, `kill` by hand) stops all ranks after
-    the same step and none waits forever in the next collective. A second signal of the same kind
-    while a stop is pending runs the previous handler (Ctrl-C twice: KeyboardInterrupt at once).
+    The handler only sets a local flag, and rank 0 looks for `request_file` (written by
+    `python -m lens.stop RUN_DIR`); `should_stop` all-reduces both with MAX, so a signal that reached one
+    rank (a scheduler, the OOM killer's neighbour, `kill` by hand) or the file stops all ranks after the
+    same step and none waits forever in the next collective. Rank 0 removes the file once the stop is
+    agreed, so a resumed run trains on. A second signal of the same kind, `repeat_s` or more after the
+    first, runs the previous handler (Ctrl-C twice: KeyboardInterrupt at once). One sooner is the same
+    request delivered twice: a terminal's Ctrl-C and a scheduler's cancel reach torchrun and the workers,
+    and torchrun forwards its own copy; escalating on it would kill a worker before it saves.
 
     Time limit: torchrun forwards SIGTERM/SIGINT to every worker and SIGKILLs them
     TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds later (default 30), so the rest of the step plus the
     checkpoint must fit in it; raise it for long steps: `TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600 torchrun ...`
-    (a batch scheduler's own grace period, e.g. SLURM's KillWait, still bounds it). Signal handlers
-    can only be installed from the main thread.
+    (a batch scheduler's own grace period, e.g. SLURM's KillWait, still bounds it). torchrun itself exits 1
+    after a signal even when every worker saved and exited 0; the request file does not involve it, so
+    the job exits 0. Signal handlers can only be installed from the main thread.
     """
 
-    def __init__(self, signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)) -> None:
+    def __init__(
+        self,
+        signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
+        request_file: str | os.PathLike | None = None,
+        ignore_after: bool = False,
+        repeat_s: float = 2.0,
+    ) -> None:
+        """ignore_after: after the block, ignore the signals instead of restoring the previous handlers; for a
+        process that ends with the block (the trainer script). A stop signal that comes while it tears down,
+        after its checkpoint, then does nothing, where the default action would kill it and torchrun would
+        report the finished job as failed (and kill the other ranks). Ignored rather than left to this
+        handler, because the interpreter puts the default action back as it finalises, and torch's teardown
+        runs after that."""
         self.signals = signals
+        self.request_file = Path(request_file) if request_file is not None else None
+        self.ignore_after = ignore_after
+        self.repeat_s = repeat_s
         self.requested: signal.Signals | None = None  # the first signal received, if any
+        self._requested_at = 0.0  # time.monotonic() of the first signal
+        self.cause: str | None = None  # what stopped the ranks, once `should_stop` returned True
         self._previous: dict[signal.Signals, Any] = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         sig = signal.Signals(signum)
-        if self.requested != sig:
-            self.requested = self.requested or sig
+        if self.requested is None:
+            self.requested, self._requested_at = sig, time.monotonic()
             return
+        if self.requested != sig or time.monotonic() - self._requested_at < self.repeat_s:
+            return  # another kind, or the same request delivered twice (see the class docstring)
         previous = self._previous[sig]
         if callable(previous):
             previous(signum, frame)
@@ -273,9 +301,28 @@ class StopFlag:
     def __exit__(self, *exc: object) -> None:
         for sig, previous in self._previous.items():
             # None: a handler set from C that Python cannot reinstall; the default is the safe choice.
-            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+            restored = previous if previous is not None else signal.SIG_DFL
+            signal.signal(sig, signal.SIG_IGN if self.ignore_after else restored)
         self._previous.clear()
 
+    def _file_requests(self) -> bool:
+        # Rank 0 alone looks: one stat per step, not one per rank on a shared filesystem, and the run
+        # directory is rank 0's (it writes the config, the metrics and the checkpoint metadata there).
+        return self.request_file is not None and rank() == 0 and self.request_file.is_file()
+
     def should_stop(self) -> bool:
-        """Whether any rank received a stop signal (collective: call on every rank once per step)."""
-        return bool(all_reduce(float(self.requested is not None), "max"))
+        """Whether any rank received a stop signal or rank 0 found the request file (collective: call on
+        every rank once per step). When True, `cause` says why, the same on every rank."""
+        local = [float(self.requested is not None), float(self._file_requests())]
+        # One collective for both causes: MAX of each tells every rank whether anyone saw it.
+        by_signal, by_file = all_reduce(torch.tensor(local, dtype=torch.float64, device=_device()), "max").tolist()
+        causes = []
+        if by_signal:
+            causes.append("a signal")
+        if by_file:
+            causes.append(f"the stop request {self.request_file}")
+            if rank() == 0:
+                assert self.request_file is not None  # only a rank with a request file can have seen one
+                self.request_file.unlink(missing_ok=True)  # honoured: `--resume auto` must not stop again
+        self.cause = " and ".join(causes) or None
+        return self.cause is not None

@@ -34,6 +34,7 @@ from lens.methods import Run
 from lens.purify import Prompt
 from lens.reward import Verifier
 from lens.rollout import HFEngine, default_stop_ids, make_engine
+from lens.stop import request_path
 
 # ----------------------------------------------------------------------------------------------
 # Setup
@@ -273,14 +274,22 @@ def print_summary(before: dict[str, float], after: dict[str, float]) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
+def main(argv: list[str] | None = None, *, until_exit: bool = False) -> dict[str, float]:
+    """Parse the command line and train (or dry-run) -> the last step's metrics.
+
+    until_exit: this process ends when main returns (the script below), so once training is over and saved,
+    SIGINT/SIGTERM are ignored through its teardown; in-process callers get their own handlers back.
+    """
     cfg, args = parse_args(argv)
     if args.dry_run:
         preflight.print_summary(preflight.dry_run(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1"))))
         return {}
     # The handlers go in before setup: a stop that arrives while models load or the first evaluation runs is
     # honoured after the first step (with a checkpoint) instead of killing one rank and stranding the others.
-    with dist.StopFlag() as stop:
+    # Afterwards the script ignores them: a skewed signal that reaches one rank after the checkpoint would
+    # otherwise kill it as it tears down, and torchrun would report the finished job as failed. The request
+    # file is `python -m lens.stop RUN_DIR`'s: a stop that torchrun does not see, so it exits 0.
+    with dist.StopFlag(request_file=request_path(cfg.run_dir), ignore_after=until_exit) as stop:
         return train(cfg, stop)
 
 
@@ -328,7 +337,7 @@ def train(cfg: Config, stop: dist.StopFlag) -> dict[str, float]:
         if (cfg.checkpoint.every and done % cfg.checkpoint.every == 0) or done == cfg.optim.steps or stopping:
             save(run, done)
         if stopping:
-            progress.write(f"stopped by signal after step {done}; resume with --resume auto")
+            progress.write(f"stopped by {stop.cause} after step {done}; resume with --resume auto")
             break
     progress.close()
     log.close()
@@ -341,6 +350,7 @@ def train(cfg: Config, stop: dist.StopFlag) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    cli_errors(main)(sys.argv[1:])  # user mistakes: one line `lens: error: ...`, exit 2 (LENS_DEBUG=1: traceback)
+    # User mistakes: one line `lens: error: ...`, exit 2 (LENS_DEBUG=1: traceback).
+    cli_errors(main)(sys.argv[1:], until_exit=True)
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()

@@ -101,6 +101,16 @@ def _worker(rank: int, world: int, tmp: str) -> None:
                 stopped = step
                 break
     result.update(stopped=stopped, restored=signal.getsignal(signal.SIGTERM) == before)
+    # A stop request file: rank 0 alone looks for it, and rank 1 stops after the same step all the same.
+    request = Path(tmp, "STOP")
+    with dist.StopFlag(request_file=request) as stop:
+        for step in range(50):
+            if rank == 0 and step == 3:
+                request.write_text("")
+            time.sleep(0.02 if rank == 1 else 0.0)
+            if stop.should_stop():
+                result.update(request_stopped=step, request_cause=stop.cause, request_left=request.exists())
+                break
     Path(tmp, f"rank{rank}.json").write_text(json.dumps(result))
     torch.distributed.destroy_process_group()
 
@@ -139,6 +149,12 @@ def test_a_signal_on_one_rank_stops_all_ranks_after_the_same_step(two_ranks):
     assert all(r["restored"] for r in two_ranks)
 
 
+def test_a_stop_request_seen_by_rank_0_stops_all_ranks_after_the_same_step(two_ranks):
+    assert [r["request_stopped"] for r in two_ranks] == [3, 3]
+    assert len({r["request_cause"] for r in two_ranks}) == 1 and "the stop request" in two_ranks[0]["request_cause"]
+    assert not two_ranks[0]["request_left"]  # honoured, so removed: a resumed run must not stop again
+
+
 def test_rank_slice_partitions():
     for n in range(0, 12):
         for world in (1, 2, 3, 5):
@@ -175,7 +191,7 @@ def test_stop_flag_restores_handlers_and_a_second_signal_escalates():
     term = signal.getsignal(signal.SIGTERM)
     previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
     try:
-        with dist.StopFlag() as stop:
+        with dist.StopFlag(repeat_s=0.0) as stop:
             assert not stop.should_stop()
             signal.raise_signal(signal.SIGINT)
             assert stop.requested == signal.SIGINT and stop.should_stop() and seen == []
@@ -188,3 +204,34 @@ def test_stop_flag_restores_handlers_and_a_second_signal_escalates():
         assert seen == [signal.SIGINT, signal.SIGINT]
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_signal_repeated_at_once_is_one_request_not_an_escalation():
+    # A terminal's Ctrl-C or a scheduler's cancel reaches torchrun and the worker, and torchrun forwards its own
+    # copy milliseconds later: that copy must not kill the worker before it saves.
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        with dist.StopFlag(repeat_s=0.5) as stop:
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)  # the second copy
+            assert stop.should_stop() and seen == []
+            time.sleep(0.6)
+            signal.raise_signal(signal.SIGINT)  # asked again, later: escalates
+            assert seen == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_stop_flag_can_leave_the_signals_ignored_for_a_process_that_ends_with_it():
+    # The trainer script's teardown: a late stop signal does nothing (Python's finalisation would put back the
+    # default action over a Python handler, but keeps SIG_IGN).
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with dist.StopFlag(ignore_after=True) as stop:
+            assert signal.getsignal(signal.SIGTERM) == stop._handle
+        assert all(signal.getsignal(sig) == signal.SIG_IGN for sig in before)
+        signal.raise_signal(signal.SIGTERM)  # ignored: this test process goes on
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)

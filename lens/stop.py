@@ -1,0 +1,94 @@
+"""Stop a training run after its current step, with a checkpoint and exit code 0.
+
+    python -m lens.stop RUN_DIR          # e.g. python -m lens.stop runs/lens_s0
+
+It writes RUN_DIR/STOP. Rank 0 of the trainer looks for that file once per step, inside the
+all-reduce that already agrees on stop signals (`lens.dist.StopFlag`), so every rank stops after the
+same step, one checkpoint is saved, and the workers and torchrun exit 0.
+
+Why a file and not a signal: a SIGTERM sent to torchrun is forwarded to the workers, which save, but
+torchrun then exits 1 by design (its elastic agent re-raises the signal as an exception), so a
+scheduler or a script reads a failure; signalling the workers instead needs their PIDs on every node.
+The file needs only the run directory, which every rank already shares.
+
+The trainer removes the file when it honours it, so `--resume auto` afterwards trains on. A file that
+is already there when a run claims its directory (`checkpoint.claim_run_dir`, the first thing a run
+does once its ranks are up) was left by a run that never honoured it (killed, crashed, or finished in
+the step it was written) and is removed with a warning rather than stopping the new run after one step.
+
+This module imports no torch, so the command answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import time
+import warnings
+from pathlib import Path
+
+from lens.errors import cli_errors
+
+STOP_REQUEST = "STOP"
+# lens.checkpoint.CONFIG, which claim_run_dir writes before a run's first step: spelled out here because
+# lens.checkpoint imports torch (tests/test_stop.py checks that a claimed directory is accepted).
+_RUN_CONFIG = "config.yaml"
+
+
+def request_path(run_dir: str | os.PathLike) -> Path:
+    """The stop request file of the run in run_dir."""
+    return Path(run_dir) / STOP_REQUEST
+
+
+def request_stop(run_dir: str | os.PathLike) -> Path:
+    """Ask the run in run_dir to stop after its current step -> the request file written.
+
+    FileNotFoundError when run_dir does not exist, ValueError when it is not a run's directory (no
+    config.yaml: the trainer writes it as it starts). A pending request is simply written again.
+    """
+    root = Path(run_dir)
+    if not root.exists():
+        raise FileNotFoundError(f"run_dir {root} does not exist")
+    if not root.is_dir():
+        raise ValueError(f"run_dir {root} is not a directory")
+    if not (root / _RUN_CONFIG).is_file():
+        raise ValueError(
+            f"run_dir {root} holds no run (no {_RUN_CONFIG}); give the run_dir the trainer was started with"
+        )
+    request = request_path(root)
+    # Only the file's existence counts; the text is for a person who finds it.
+    when = time.strftime("%Y-%m-%d %H:%M:%S")
+    request.write_text(f"stop requested {when} by pid {os.getpid()} on {socket.gethostname()}\n")
+    return request
+
+
+def discard_stale_request(run_dir: str | os.PathLike) -> bool:
+    """Remove a stop request that is in run_dir before a run claims it -> whether there was one.
+
+    No running trainer owned it: it was left by a run that ended without honouring it, or written while
+    no run was running. Honouring it would stop the new run after its first step, so it is removed with a
+    warning naming the file instead.
+    """
+    request = request_path(run_dir)
+    if not request.is_file():
+        return False
+    request.unlink(missing_ok=True)
+    warnings.warn(f"removed {request}: a stop request left from before this run started", stacklevel=2)
+    return True
+
+
+@cli_errors
+def main(argv: list[str] | None = None) -> None:
+    """`python -m lens.stop RUN_DIR`: write the request and say what happens next."""
+    parser = argparse.ArgumentParser(
+        prog="python -m lens.stop", description="Stop a training run after its current step (it saves and exits 0)."
+    )
+    parser.add_argument("run_dir", help="the run's directory (the trainer's run_dir, default runs/<method>_s<seed>)")
+    args = parser.parse_args(argv)
+    request = request_stop(args.run_dir)
+    print(f"wrote {request}: the run stops after its current step, saves a checkpoint and exits 0")
+
+
+if __name__ == "__main__":
+    main()
