@@ -7,9 +7,12 @@
 
 Each run is `python -m lens.train` on the task's preset (`TASKS`) with the method's overrides (`METHODS`),
 `STUDY_STEPS` steps and an evaluation every `EVAL_EVERY` steps, in its own run dir under --runs (a finished
-run is not rerun). Seeds are paired: a seed fixes the data order, the rollout sampling streams and the
-evaluation samples (lens.train's seed rule), so method A and GRPO at seed s see the same prompts in the
-same order and are graded on the same draws, and the paired difference removes that shared variance.
+run is not rerun). Cost, measured on 2 shared cores with 2 runs at a time: a GRPO/LENS-variant run 55-165 s
+(ledger is the cheaper task), DAPO 530 s and grpo_ext 256 s (vartrack); the 120 committed runs of the six
+cheaper methods took 11,000 run-seconds (about 95 min); the full 160 runs take about 2.5 h. Seeds are paired:
+a seed fixes the data order, the rollout sampling streams and the evaluation samples (lens.train's seed rule),
+so method A and GRPO at seed s see the same prompts in the same order and are graded on the same draws, and
+the paired difference removes that shared variance.
 
 Per task and method (bench/results/study_<task>.md, study.json, study_<task>.png): noisy and clean accuracy
 curves with 95 % t-intervals over seeds; the area under the noisy curve (trapezoids over the evaluated steps,
