@@ -111,11 +111,11 @@ def read_rows(run_dir: Path) -> dict[int, dict[str, float]]:
 
 
 def ci95(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and half-width of its 95 % t-interval (0 for one value); NaN for none."""
+    """Mean and half-width of its 95 % t-interval (NaN half-width for one value); NaN for none."""
     if not values:
         return math.nan, math.nan
     if len(values) == 1:
-        return float(values[0]), 0.0
+        return float(values[0]), math.nan  # no interval from one seed
     df = len(values) - 1
     t = T95[df - 1] if df <= len(T95) else 1.960
     return statistics.fmean(values), t * statistics.stdev(values) / math.sqrt(len(values))
@@ -255,14 +255,18 @@ def task_table(per: dict[str, dict[int, dict]]) -> dict:
 
 
 def pm(v: tuple[float, float], digits: int = 3) -> str:
-    """'mean ± half-width', or '—' for no value."""
-    return "—" if math.isnan(v[0]) else f"{v[0]:.{digits}f} ± {v[1]:.{digits}f}"
+    """'mean ± half-width' ('mean' alone from one seed), or '—' for no value."""
+    if math.isnan(v[0]):
+        return "—"
+    return f"{v[0]:.{digits}f}" if math.isnan(v[1]) else f"{v[0]:.{digits}f} ± {v[1]:.{digits}f}"
 
 
 def signed(v: tuple[float, float]) -> str:
     """A paired difference with its interval, marked * when the interval excludes 0."""
     if math.isnan(v[0]):
         return "—"
+    if math.isnan(v[1]):
+        return f"{v[0]:+.3f}"  # one paired seed: no interval, no claim
     star = "*" if abs(v[0]) > v[1] else ""
     return f"{v[0]:+.3f} ± {v[1]:.3f}{star}"
 

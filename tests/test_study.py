@@ -35,7 +35,9 @@ def _write_run(
 
 def test_statistics_by_hand():
     assert study.ci95([1.0, 3.0]) == (2.0, pytest.approx(12.706))  # t(1) x stdev sqrt(2) / sqrt(2)
-    assert study.ci95([5.0]) == (5.0, 0.0)
+    assert study.ci95([5.0])[0] == 5.0 and math.isnan(study.ci95([5.0])[1])  # one seed: no interval
+    assert study.signed((0.2, math.nan)) == "+0.200" and study.signed((0.2, 0.1)) == "+0.200 ± 0.100*"
+    assert study.pm((0.5, math.nan)) == "0.500" and study.signed((0.05, 0.1)) == "+0.050 ± 0.100"
     assert all(math.isnan(v) for v in study.ci95([]))
     assert study.ci95([float(v) for v in range(40)])[1] == pytest.approx(1.960 * statistics.stdev(range(40)) / 40**0.5)
     # Trapezoids over 0, 2, 4: (2 * (0 + 0.5) / 2 + 2 * (0.5 + 1) / 2) / 4 = 0.5.
