@@ -7,9 +7,8 @@
 
 Each run is `python -m lens.train` on the task's preset (`TASKS`) with the method's overrides (`METHODS`),
 `STUDY_STEPS` steps and an evaluation every `EVAL_EVERY` steps, in its own run dir under --runs (a finished
-run is not rerun). Cost, measured on 2 shared cores with 2 runs at a time: a GRPO/LENS-variant run 55-165 s
-(ledger is the cheaper task), DAPO 530 s and grpo_ext 256 s (vartrack); the 120 committed runs of the six
-cheaper methods took 11,000 run-seconds (about 95 min); the full 160 runs take about 2.5 h. Seeds are paired:
+run is not rerun). Cost on 2 otherwise idle cores, 2 runs at a time: DAPO 110 s (vartrack) / 45 s (ledger),
+grpo_ext 87 / 50 s, the other methods less; the full 160 runs take about an hour. Seeds are paired:
 a seed fixes the data order, the rollout sampling streams and the evaluation samples (lens.train's seed rule),
 so method A and GRPO at seed s see the same prompts in the same order and are graded on the same draws, and
 the paired difference removes that shared variance.
