@@ -12,7 +12,7 @@ last step logged, the checkpoints present, torchrun's exit code, the seconds fro
 then runs `--resume auto` to the end and checks that every logged metric (time keys excluded) equals
 the reference bit for bit. Results: bench/results/fault_matrix.md and fault_matrix.json.
 
-The job is the built-in task with the test suite's short config (tests/test_train_processes.py):
+The job is configs/cpu_smoke.yaml (the process tests' short job): GRPO on the built-in task,
 8 steps, a checkpoint every 2, on gloo/CPU; torchrun's shutdown grace is its default (30 s).
 """
 
@@ -37,19 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 TRAIN = str(REPO / "lens" / "train.py")
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 STEPS, EVERY, FAULT_AT = 8, 2, 2  # the fault comes once checkpoint FAULT_AT is published
-CONFIG = [
-    f"model.path={REPO / 'lens' / 'tasks' / 'assets' / 'vartrack'}",
-    "algorithm.name=grpo",
-    "algorithm.m=8",
-    "data.batch_size=8",
-    "data.eval_every=0",
-    "data.eval_limit=4",
-    "rollout.max_tokens=44",
-    "optim.micro_batch_size=8",
-    "logging.tensorboard=false",
-    f"optim.steps={STEPS}",
-    f"checkpoint.every={EVERY}",
-]
+CONFIG = ["--config", "cpu_smoke", f"optim.steps={STEPS}", f"checkpoint.every={EVERY}"]
 CANCEL_LAG_S = 0.1  # torchrun's copy of a scheduler's SIGTERM, after the workers' own
 SKEW_S = 1.0  # the second signal of the skewed-in-time fault: about one step here, so it lands while the job stops
 TIMEOUT_S = 300.0  # a job that outlives this hangs: its process group is killed and the row says so

@@ -20,18 +20,9 @@ from lens.tasks import vartrack
 REPO = Path(__file__).resolve().parent.parent
 TRAIN = str(REPO / "lens" / "train.py")
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
-# The committed warm start: its groups have reward variance, so the update is not trivially zero.
-BASE = [
-    f"model.path={vartrack.ASSETS_DIR}",
-    "algorithm.name=grpo",
-    "algorithm.m=8",
-    "data.batch_size=8",
-    "data.eval_every=0",
-    "data.eval_limit=4",
-    "rollout.max_tokens=44",
-    "optim.micro_batch_size=8",
-    "logging.tensorboard=false",
-]
+# configs/cpu_smoke.yaml: GRPO on the committed warm start, whose groups have reward variance, so the update is not
+# trivially zero.
+BASE = ["--config", "cpu_smoke"]
 
 
 def _env() -> dict[str, str]:
