@@ -3,7 +3,12 @@
     python bench/study.py                                        # 8 methods x 10 seeds x 2 tasks, 2 runs at a time
     python bench/study.py --tasks ledger --seeds 0,1,2           # a subset
     python bench/study.py --methods grpo,lens --jobs 1           # one run at a time, with every core
+    python bench/study.py --methods dapo --seeds 6,7             # continue a study: train only these
     python bench/study.py --table-only                           # re-aggregate the runs already on disk
+
+--tasks, --methods and --seeds choose what to train; the tables always cover every finished run of the tasks
+(in --runs, or kept in --out/study_runs.json), so continuing a study with a few methods or seeds extends its
+tables instead of replacing them.
 
 Each run is `python -m lens.train` on the task's preset (`TASKS`) with the method's overrides (`METHODS`),
 `STUDY_STEPS` steps and an evaluation every `EVAL_EVERY` steps, in its own run dir under --runs (a finished
@@ -181,18 +186,17 @@ def run_summary(rows: dict[int, dict[str, float]], m: int) -> dict:
     }
 
 
-def load_runs(runs: Path, task: str, methods: Sequence[str], seeds: Sequence[int]) -> dict[str, dict[int, dict]]:
-    """{method: {seed: run_summary}} of the finished runs of one task."""
+def load_runs(runs: Path, task: str) -> dict[str, dict[int, dict]]:
+    """{method: {seed: run_summary}} of every finished run of one task: the `<method>_s<seed>` dirs under
+    runs/<task> of a known method that hold `wall_s.txt` (written once the run exited cleanly)."""
     out: dict[str, dict[int, dict]] = {}
-    for method in methods:
-        for seed in seeds:
-            d = runs / task / f"{method}_s{seed}"
-            if (d / "wall_s.txt").exists():
-                m = yaml.safe_load((d / "config.yaml").read_text())["algorithm"]["m"]
-                out.setdefault(method, {})[seed] = {
-                    **run_summary(read_rows(d), m),
-                    "wall_s": float((d / "wall_s.txt").read_text()),
-                }
+    for marker in sorted((runs / task).glob("*_s*/wall_s.txt")):
+        d = marker.parent
+        method, _, seed = d.name.rpartition("_s")
+        if method not in METHODS or not seed.isdigit():
+            continue
+        m = yaml.safe_load((d / "config.yaml").read_text())["algorithm"]["m"]
+        out.setdefault(method, {})[int(seed)] = {**run_summary(read_rows(d), m), "wall_s": float(marker.read_text())}
     return out
 
 
@@ -270,39 +274,63 @@ def signed(v: tuple[float, float]) -> str:
     return f"{v[0]:+.3f} ± {v[1]:.3f}{star}"
 
 
+NO_VALUE = (math.nan, math.nan)
+# The figures of task_table that need GRPO's runs at the same seeds.
+VS_GRPO = (
+    "diff_auc_noisy",
+    "diff_auc_clean",
+    "diff_final_noisy",
+    "steps_to_grpo_best",
+    "at_grpo_rollouts",
+    "diff_at_grpo_rollouts",
+    "at_grpo_seconds",
+    "diff_at_grpo_seconds",
+)
+
+
+def _baseline_lines(result: dict) -> list[str]:
+    """The header lines that describe GRPO's best and the compute-matched budgets."""
+    if result["grpo_best_noisy"] is None:
+        return ["No GRPO run yet: no paired differences, steps to GRPO's best or compute-matched figures."]
+    b = result["budgets"]
+    return [
+        f"GRPO's best noisy accuracy (mean over GRPO seeds of each seed's best): {result['grpo_best_noisy']:.3f}.",
+        f"Compute-matched: noisy accuracy at the rollouts (mean {b['rollouts']:.0f}) and training seconds (mean"
+        f" {b['seconds']:.1f} s of `time/step`) of GRPO's run at the same seed, interpolated between evaluations;"
+        " Δ against GRPO's final. Seconds come from runs sharing 2 cores: a noisy measure.",
+    ]
+
+
 def markdown(task: str, result: dict) -> str:
     """One task's tables: the summary with paired differences, then the noisy-accuracy curves."""
     methods = result["methods"]
-    b = result["budgets"]
     lines = [
         f"# Study: `{task}`, {STUDY_STEPS} steps, evaluation every {EVAL_EVERY} steps",
         "",
         "Mean ± 95 % t-interval over seeds; Δ = paired difference method − GRPO (same seed), * when its interval",
         "excludes 0. AUC: mean noisy (clean) accuracy over the run (trapezoids over the evaluated steps).",
-        f"GRPO's best noisy accuracy (mean over GRPO seeds of each seed's best): {result['grpo_best_noisy']:.3f}.",
-        f"Compute-matched: noisy accuracy at the rollouts (mean {b['rollouts']:.0f}) and training seconds (mean"
-        f" {b['seconds']:.1f} s of `time/step`) of GRPO's run at the same seed, interpolated between evaluations;"
-        " Δ against GRPO's final. Seconds come from runs sharing 2 cores: a noisy measure.",
+        *_baseline_lines(result),
         "",
         "| method | seeds | noisy AUC | Δ noisy AUC | clean AUC | Δ clean AUC | final noisy | Δ final noisy"
         " | steps to GRPO best | at GRPO rollouts | Δ | at GRPO seconds | Δ | rollouts/step | s/step |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, e in methods.items():
-        reach = f"{pm(e['steps_to_grpo_best'], 1)} ({e['reached_grpo_best']}/{len(e['seeds'])})"
+        vs = {k: e.get(k, NO_VALUE) for k in VS_GRPO}  # absent when the task has no GRPO run
+        reach = f"{pm(vs['steps_to_grpo_best'], 1)} ({e.get('reached_grpo_best', 0)}/{len(e['seeds'])})"
         cells = [
             str(len(e["seeds"])),
             pm(e["auc_noisy"]),
-            signed(e["diff_auc_noisy"]),
+            signed(vs["diff_auc_noisy"]),
             pm(e["auc_clean"]),
-            signed(e["diff_auc_clean"]),
+            signed(vs["diff_auc_clean"]),
             pm(e["final_noisy"]),
-            signed(e["diff_final_noisy"]),
+            signed(vs["diff_final_noisy"]),
             reach,
-            pm(e["at_grpo_rollouts"]),
-            signed(e["diff_at_grpo_rollouts"]),
-            pm(e["at_grpo_seconds"]),
-            signed(e["diff_at_grpo_seconds"]),
+            pm(vs["at_grpo_rollouts"]),
+            signed(vs["diff_at_grpo_rollouts"]),
+            pm(vs["at_grpo_seconds"]),
+            signed(vs["diff_at_grpo_seconds"]),
             f"{e['rollouts_per_step'][0]:.0f}",
             f"{e['step_s'][0]:.2f}",
         ]
@@ -378,24 +406,23 @@ def train_all(tasks: list[str], methods: list[str], seeds: list[int], runs: Path
     return failures
 
 
-def write_results(runs: Path, out: Path, tasks: list[str], methods: list[str], seeds: list[int]) -> dict:
-    """Aggregate every task's runs into study.json, study_<task>.md and study_<task>.png under out.
+def write_results(runs: Path, out: Path, tasks: list[str]) -> dict:
+    """Aggregate every finished run of each task into study.json, study_<task>.md and study_<task>.png under out.
 
     Each run's summary is also kept in out/study_runs.json, and a run missing from `runs` is read from there:
     the committed tables can be re-aggregated (--table-only) and a study continued on another machine without
-    the run directories.
+    the run directories. A run dir on disk wins over its kept summary. Methods appear in `METHODS` order.
     """
     out.mkdir(parents=True, exist_ok=True)
     kept_path = out / "study_runs.json"
     kept = json.loads(kept_path.read_text()) if kept_path.exists() else {}
     results = {}
     for task in tasks:
-        per = load_runs(runs, task, methods, seeds)
-        for method in methods:
-            for seed in seeds:
-                saved = kept.get(task, {}).get(method, {}).get(str(seed))
-                if seed not in per.get(method, {}) and saved is not None:
-                    per.setdefault(method, {})[seed] = _from_json(saved)
+        found = load_runs(runs, task)
+        for method, by_seed in kept.get(task, {}).items():
+            for seed, saved in by_seed.items():
+                found.setdefault(method, {}).setdefault(int(seed), _from_json(saved))
+        per = {m: dict(sorted(found[m].items())) for m in METHODS if m in found}
         for method, by_seed in per.items():
             kept.setdefault(task, {}).setdefault(method, {}).update({str(s): r for s, r in by_seed.items()})
         if not per:
@@ -442,7 +469,7 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--jobs must be >= 1, got {args.jobs}")
     runs, out = REPO / args.runs, REPO / args.out
     failures = [] if args.table_only else train_all(tasks, methods, seeds, runs, args.jobs)
-    write_results(runs, out, tasks, methods, seeds)
+    write_results(runs, out, tasks)
     if failures:
         sys.exit(f"study: {len(failures)} runs failed and are missing from the tables: {', '.join(failures)}")
 

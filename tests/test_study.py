@@ -56,7 +56,7 @@ def test_task_table_pairs_seeds_and_matches_compute(tmp_path):
     # LENS purifies 1 prompt a step: 16 + 8 = 24 rollouts a step, 1.5x GRPO's.
     _write_run(tmp_path, "t", "lens_s0", {0: 0.0, 2: 0.4, 4: 0.8}, 13.0, purified=1.0)
     _write_run(tmp_path, "t", "lens_s1", {0: 0.0, 2: 0.6, 4: 0.8}, 15.0, purified=1.0)
-    result = study.task_table(study.load_runs(tmp_path, "t", ["grpo", "lens"], [0, 1]))
+    result = study.task_table(study.load_runs(tmp_path, "t"))
     assert result["grpo_best_noisy"] == pytest.approx(0.7)  # mean of the seeds' best: (0.6 + 0.8) / 2
     assert result["budgets"] == {"rollouts": 64.0, "seconds": 6.0}  # means over GRPO's seeds: 4 s and 8 s
     lens = result["methods"]["lens"]
@@ -81,17 +81,50 @@ def test_task_table_pairs_seeds_and_matches_compute(tmp_path):
 def test_results_are_written_per_task(tmp_path):
     _write_run(tmp_path / "runs", "vartrack", "grpo_s0", {0: 0.0, 2: 0.2, 4: 0.6}, 10.0)
     out = tmp_path / "out"
-    results = study.write_results(tmp_path / "runs", out, ["vartrack", "ledger"], ["grpo"], [0])
+    results = study.write_results(tmp_path / "runs", out, ["vartrack", "ledger"])
     assert list(results) == ["vartrack"]  # no ledger runs: no ledger table
     assert (out / "study_vartrack.md").exists() and (out / "study_vartrack.png").stat().st_size > 0
     assert json.loads((out / "study.json").read_text())["vartrack"]["methods"]["grpo"]["seeds"] == [0]
     # Without the run directories the kept summaries give the same tables, and new runs add to them.
-    again = study.write_results(tmp_path / "elsewhere", out, ["vartrack"], ["grpo"], [0])
+    again = study.write_results(tmp_path / "elsewhere", out, ["vartrack"])
     assert json.dumps(again["vartrack"]) == json.dumps(results["vartrack"])
     _write_run(tmp_path / "more", "vartrack", "grpo_s1", {0: 0.0, 2: 0.4, 4: 0.8}, 12.0)
-    both = study.write_results(tmp_path / "more", out, ["vartrack"], ["grpo"], [0, 1])
+    both = study.write_results(tmp_path / "more", out, ["vartrack"])
     assert both["vartrack"]["methods"]["grpo"]["seeds"] == [0, 1]
     assert both["vartrack"]["grpo_best_noisy"] == pytest.approx(0.7)
+
+
+def test_continuing_a_study_with_some_methods_extends_its_tables(monkeypatch, tmp_path):
+    # The committed study was finished this way: `--methods dapo --seeds 1` after the others; the tables must
+    # still hold every method and seed, with DAPO paired against GRPO, not DAPO at seed 1 alone.
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    for seed, top in ((0, 0.6), (1, 0.8)):
+        _write_run(runs, "ledger", f"grpo_s{seed}", {0: 0.0, 2: 0.2, 4: top}, 10.0)
+        _write_run(runs, "ledger", f"lens_s{seed}", {0: 0.0, 2: 0.3, 4: top}, 10.0, purified=1.0)
+    _write_run(runs, "ledger", "dapo_s0", {0: 0.0, 2: 0.5, 4: 0.9}, 20.0)
+    (runs / "ledger" / "notes_s0").mkdir()  # not a run: ignored
+    study.main(["--tasks", "ledger", "--table-only", "--runs", str(runs), "--out", str(out)])
+
+    def train_all(tasks, methods, seeds, runs_dir, jobs):
+        assert (tasks, methods, seeds) == (["ledger"], ["dapo"], [1])
+        _write_run(runs_dir, "ledger", "dapo_s1", {0: 0.0, 2: 0.5, 4: 1.0}, 20.0)
+        return []
+
+    monkeypatch.setattr(study, "train_all", train_all)
+    study.main(["--tasks", "ledger", "--methods", "dapo", "--seeds", "1", "--runs", str(runs), "--out", str(out)])
+    table = json.loads((out / "study.json").read_text())["ledger"]
+    assert list(table["methods"]) == ["grpo", "dapo", "lens"]  # METHODS order, whatever order they finished in
+    assert {m: e["seeds"] for m, e in table["methods"].items()} == {"grpo": [0, 1], "dapo": [0, 1], "lens": [0, 1]}
+    assert table["methods"]["dapo"]["paired_seeds"] == 2
+    assert table["methods"]["dapo"]["diff_final_noisy"][0] == pytest.approx(0.25)  # (0.3 + 0.2) / 2
+    assert "| dapo | 2 |" in (out / "study_ledger.md").read_text()
+
+
+def test_a_task_without_grpo_runs_still_gets_its_table(tmp_path):
+    _write_run(tmp_path, "ledger", "lens_s0", {0: 0.0, 2: 0.3, 4: 0.5}, 10.0, purified=1.0)
+    result = study.task_table(study.load_runs(tmp_path, "ledger"))
+    md = study.markdown("ledger", result)
+    assert "No GRPO run yet" in md and "| lens | 1 | 0.275 | — |" in md
 
 
 def test_the_headline_pair_runs_first_and_the_costly_baselines_last():
