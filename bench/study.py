@@ -13,7 +13,7 @@ tables instead of replacing them.
 Each run is `python -m lens.train` on the task's preset (`TASKS`) with the method's overrides (`METHODS`),
 `STUDY_STEPS` steps and an evaluation every `EVAL_EVERY` steps, in its own run dir under --runs (a finished
 run is not rerun). Cost on 2 otherwise idle cores, 2 runs at a time: DAPO 110 s (vartrack) / 45 s (ledger),
-grpo_ext 87 / 50 s, the other methods less; the full 160 runs take about an hour. Seeds are paired:
+grpo_ext 87 / 50 s, the others about 60 / 36 s; the full 160 runs take about 70 minutes. Seeds are paired:
 a seed fixes the data order, the rollout sampling streams and the evaluation samples (lens.train's seed rule),
 so method A and GRPO at seed s see the same prompts in the same order and are graded on the same draws, and
 the paired difference removes that shared variance.
