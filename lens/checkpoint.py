@@ -560,6 +560,11 @@ def claim_run_dir(
     root = Path(run_dir)
     if resume in (None, "", "none"):
         found = [name for name in RUN_MARKERS if (root / name).exists()]
+        if found == [CONFIG]:  # claimed, then stopped before its first logged step (a bad flag, a missing file)
+            raise ValueError(
+                f"run_dir {root} already holds a run that stopped before its first step (only {CONFIG}); "
+                "start it again with --resume auto (same config), or choose another run_dir"
+            )
         if found:
             raise ValueError(
                 f"run_dir {root} already holds a run ({', '.join(found)}); "

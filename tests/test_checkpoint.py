@@ -396,6 +396,9 @@ def test_a_fresh_run_refuses_a_used_run_dir(tmp_path, marker):
     message = str(error.value)
     assert "\n" not in message and str(used) in message and marker in message
     assert "--resume auto" in message and "another run_dir" in message
+    # A directory with only config.yaml is a run that failed in its setup: the message says so, since the user
+    # reran the same command and may not know that the failed attempt claimed the directory.
+    assert ("stopped before its first step" in message) == (marker == "config.yaml")
     assert ck.claim_run_dir(used, cfg, "auto") is None  # auto continues it (nothing saved yet)
 
 

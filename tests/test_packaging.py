@@ -107,3 +107,20 @@ def test_installed_package_trains_and_warns_once_without_native_ops(installed: P
     out = _run(cmd, cwd=tmp_path, env=env)
     assert out.stderr.count("native library lens._C could not be loaded") == 1
     assert (tmp_path / "run" / "metrics.jsonl").is_file()
+
+
+def test_a_checkout_does_not_shadow_the_hub_kernels_package(tmp_path: Path) -> None:
+    # transformers 5.25 requires Hugging Face's `kernels` package and imports it. Run from a checkout (`python -m`,
+    # `torchrun lens/train.py`), the repo root comes first on sys.path, so its kernels/ was imported in its place and
+    # transformers failed: README command (a) broke on a fresh machine. A stand-in for the hub package:
+    hub = tmp_path / "site" / "kernels"
+    hub.mkdir(parents=True)
+    (hub / "__init__.py").write_text("HUB = True\n")
+    (hub / "layer.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(hub.parent), os.environ.get("PYTHONPATH")]))}
+    code = "import kernels, kernels.layer, lens_kernels as k; print(kernels.HUB, kernels.layer.__file__, k.__file__)"
+    flag, layer, ours = _run([sys.executable, "-c", code], cwd=REPO, env=env).stdout.split()
+    assert flag == "True" and Path(layer) == hub / "layer.py" and Path(ours) == REPO / "kernels" / "__init__.py"
+    # Without the hub package, transformers' look for it imports the checkout's kernels/ as itself, which works.
+    out = _run([sys.executable, "-c", "import kernels; print(kernels.token_logprobs_ref.__name__)"], cwd=REPO)
+    assert out.stdout.split() == ["token_logprobs_ref"]
