@@ -121,6 +121,9 @@ def test_a_checkout_does_not_shadow_the_hub_kernels_package(tmp_path: Path) -> N
     code = "import kernels, kernels.layer, lens_kernels as k; print(kernels.HUB, kernels.layer.__file__, k.__file__)"
     flag, layer, ours = _run([sys.executable, "-c", code], cwd=REPO, env=env).stdout.split()
     assert flag == "True" and Path(layer) == hub / "layer.py" and Path(ours) == REPO / "kernels" / "__init__.py"
-    # Without the hub package, transformers' look for it imports the checkout's kernels/ as itself, which works.
-    out = _run([sys.executable, "-c", "import kernels; print(kernels.token_logprobs_ref.__name__)"], cwd=REPO)
-    assert out.stdout.split() == ["token_logprobs_ref"]
+    # Without the stand-in: this environment's own hub package when it has one (transformers >= 5.25 installs it),
+    # else the checkout's kernels/ as itself, which is what transformers <= 5.24 imports while it looks for the hub's.
+    where = "import importlib.util as u; s = u.find_spec('kernels'); print(s.origin if s else '')"
+    installed = _run([sys.executable, "-c", where], cwd=tmp_path).stdout.strip()  # away from any checkout
+    out = _run([sys.executable, "-c", "import kernels; print(kernels.__file__)"], cwd=REPO)
+    assert Path(out.stdout.strip()) == Path(installed or REPO / "kernels" / "__init__.py")
