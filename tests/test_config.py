@@ -68,6 +68,12 @@ def test_paper_presets_carry_the_paper_hyperparameters():
         load_config(PAPER_PRESETS[0], cuda_available=False, world_size=1, overrides=["device=auto"])
 
 
+def test_the_cpu_presets_run_in_their_own_directories():
+    # A smoke check before the real run must not claim the real run's directory (it would then be refused).
+    dirs = [load_config(name, **CPU).run_dir for name in ("cpu_default", "cpu_grpo", "cpu_smoke")]
+    assert len(set(dirs)) == 3, dirs
+
+
 def test_base_chain_and_dotted_keys(tmp_path):
     (tmp_path / "a.yaml").write_text("algorithm:\n  tau: 0.3\n  gamma: 0.02\noptim.lr: 1.0e-3\n")
     (tmp_path / "b.yaml").write_text("base: a.yaml\nalgorithm.gamma: 0.04\n")
