@@ -192,7 +192,12 @@ def test_interrupted_saves_are_never_picked_up(tmp_path, monkeypatch):
         ck.save(tmp_path, 7, engine_or_model=model)
     assert (root / ".tmp-step_00000007").is_dir()  # the half-written save is still there ...
     assert ck.latest(tmp_path) == good  # ... and ignored
-    assert ck.resolve_resume("auto", tmp_path) == good
+    with warnings.catch_warnings(record=True) as caught:  # the step directories with a bad meta.json are named
+        warnings.simplefilter("always")
+        assert ck.resolve_resume("auto", tmp_path) == good
+    said = " ".join(str(w.message) for w in caught)
+    assert "step_00000009/meta.json: missing" in said and "step_00000010/meta.json: unreadable" in said
+    assert "step_00000011/meta.json: says step 5" in said
     with pytest.raises(ValueError, match="not a complete checkpoint"):
         ck.load(root / "step_00000010", engine_or_model=model)
     monkeypatch.undo()
@@ -269,7 +274,8 @@ def test_meta_lists_every_file_with_size_and_sha256(two_saves):
     path = two_saves / ck.CHECKPOINTS / "step_00000002"
     meta = json.loads((path / ck.META).read_text())
     on_disk = sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() and p.name != ck.META)
-    assert sorted(meta["files"]) == on_disk and "hf/model.safetensors" in on_disk and meta["format"] == 2
+    assert sorted(meta["files"]) == on_disk and "hf/model.safetensors" in on_disk and meta["format"] == 3
+    assert meta["meta_sha256"] == ck._meta_digest(meta)  # meta.json is covered by its own checksum
     state = meta["files"]["state.pt"]
     assert state["size"] == (path / "state.pt").stat().st_size
     assert state["sha256"] == hashlib.sha256((path / "state.pt").read_bytes()).hexdigest()
