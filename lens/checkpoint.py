@@ -754,8 +754,8 @@ def check_resume_data(
     ]
     if changes and not allow_change:
         raise ValueError(
-            f"the data differs from the run's ({'; '.join(changes)}); restore it, use another run_dir, or set "
-            "checkpoint.allow_config_change=true to continue on the new data"
+            f"the data changed since the run recorded it ({'; '.join(changes)}); restore it, use another run_dir, "
+            "or set checkpoint.allow_config_change=true to continue on the new data"
         )
     if changes and _rank() == 0:
         warnings.warn(f"resuming on changed data: {'; '.join(changes)}", stacklevel=2)

@@ -3,6 +3,7 @@ Each test is one or two short cpu_smoke runs (configs/cpu_smoke.yaml, a few seco
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from lens import tasks
 from lens.tasks import vartrack
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,3 +58,60 @@ def test_a_resume_before_the_first_checkpoint_logs_each_step_once(tmp_path):
     done = _run([*cmd, "--resume", "auto"])
     assert done.returncode == 0, done.stderr[-3000:]
     assert _logged_steps(run_dir) == [0, 1, 2]
+
+
+def _vartrack_file(path: Path, shift: int = 0) -> None:
+    """The built-in task's training problems as a JSON Lines file (every answer shifted by `shift` mod 10)."""
+    problems = tasks.problem_sets("vartrack", role="train", limit=64, seed=0)["train"]
+    rows = [{"problem": p.problem, "answer": str((int(p.answer) + shift) % 10)} for p in problems]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+@pytest.fixture(scope="module")
+def trained_on_a_file(tmp_path_factory) -> tuple[Path, list[str]]:
+    """A one-rank run of two steps on a data file, with its checkpoint at step 2 -> (run_dir, its arguments);
+    each test resumes a copy of run_dir."""
+    root = tmp_path_factory.mktemp("on_a_file")
+    _vartrack_file(root / "vt.jsonl")
+    args = [*BASE, "optim.steps=2", "checkpoint.every=2", f"data.train={root / 'vt.jsonl'}", "data.reward=vartrack"]
+    args.append('data.template="{problem}"')
+    done = _run([sys.executable, TRAIN, *args, f"run_dir={root / 'run'}"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return root / "run", args
+
+
+def _lens_errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("lens: error:")]
+
+
+def test_a_checkpoint_of_one_rank_resumed_on_two_is_refused_in_one_line(trained_on_a_file, tmp_path):
+    # Before: rank 1 exited 2 without a word (its RNG file is missing) and rank 0 died later in a collective with
+    # "Connection closed by peer"; the cause showed only with LENS_DEBUG=1.
+    saved, args = trained_on_a_file
+    run_dir = shutil.copytree(saved, tmp_path / "run")
+    cmd = [TORCHRUN, "--standalone", "--nproc_per_node=2", TRAIN, *args, f"run_dir={run_dir}", "--resume", "auto"]
+    done = _run(cmd)
+    assert done.returncode != 0
+    errors = _lens_errors(done.stderr)
+    assert len(errors) == 1, done.stderr[-3000:]
+    assert "was written by 1 rank(s) and this run has 2; resume it with 1 rank(s)" in errors[0]
+    assert "Connection closed" not in done.stderr
+
+
+def test_a_changed_data_file_is_refused_on_resume_naming_it(trained_on_a_file, tmp_path):
+    # Before: every answer of the training file changed at the same path, then --resume auto: exit 0, no message.
+    saved, args = trained_on_a_file
+    run_dir = shutil.copytree(saved, tmp_path / "run")
+    data_file = Path(next(a for a in args if a.startswith("data.train=")).split("=", 1)[1])
+    original = data_file.read_bytes()
+    try:
+        _vartrack_file(data_file, shift=1)
+        cmd = [sys.executable, TRAIN, *args, f"run_dir={run_dir}", "--resume", "auto"]
+        done = _run(cmd)
+        assert done.returncode == 2 and _lens_errors(done.stderr) == [done.stderr.strip().splitlines()[-1]]
+        assert f"{data_file} changed since it was recorded" in done.stderr
+        allowed = _run([*cmd, "checkpoint.allow_config_change=true"])  # the documented override
+        assert allowed.returncode == 0, allowed.stderr[-3000:]
+        assert "resuming on changed data" in allowed.stderr
+    finally:
+        data_file.write_bytes(original)
