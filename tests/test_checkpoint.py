@@ -547,6 +547,33 @@ def test_a_full_disk_names_the_path_and_the_last_good_checkpoint(tmp_path, monke
     assert ck.verify(good) == [] and ck.load(good, engine_or_model=tiny_qwen2()).state == {"step": 2}
 
 
+def _no_space(*args, **kwargs):
+    raise FULL_DISK["ENOSPC"]
+
+
+def _full_disk_on_rank_1_worker(rank: int, tmp: str) -> None:
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=rank, world_size=2)
+    run, model = Path(tmp) / "run", tiny_qwen2()
+    ck.save(run, 1, engine_or_model=model)
+    if rank == 1:  # only rank 1's disk (its RNG file) fills up: rank 0 must not wait for it forever
+        ck.torch.save = _no_space
+    try:
+        ck.save(run, 2, engine_or_model=model)
+        message = "saved"
+    except ValueError as error:
+        message = str(error)
+    (Path(tmp) / f"rank{rank}.txt").write_text(message)
+    torch.distributed.destroy_process_group()
+
+
+def test_a_full_disk_on_one_rank_stops_every_rank_with_the_same_line(tmp_path):
+    torch.multiprocessing.spawn(_full_disk_on_rank_1_worker, args=(str(tmp_path),), nprocs=2, join=True)
+    said = [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)]
+    assert said[0] == said[1] and said[0].startswith("disk full at ") and "step_00000001" in said[0]
+    assert sorted(p.name for p in (tmp_path / "run" / ck.CHECKPOINTS).iterdir()) == ["step_00000001"]
+
+
 def test_a_write_error_with_free_space_is_not_called_a_full_disk(tmp_path, monkeypatch):
     def broken(obj, file, *args, **kwargs):
         raise FULL_DISK["unexpected pos"]
