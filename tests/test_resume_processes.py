@@ -115,3 +115,15 @@ def test_a_changed_data_file_is_refused_on_resume_naming_it(trained_on_a_file, t
         assert "resuming on changed data" in allowed.stderr
     finally:
         data_file.write_bytes(original)
+
+
+def test_a_checkpoint_of_two_ranks_resumed_on_one_is_refused_in_one_line(tmp_path):
+    # Before: accepted without a word (rank 0's files are all there) and trained on to other metrics.
+    run_dir = tmp_path / "run"
+    args = [TRAIN, *BASE, "optim.steps=2", "checkpoint.every=2", f"run_dir={run_dir}"]
+    done = _run([TORCHRUN, "--standalone", "--nproc_per_node=2", *args])
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = _run([sys.executable, *args, "--resume", "auto"])
+    assert done.returncode == 2 and _lens_errors(done.stderr) == [done.stderr.strip().splitlines()[-1]]
+    assert "was written by 2 rank(s) and this run has 1; resume it with 2 rank(s)" in done.stderr
+    assert _logged_steps(run_dir) == [0, 1, 2]  # nothing trained or logged
