@@ -421,8 +421,8 @@ def _size_problems(path: Path, files: Mapping[str, Mapping[str, Any]]) -> list[s
 def verify(path: str | os.PathLike) -> list[str]:
     """What is wrong with checkpoint `path` -> one line per bad file ([] when intact): its meta.json
     missing, unreadable or not matching its own checksum, or files of its manifest that are missing, of
-    another size (truncated) or another sha256 (corrupt). Sizes are
-    checked first (cheap); then each rank hashes a share of the files. Collective."""
+    another size (truncated) or another sha256 (corrupt). Sizes are checked first (cheap); then each
+    rank hashes a share of the files. Collective."""
     path = Path(path)
     meta, problem = _read_meta(path)
     if meta is None:
