@@ -221,7 +221,8 @@ class MetricsLogger:
     """One JSON object per `log(step, metrics)` in <run_dir>/metrics.jsonl, plus TensorBoard and wandb.
 
     resume_step: the step of the checkpoint resumed from; rows (and TensorBoard events) after it are
-    dropped so a resumed run writes each step once. None: a fresh run, the file starts empty.
+    dropped so a resumed run writes each step once. None: a run that starts at step 0 (fresh, or resumed
+    before its first checkpoint): the file starts empty and earlier TensorBoard events are purged.
     enabled=False (ranks other than 0) makes every call a no-op.
     """
 
@@ -246,7 +247,8 @@ class MetricsLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            purge = resume_step + 1 if resume_step is not None else None
+            # TensorBoard hides the events of earlier files from purge_step on (0: every one of a run started over).
+            purge = resume_step + 1 if resume_step is not None else 0
             self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=purge)
         if wandb_project:
             self._wandb = _init_wandb(Path(run_dir), wandb_project, wandb_run_name, config)

@@ -74,6 +74,17 @@ def load_data(cfg: Config) -> tuple[data.ProblemSet, list[data.ProblemSet]]:
     return train_sets[0], evals
 
 
+def data_sources(cfg: Config) -> dict[str, dict[str, Any]]:
+    """The fingerprint of every data source of the run, {"train <source>" / "eval <source>": ...}
+    (`lens.data.source_fingerprint`); a resumed run compares them (`checkpoint.check_resume_data`)."""
+    d = cfg.data
+    train = data.source_fingerprint(d.train, role="train", seed=cfg.seed, data_dir=d.dir, split=d.split)
+    out = {f"train {d.train}": train}
+    for name in d.eval:
+        out[f"eval {name}"] = data.source_fingerprint(name, role="eval", seed=cfg.seed, data_dir=d.dir)
+    return out
+
+
 def render_set(cfg: Config, tokenizer: Any, problem_set: data.ProblemSet) -> RenderedSet:
     """Problems -> prompts with their scorable spans; over-long ones are skipped with a warning."""
     rendered, report = data.render_all(

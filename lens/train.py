@@ -73,9 +73,15 @@ def setup(cfg: Config) -> tuple[Run, dict[str, preflight.RenderedSet], dict[str,
     resume_from = checkpoint.claim_run_dir(
         cfg.run_dir, cfg.to_dict(), cfg.checkpoint.resume, allow_config_change=cfg.checkpoint.allow_config_change
     )
+    if resume_from is not None:  # on every rank, before `resume` reaches a collective that a missing rank would hang
+        checkpoint.check_world_size(resume_from, world)
     tokenizer = preflight.load_tokenizer(cfg)
     # Data before models: a bad path, gold or template fails before minutes of loading weights.
     train_set, eval_problem_sets = preflight.load_data(cfg)
+    sources = preflight.data_sources(cfg)
+    if cfg.checkpoint.resume not in (None, "", "none"):  # a changed data file is refused like a changed config
+        checkpoint.check_resume_data(cfg.run_dir, resume_from, sources, allow_change=cfg.checkpoint.allow_config_change)
+    checkpoint.record_data_sources(cfg.run_dir, sources)
     rendered = preflight.render_set(cfg, tokenizer, train_set)
     eval_sets = {es.name: preflight.render_set(cfg, tokenizer, es) for es in eval_problem_sets}
     policy, ref = model.load_models(cfg, device)
@@ -256,6 +262,7 @@ def save(run: Run, step: int) -> None:
         generators={"lens": run.rng},
         tokenizer=run.tokenizer,
         keep_last=run.cfg.checkpoint.keep_last,
+        data_sources=checkpoint.read_data_sources(run.cfg.run_dir),  # this run's, recorded by setup
     )
 
 
@@ -312,9 +319,11 @@ def train(cfg: Config, stop: dist.StopFlag) -> dict[str, float]:
     rank0 = run.rank == 0
     if rank0:
         print(cfg.to_yaml())
+    # Rows through the checkpoint's step stay; without a checkpoint (a fresh run, or a resume before the first
+    # checkpoint) the run logs again from step 0, so no earlier row may stay: each step is logged once.
     log = metrics.MetricsLogger(
         cfg.run_dir,
-        resume_step=start if cfg.checkpoint.resume != "none" else None,
+        resume_step=start if start > 0 else None,
         tensorboard=cfg.logging.tensorboard,
         wandb_project=cfg.logging.wandb_project,
         wandb_run_name=cfg.logging.wandb_run_name,

@@ -121,6 +121,19 @@ def test_logger_resume_drops_rows_after_the_checkpoint(tmp_path):
     assert rows(tmp_path / mx.METRICS_FILE) == [{"step": 1, "x": -1}]
 
 
+def test_a_run_started_over_at_step_0_shows_each_tensorboard_step_once(tmp_path):
+    # A resume before the first checkpoint logs step 0 again: TensorBoard must not show the first try's points.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for value in (1.0, 2.0):
+        with mx.MetricsLogger(tmp_path, tensorboard=True) as log:
+            log.log(0, {"eval/x": value})
+            log.log(1, {"eval/x": value})
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("eval/x")] == [(0, 2.0), (1, 2.0)]
+
+
 def test_logger_disabled_and_wandb_missing(tmp_path):
     log = mx.MetricsLogger(tmp_path / "r1", enabled=False)
     log.log(1, {"x": 1})
