@@ -328,6 +328,11 @@ def train(cfg: Config, stop: dist.StopFlag) -> dict[str, float]:
     progress = metrics.Progress(cfg.optim.steps, initial=start, enabled=rank0)
     for step in range(start, cfg.optim.steps):
         last = train_step(run, step)
+        if step == start:
+            # The process's first step carries its one-time costs (allocator growth, lazy imports and
+            # kernel selection, any torch.compile): flagged, so that lens.report and the progress bar's
+            # rate can leave it out of the steady-state figures.
+            last["time/warmup"] = last["time/step"]
         done = step + 1
         if cfg.data.eval_every and (done % cfg.data.eval_every == 0 or done == cfg.optim.steps) and eval_sets:
             last.update(run_eval(run, eval_sets, eval_verifiers))

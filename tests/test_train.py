@@ -158,6 +158,10 @@ def test_resume_after_a_crash_is_exact(tiny_model, tmp_path, monkeypatch):
         return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "tokens_per_s"} for r in rows]
 
     assert comparable(_rows(crashed)) == comparable(_rows(straight))
+    # The first step of each process is flagged as the warm-up (left out of lens.report's time figures).
+    warm = {name: [r["step"] for r in _rows(d) if "time/warmup" in r] for name, d in (("s", straight), ("c", crashed))}
+    assert warm == {"s": [1], "c": [1, 3]}
+    assert all(r["time/warmup"] == r["time/step"] for r in _rows(crashed) if "time/warmup" in r)
     final = "checkpoints/step_00000004/hf/model.safetensors"
     a, b = load_file(straight / final), load_file(crashed / final)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
