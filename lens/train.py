@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 if __package__ in (None, ""):  # `torchrun lens/train.py` runs this file as a script with lens/ on sys.path
@@ -62,9 +63,24 @@ def make_verifier(cfg: Config, kind: str, *, evaluation: bool) -> Verifier:
     return Verifier(kind, timeout_s=r.timeout_s, truncated_reward=r.truncated, fallback_last_number=fallback)
 
 
+def default_cpu_threads(device: torch.device, environ: Mapping[str, str] = os.environ) -> int | None:
+    """One intra-op thread per rank on CPU unless OMP_NUM_THREADS is set -> the count set (None: left alone).
+
+    torch otherwise starts one thread per core in every rank. Measured (issue 27, 5 interleaved pairs at
+    load 2-4 on a shared 2-core machine): one thread made the default run's steps 3.75x faster than two;
+    the small model's ops are too small to split, and ranks or other jobs then oversubscribe the cores.
+    `OMP_NUM_THREADS=N torchrun ...` keeps N threads per rank (torch reads it at start).
+    """
+    if device.type != "cpu" or environ.get("OMP_NUM_THREADS", "").strip():
+        return None
+    torch.set_num_threads(1)
+    return 1
+
+
 def setup(cfg: Config) -> tuple[Run, dict[str, preflight.RenderedSet], dict[str, Verifier], int]:
     """-> (the Run, the rendered held-out sets, their verifiers by kind, the step to start from)."""
     device = model.local_device(cfg.device)
+    default_cpu_threads(device)
     rank, world = model.setup_distributed(cfg.device)
     torch.manual_seed(cfg.seed + rank)
     if rank == 0:

@@ -224,3 +224,17 @@ def test_a_missing_model_directory_is_named(tmp_path):
 def test_allow_config_change_flag():
     cfg, _ = parse_args(["--resume", "auto", "--allow-config-change", "algorithm.m=4"])
     assert cfg.checkpoint.allow_config_change and cfg.checkpoint.resume == "auto"
+
+
+def test_cpu_runs_default_to_one_thread_per_rank():
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert train.default_cpu_threads(torch.device("cpu"), {"OMP_NUM_THREADS": "2"}) is None
+        assert torch.get_num_threads() == 2  # the user's OMP_NUM_THREADS stands
+        assert train.default_cpu_threads(torch.device("cuda", 0), {}) is None
+        assert torch.get_num_threads() == 2
+        assert train.default_cpu_threads(torch.device("cpu"), {"OMP_NUM_THREADS": ""}) == 1
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
