@@ -191,21 +191,45 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_checkpoint(tiny_model,
 
 
 def test_sampled_token_logprobs_use_the_rollout_temperature(tiny_model, tmp_path, monkeypatch):
-    # pi_old (Eq. 5) must be the distribution that sampled the tokens, softmax(z / T): at T = 0.7 the trainer's
-    # recomputed log-probs equal the sampler's own (before: taken at T = 1, off by a lot).
-    seen = []
-    real = train.old_and_ref_logprobs
+    # pi_old (Eq. 5) must be the distribution that sampled the tokens, softmax(z / T): at T = 0.7 the pi_old
+    # the loss sees (the separate pass, or the update's own forward for own-prompt rows) equals the
+    # sampler's own log-probs (before: taken at T = 1, off by a lot).
+    step_groups, olds = [], []
+    real_update, real_loss = train.update, train.algos.crpo_loss
 
-    def spy(run, sg):
-        old, ref, mask = real(run, sg)
-        sampled, sampled_mask = train.engine_old_logprobs(sg.sampler_logprobs, old.device)
-        seen.append((old[:, : sampled.shape[1]], sampled, sampled_mask))
-        return old, ref, mask
+    def spy_update(run, sg):
+        step_groups.append(sg)
+        return real_update(run, sg)
 
-    monkeypatch.setattr(train, "old_and_ref_logprobs", spy)
+    def spy_loss(logp, old, *rest, **kw):
+        olds.append(old.detach())
+        return real_loss(logp, old, *rest, **kw)
+
+    monkeypatch.setattr(train, "update", spy_update)
+    monkeypatch.setattr(train.algos, "crpo_loss", spy_loss)
     train.main(_args(tiny_model, tmp_path, "optim.steps=1", "data.eval_every=0", "rollout.temperature=0.7"))
-    old, sampled, mask = seen[0]
-    torch.testing.assert_close(old[mask], sampled[mask], atol=2e-4, rtol=0)
+    old = torch.cat(olds)
+    sampled, mask = train.engine_old_logprobs(step_groups[0].sampler_logprobs, old.device)
+    torch.testing.assert_close(old[:, : sampled.shape[1]][mask], sampled[mask], atol=2e-4, rtol=0)
+
+
+def test_pi_old_from_the_update_forward_changes_nothing(tiny_model, tmp_path, monkeypatch):
+    # Own-prompt rows take pi_old from the update's forward instead of a separate pass: the loss, every
+    # metric and the weights after the step are bit-identical to the pass for every row (the old code).
+    extra = ("algorithm.scorer=surprisal", "algorithm.gamma=0.1", "data.batch_size=16", "algorithm.m=8")
+    extra += ("optim.micro_batch_size=32", "data.eval=[]", "data.eval_every=0")
+    cfg_a, _ = parse_args(_args(tiny_model, tmp_path / "a", *extra))
+    cfg_b, _ = parse_args(_args(tiny_model, tmp_path / "b", *extra))
+    run_a, run_b = train.setup(cfg_a)[0], train.setup(cfg_b)[0]
+    sg = run_a.method.sample(run_a, 0, {})
+    reuse = train.own_prompt_rows(cfg_a, sg)
+    assert reuse.any() and not reuse.all(), "the step needs own-prompt and purified rows"
+    reused = train.update(run_a, sg)
+    monkeypatch.setattr(train, "own_prompt_rows", lambda cfg, sg: torch.zeros(len(sg.tokens), dtype=torch.bool))
+    passed = train.update(run_b, sg)
+    assert reused == passed
+    a, b = run_a.trainer.module.state_dict(), run_b.trainer.module.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_seq_mean_token_sum_norm_divides_by_the_fixed_max_tokens():
