@@ -64,10 +64,9 @@ def summarize(wall: float, rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def environment() -> dict[str, Any]:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+def environment(commit: str) -> dict[str, Any]:
     return {
-        "commit": commit.stdout.strip() or "unknown",
+        "commit": commit,
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
         "LENS_KERNELS_COMPILE": os.environ.get("LENS_KERNELS_COMPILE", "auto"),
         "cpus": os.cpu_count(),
@@ -101,8 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the default run")
     args = parser.parse_args(argv)
+    # The commit that runs: read before the run (the tree may move on while it trains).
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     result = summarize(*run_default(args.steps, args.overrides))
-    env = environment()
+    env = environment(head.stdout.strip() or "unknown")
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "cold_start.json").write_text(json.dumps({"environment": env, "result": result}, indent=2) + "\n")
     text = markdown(result, env)
