@@ -313,7 +313,14 @@ def format_metrics(metrics: Mapping[str, Any], keys: Sequence[str] = PROGRESS_KE
 
 
 class Progress:
-    """A tqdm bar over optimizer steps with ETA and the key numbers of the last step (rank 0 only)."""
+    """A tqdm bar over optimizer steps with ETA and the key numbers of the last step (rank 0 only).
+
+    The rate and ETA leave out the first step of the process: that step carries the one-time warm-up
+    (allocator, lazy imports, any compile: `time/warmup`) and at the default run is several times a
+    steady step, so counting it predicted many times the real remaining time. The bar's clock restarts
+    after it, and the rate is the plain average over the steps since (smoothing 0), not an EMA that
+    the warm-up step would dominate.
+    """
 
     def __init__(
         self, total_steps: int, *, initial: int = 0, keys: Sequence[str] = PROGRESS_KEYS, enabled: bool = True
@@ -321,14 +328,26 @@ class Progress:
         from tqdm import tqdm
 
         self.keys = tuple(keys)
+        self._warm = False
         self._bar = tqdm(
-            total=total_steps, initial=initial, desc="lens", unit="step", dynamic_ncols=True, disable=not enabled
+            total=total_steps,
+            initial=initial,
+            desc="lens",
+            unit="step",
+            dynamic_ncols=True,
+            disable=not enabled,
+            smoothing=0,
         )
 
     def update(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Advance to `step` (1-based count of finished steps) and show the key numbers."""
         self._bar.set_postfix_str(format_metrics(metrics, self.keys), refresh=False)
         self._bar.update(step - self._bar.n)
+        if not self._warm:
+            self._warm = True
+            # tqdm's average rate is (n - initial) / (now - start_t): restart both after the warm-up step.
+            self._bar.initial = self._bar.n
+            self._bar.start_t = self._bar.last_print_t = self._bar._time()
 
     def write(self, line: str) -> None:
         """Print a line above the bar (e.g. an evaluation result)."""

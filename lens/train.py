@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 if __package__ in (None, ""):  # `torchrun lens/train.py` runs this file as a script with lens/ on sys.path
@@ -62,9 +63,24 @@ def make_verifier(cfg: Config, kind: str, *, evaluation: bool) -> Verifier:
     return Verifier(kind, timeout_s=r.timeout_s, truncated_reward=r.truncated, fallback_last_number=fallback)
 
 
+def default_cpu_threads(device: torch.device, environ: Mapping[str, str] = os.environ) -> int | None:
+    """One intra-op thread per rank on CPU unless OMP_NUM_THREADS is set -> the count set (None: left alone).
+
+    torch otherwise starts one thread per core in every rank. Measured (issue 27, 5 interleaved pairs at
+    load 2-4 on a shared 2-core machine): one thread made the default run's steps 3.75x faster than two;
+    the small model's ops are too small to split, and ranks or other jobs then oversubscribe the cores.
+    `OMP_NUM_THREADS=N torchrun ...` keeps N threads per rank (torch reads it at start).
+    """
+    if device.type != "cpu" or environ.get("OMP_NUM_THREADS", "").strip():
+        return None
+    torch.set_num_threads(1)
+    return 1
+
+
 def setup(cfg: Config) -> tuple[Run, dict[str, preflight.RenderedSet], dict[str, Verifier], int]:
     """-> (the Run, the rendered held-out sets, their verifiers by kind, the step to start from)."""
     device = model.local_device(cfg.device)
+    default_cpu_threads(device)
     rank, world = model.setup_distributed(cfg.device)
     torch.manual_seed(cfg.seed + rank)
     if rank == 0:
@@ -122,22 +138,57 @@ def resume(run: Run, path: Path) -> int:
 # ----------------------------------------------------------------------------------------------
 
 
-def old_and_ref_logprobs(run: Run, sg: groups.StepGroups) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+def own_prompt_rows(cfg: Config, sg: groups.StepGroups) -> torch.Tensor:
+    """[N] bool: rows whose pi_old the update takes from its own forward instead of a separate pass.
+
+    A row sampled from the prompt the update conditions it on (source == original) has pi_old = the
+    update's first forward: this trainer makes one optimizer step per batch, after every micro-batch's
+    forward, so those forwards run on the weights that sampled the row, on the same inputs (verl does the
+    same). Rows sampled from a purified prompt still need pi_old on that prompt (LENS Eq. 5); with
+    `old_logprobs=engine` the sampler's log-probs are used and nothing is reused.
+    """
+    if cfg.algorithm.old_logprobs == "engine":
+        return torch.zeros(len(sg.tokens), dtype=torch.bool)
+    return torch.tensor([list(s) == list(o) for s, o in zip(sg.source, sg.original, strict=True)], dtype=torch.bool)
+
+
+def old_and_ref_logprobs(
+    run: Run, sg: groups.StepGroups, reuse: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """pi_old of each row on its SOURCE prompt (LENS Eq. 5's denominator) and pi_ref on its ORIGINAL prompt
-    (the KL) -> (old [N, T], ref [N, T] or None when beta = 0, mask [N, T])."""
+    (the KL) -> (old [N, T], ref [N, T] or None when beta = 0, mask [N, T]). Rows flagged in `reuse` [N]
+    (`own_prompt_rows`) get no pi_old pass: their old stays 0 here and the update fills it in."""
     cfg, mb = run.cfg, run.cfg.optim.micro_batch_size
     # Every log-prob of a sampled token is taken from softmax(z / T), the distribution that sampled it
     # (algorithm.md, item 8): at T != 1 the ratio and the KL would otherwise compare the wrong distributions.
     kw = {"micro_batch_size": mb, "temperature": cfg.rollout.temperature}
+    device = model.local_device(cfg.device)
     with run.timer("old_ref_logprobs"), torch.no_grad():
         if cfg.algorithm.old_logprobs == "engine":  # as sampled: no forward pass
-            old, mask = engine_old_logprobs(sg.sampler_logprobs, model.local_device(cfg.device))
+            old, mask = engine_old_logprobs(sg.sampler_logprobs, device)
         else:
-            old, mask = model.sequence_logprobs(run.trainer.module, sg.source, sg.tokens, **kw)
+            old, mask = _source_logprobs(run, sg, (~reuse).nonzero().squeeze(1).tolist(), device, **kw)
         ref = model.sequence_logprobs(run.ref, sg.original, sg.tokens, **kw)[0] if cfg.algorithm.beta else None
     width = loss_width(cfg, mask.shape[1])
     old, mask = _pad_to(old, width), _pad_to(mask, width)
     return old, (_pad_to(ref, width) if ref is not None else None), mask
+
+
+def _source_logprobs(
+    run: Run, sg: groups.StepGroups, rows: list[int], device: torch.device, **kw: object
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """pi_old on the source prompt for `rows` only -> (old [N, T] fp32, 0 elsewhere; mask [N, T] of every
+    row's response tokens), T = the longest response, as `model.sequence_logprobs` pads."""
+    lengths = torch.tensor([len(t) for t in sg.tokens], dtype=torch.int64)
+    width = int(lengths.max()) if len(lengths) else 0
+    mask = (torch.arange(width)[None, :] < lengths[:, None]).to(device)
+    old = torch.zeros(len(sg.tokens), width, dtype=torch.float32, device=device)
+    if rows:
+        part = model.sequence_logprobs(
+            run.trainer.module, [sg.source[i] for i in rows], [sg.tokens[i] for i in rows], **kw
+        )[0]
+        old[rows, : part.shape[1]] = part
+    return old, mask
 
 
 def loss_width(cfg: Config, longest: int) -> int:
@@ -163,7 +214,9 @@ def engine_old_logprobs(sampler_logp: list[torch.Tensor], device: torch.device) 
 def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
     """Advantages, CRPO loss (LENS Eq. 7) per micro-batch, backward, one optimizer step -> loss metrics."""
     cfg, mb = run.cfg, run.cfg.optim.micro_batch_size
-    old, ref, mask = old_and_ref_logprobs(run, sg)
+    reuse = own_prompt_rows(cfg, sg)
+    old, ref, mask = old_and_ref_logprobs(run, sg, reuse)
+    reuse = reuse.to(mask.device)
     adv = run.method.advantages(sg).to(mask.device)
     weights = sg.weights.to(mask.device)
     # Global normalisation (architecture.md, convention 7): every rank divides by the step's totals, so the
@@ -183,9 +236,11 @@ def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
                 return_entropy=True,
             )
             logp, m, ent = (_pad_to(t, mask.shape[1]) for t in (logp, m, ent))
+            # pi_old of own-prompt rows is this forward itself, before the step (own_prompt_rows).
+            old_rows = torch.where(reuse[rows, None], logp.detach(), old[rows])
             loss, parts = algos.crpo_loss(
                 logp,
-                old[rows],
+                old_rows,
                 ref[rows] if ref is not None else None,
                 adv[rows],
                 weights[rows],
@@ -337,6 +392,11 @@ def train(cfg: Config, stop: dist.StopFlag) -> dict[str, float]:
     progress = metrics.Progress(cfg.optim.steps, initial=start, enabled=rank0)
     for step in range(start, cfg.optim.steps):
         last = train_step(run, step)
+        if step == start:
+            # The process's first step carries its one-time costs (allocator growth, lazy imports and
+            # kernel selection, any torch.compile): flagged, so that lens.report and the progress bar's
+            # rate can leave it out of the steady-state figures.
+            last["time/warmup"] = last["time/step"]
         done = step + 1
         if cfg.data.eval_every and (done % cfg.data.eval_every == 0 or done == cfg.optim.steps) and eval_sets:
             last.update(run_eval(run, eval_sets, eval_verifiers))

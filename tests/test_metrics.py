@@ -160,6 +160,22 @@ def test_console_helpers(capsys):
     assert math.isfinite(len(mx.format_table(["a"], [])))
 
 
+def test_progress_rate_leaves_out_the_warmup_step(monkeypatch) -> None:
+    # A 100 s first step then 1 s steps: the ETA must follow the 1 s steps (it predicted ~100 s per step).
+    now = [0.0]
+    with mx.Progress(10, enabled=True) as bar:
+        monkeypatch.setattr(bar._bar, "_time", lambda: now[0])
+        bar._bar.start_t = bar._bar.last_print_t = 0.0
+        now[0] = 100.0
+        bar.update(1, {"time/step": 100.0})
+        for step in range(2, 5):
+            now[0] += 1.0
+            bar.update(step, {"time/step": 1.0})
+        fmt = bar._bar.format_dict
+        rate = (fmt["n"] - fmt["initial"]) / fmt["elapsed"] if fmt["rate"] is None else fmt["rate"]
+        assert rate == pytest.approx(1.0)
+
+
 def test_batch_counts():
     assert mx.batch_counts(torch.zeros(3, 4)) == {"prompts": 3.0, "rollouts": 12.0}
     with pytest.raises(ValueError, match=r"rewards must be \[B, m\]"):

@@ -158,6 +158,10 @@ def test_resume_after_a_crash_is_exact(tiny_model, tmp_path, monkeypatch):
         return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "tokens_per_s"} for r in rows]
 
     assert comparable(_rows(crashed)) == comparable(_rows(straight))
+    # The first step of each process is flagged as the warm-up (left out of lens.report's time figures).
+    warm = {name: [r["step"] for r in _rows(d) if "time/warmup" in r] for name, d in (("s", straight), ("c", crashed))}
+    assert warm == {"s": [1], "c": [1, 3]}
+    assert all(r["time/warmup"] == r["time/step"] for r in _rows(crashed) if "time/warmup" in r)
     final = "checkpoints/step_00000004/hf/model.safetensors"
     a, b = load_file(straight / final), load_file(crashed / final)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -187,21 +191,45 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_checkpoint(tiny_model,
 
 
 def test_sampled_token_logprobs_use_the_rollout_temperature(tiny_model, tmp_path, monkeypatch):
-    # pi_old (Eq. 5) must be the distribution that sampled the tokens, softmax(z / T): at T = 0.7 the trainer's
-    # recomputed log-probs equal the sampler's own (before: taken at T = 1, off by a lot).
-    seen = []
-    real = train.old_and_ref_logprobs
+    # pi_old (Eq. 5) must be the distribution that sampled the tokens, softmax(z / T): at T = 0.7 the pi_old
+    # the loss sees (the separate pass, or the update's own forward for own-prompt rows) equals the
+    # sampler's own log-probs (before: taken at T = 1, off by a lot).
+    step_groups, olds = [], []
+    real_update, real_loss = train.update, train.algos.crpo_loss
 
-    def spy(run, sg):
-        old, ref, mask = real(run, sg)
-        sampled, sampled_mask = train.engine_old_logprobs(sg.sampler_logprobs, old.device)
-        seen.append((old[:, : sampled.shape[1]], sampled, sampled_mask))
-        return old, ref, mask
+    def spy_update(run, sg):
+        step_groups.append(sg)
+        return real_update(run, sg)
 
-    monkeypatch.setattr(train, "old_and_ref_logprobs", spy)
+    def spy_loss(logp, old, *rest, **kw):
+        olds.append(old.detach())
+        return real_loss(logp, old, *rest, **kw)
+
+    monkeypatch.setattr(train, "update", spy_update)
+    monkeypatch.setattr(train.algos, "crpo_loss", spy_loss)
     train.main(_args(tiny_model, tmp_path, "optim.steps=1", "data.eval_every=0", "rollout.temperature=0.7"))
-    old, sampled, mask = seen[0]
-    torch.testing.assert_close(old[mask], sampled[mask], atol=2e-4, rtol=0)
+    old = torch.cat(olds)
+    sampled, mask = train.engine_old_logprobs(step_groups[0].sampler_logprobs, old.device)
+    torch.testing.assert_close(old[:, : sampled.shape[1]][mask], sampled[mask], atol=2e-4, rtol=0)
+
+
+def test_pi_old_from_the_update_forward_changes_nothing(tiny_model, tmp_path, monkeypatch):
+    # Own-prompt rows take pi_old from the update's forward instead of a separate pass: the loss, every
+    # metric and the weights after the step are bit-identical to the pass for every row (the old code).
+    extra = ("algorithm.scorer=surprisal", "algorithm.gamma=0.1", "data.batch_size=16", "algorithm.m=8")
+    extra += ("optim.micro_batch_size=32", "data.eval=[]", "data.eval_every=0")
+    cfg_a, _ = parse_args(_args(tiny_model, tmp_path / "a", *extra))
+    cfg_b, _ = parse_args(_args(tiny_model, tmp_path / "b", *extra))
+    run_a, run_b = train.setup(cfg_a)[0], train.setup(cfg_b)[0]
+    sg = run_a.method.sample(run_a, 0, {})
+    reuse = train.own_prompt_rows(cfg_a, sg)
+    assert reuse.any() and not reuse.all(), "the step needs own-prompt and purified rows"
+    reused = train.update(run_a, sg)
+    monkeypatch.setattr(train, "own_prompt_rows", lambda cfg, sg: torch.zeros(len(sg.tokens), dtype=torch.bool))
+    passed = train.update(run_b, sg)
+    assert reused == passed
+    a, b = run_a.trainer.module.state_dict(), run_b.trainer.module.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_seq_mean_token_sum_norm_divides_by_the_fixed_max_tokens():
@@ -220,3 +248,17 @@ def test_a_missing_model_directory_is_named(tmp_path):
 def test_allow_config_change_flag():
     cfg, _ = parse_args(["--resume", "auto", "--allow-config-change", "algorithm.m=4"])
     assert cfg.checkpoint.allow_config_change and cfg.checkpoint.resume == "auto"
+
+
+def test_cpu_runs_default_to_one_thread_per_rank():
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert train.default_cpu_threads(torch.device("cpu"), {"OMP_NUM_THREADS": "2"}) is None
+        assert torch.get_num_threads() == 2  # the user's OMP_NUM_THREADS stands
+        assert train.default_cpu_threads(torch.device("cuda", 0), {}) is None
+        assert torch.get_num_threads() == 2
+        assert train.default_cpu_threads(torch.device("cpu"), {"OMP_NUM_THREADS": ""}) == 1
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
