@@ -2,6 +2,7 @@
 
     torchrun [--nproc_per_node=N] lens/train.py [--config PRESET] [--resume auto] [--dry-run] [key.sub=value ...]
     torchrun -m lens.train ...               # the same from an installed package
+    lens-train [--nproc_per_node=N] ...      # the same through lens.launch: checked first, errors in one line
     python -m lens.train                      # the built-in CPU run: LENS on the tiny vartrack model
 
 One step, top to bottom (architecture.md): the method samples and builds the step's groups
