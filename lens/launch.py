@@ -126,6 +126,9 @@ def _replay(held: _HeldRecords) -> None:
 def main(argv: list[str] | None = None) -> None:
     """`lens-train [torchrun options] [--] [trainer arguments]`: check, start the workers, report."""
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["-h"], ["--help"]):  # the trainer's own: `lens-train -- --help`; torchrun's: `torchrun --help`
+        print(__doc__.split("\nWhy:")[0].strip())
+        return
     launch_args, train_args = split_argv(argv)
     args = torchrun.get_args_parser().parse_args([*launch_args, "--module", "lens.train", *train_args])
     check_before_workers(train_args)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-from lens import errors, runlock
+from lens import errors, launch, runlock
 from lens.launch import first_user_error, split_argv
 
 REPO = Path(__file__).resolve().parent.parent
@@ -122,3 +122,9 @@ def test_a_rank_that_fails_because_a_peer_left_with_a_user_error_says_the_peers_
     peer.unlink()  # no peer's error: this is a bug, and its traceback stays
     with pytest.raises(RuntimeError, match="Connection closed by peer"):
         collective()
+
+
+def test_help_shows_how_the_arguments_split(capsys):
+    launch.main(["--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("`lens-train`") and "[torchrun options] [--] [trainer arguments]" in out
