@@ -20,7 +20,6 @@ The job is configs/cpu_smoke.yaml (the process tests' short job): GRPO on the bu
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.metadata
 import json
 import os
@@ -266,6 +265,7 @@ def run_fault(fault: Fault, nproc: int, root: Path, ref: list[dict]) -> Row:
         time.sleep(0.05)
     if job.poll() is not None or not published.exists():
         raise RuntimeError(f"{fault.name} ({nproc} ranks): the job ended or stalled before step {FAULT_AT}; see {log}")
+    started = list(workers(job.pid).values())
     fault_at = time.monotonic()
     note = fault.inject(job, run_dir)
     rc = _wait(job)
@@ -273,8 +273,11 @@ def run_fault(fault: Fault, nproc: int, root: Path, ref: list[dict]) -> Row:
     logged = [r["step"] for r in rows(run_dir)]
     checkpoints = saved_steps(run_dir)
     resume_rc = _wait(_start(_command(nproc, run_dir, "--resume", "auto"), log))
-    with contextlib.suppress(ProcessLookupError):  # whatever outlived its torchrun (the job's own session)
-        os.killpg(job.pid, signal.SIGKILL)
+    orphans = [pid for pid in started if _alive(pid)]  # workers that outlived their torchrun and the resume
+    for pid in orphans:
+        _signal(pid, signal.SIGKILL)
+    if orphans:
+        note = _join(note, f"{len(orphans)} orphaned workers killed after the resume")
     return Row(
         ranks=nproc,
         fault=fault.name,

@@ -108,6 +108,7 @@ def test_sigkill_of_torchrun_leaves_no_worker(tmp_path, nproc, when):
     run_dir = tmp_path / "run"
     cmd = [TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", TRAIN, *BASE, "optim.steps=40"]
     job = _start([*cmd, f"run_dir={run_dir}"])
+    workers: list[int] = []
     try:
         deadline = time.monotonic() + 300
         while len(_workers(job.pid)) < nproc or (when == "training" and not _logged_steps(run_dir)):
@@ -121,8 +122,9 @@ def test_sigkill_of_torchrun_leaves_no_worker(tmp_path, nproc, when):
             time.sleep(0.1)
         assert not any(_alive(pid) for pid in workers)
     finally:
-        with contextlib.suppress(ProcessLookupError):  # nothing left in the job's session: as it should be
-            os.killpg(job.pid, signal.SIGKILL)
+        for pid in [job.pid, *workers]:  # torchrun starts each worker in a session of its own
+            with contextlib.suppress(ProcessLookupError):  # gone: as it should be
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_failed_setup_leaves_the_run_dir_as_it_was_and_the_corrected_command_is_accepted(tmp_path):
