@@ -66,7 +66,8 @@ def test_two_simultaneous_claims_one_wins_every_time(tmp_path):
         assert winner.stdout.readline() == "locked\n"
         winner.stdin.close()
         assert winner.wait(timeout=60) == 0, winner.stderr.read()
-        assert not run_dir.exists()  # the lock made it and nothing was written: removed as it was found
+        # Nothing was written: the directory is gone, or empty when the loser made it and the winner found it.
+        assert not run_dir.exists() or list(run_dir.iterdir()) == []
 
 
 def test_a_killed_holders_lock_is_taken_over_with_a_warning_naming_it(tmp_path):
@@ -83,6 +84,15 @@ def test_a_killed_holders_lock_is_taken_over_with_a_warning_naming_it(tmp_path):
     assert runlock.holder(run_dir).pid == os.getpid()
     lock.release()
     assert runlock.holder(run_dir) is None and not runlock.lock_path(run_dir).exists()
+
+
+def test_release_removes_the_directory_the_lock_made_if_nothing_was_written(tmp_path):
+    runlock.RunLock.acquire(tmp_path / "new").release()
+    assert not (tmp_path / "new").exists()
+    lock = runlock.RunLock.acquire(tmp_path / "used")
+    (tmp_path / "used" / "metrics.jsonl").write_text("")
+    lock.release()
+    assert [p.name for p in (tmp_path / "used").iterdir()] == ["metrics.jsonl"]
 
 
 def test_release_leaves_an_existing_directory_as_it_was(tmp_path):
