@@ -1,6 +1,7 @@
 """Atomic, exact-resume, verified checkpoints of a training run, and the run directory they live in.
 
-    resume_from = claim_run_dir(run_dir, cfg.to_dict(), "auto")  # this run's dir; a verified checkpoint or None
+    resume_from = check_run_dir(run_dir, cfg.to_dict(), "auto")  # a verified checkpoint or None
+    claim_run_dir(run_dir, cfg.to_dict())                          # after the setup: writes config.yaml
     path = save(run_dir, step, engine_or_model=train.engine, state={"sampler": s.state_dict()},
                 config=cfg, generators={"purify": gen}, tokenizer=tok, keep_last=2)
     ckpt = load(resume_from, engine_or_model=train.engine, generators={"purify": gen})
@@ -20,15 +21,15 @@ Layout of <run_dir>/checkpoints/step_<step:08d>/:
 
 Everything is written to `checkpoints/.tmp-step_<step>` first, fsynced, then renamed into place; an
 interrupted save leaves only the temporary directory, which `latest` ignores and the next save removes.
-With several ranks, `save`, `load`, `verify`, `resolve_resume` and `claim_run_dir` are collective
+With several ranks, `save`, `load`, `verify`, `resolve_resume`, `check_run_dir` and `claim_run_dir` are collective
 calls (each rank hashes a share of the files) and run_dir must be on a shared filesystem.
 
 A run directory belongs to one run: a fresh run refuses a directory that holds another run's
 metrics, config or checkpoints, and a resumed run refuses a config that changes what the run learns
-(see `check_resume_config`). A stop request (lens/stop.py) found when a run claims its directory is
-stale and removed with a warning. On resume `check_world_size` refuses another number of ranks and
-`check_resume_data` a changed data file. A full disk while saving is a one-line error naming the last
-good checkpoint, which it leaves intact.
+(see `check_resume_config`). `check_run_dir` decides this before the setup, `claim_run_dir` writes
+config.yaml after it; lens.runlock keeps two runs from deciding at the same time. On resume
+`check_world_size` refuses another number of ranks and `check_resume_data` a changed data file. A full
+disk while saving is a one-line error naming the last good checkpoint, which it leaves intact.
 """
 
 from __future__ import annotations
@@ -59,7 +60,6 @@ from lens.config import default_run_dir  # noqa: F401  (re-exported: the rule li
 from lens.dist import rank as _rank
 from lens.dist import world as _world
 from lens.errors import one_line
-from lens.stop import discard_stale_request
 
 CHECKPOINTS = "checkpoints"
 META = "meta.json"
@@ -644,40 +644,51 @@ def check_resume_config(saved: Mapping[str, Any], new: Mapping[str, Any], allow_
     return [line for _, line in changes]
 
 
-def claim_run_dir(
+def refuse_used_run_dir(run_dir: str | os.PathLike) -> None:
+    """A fresh run's check: ValueError when run_dir holds another run's metrics.jsonl, config.yaml or
+    checkpoints. Read-only (lens.launch asks before it starts the workers)."""
+    root = Path(run_dir)
+    found = [name for name in RUN_MARKERS if (root / name).exists()]
+    if found == [CONFIG]:  # claimed after its setup, then stopped before its first logged step
+        raise ValueError(
+            f"run_dir {root} already holds a run that stopped before its first step (only {CONFIG}); "
+            "start it again with --resume auto (same config), or choose another run_dir"
+        )
+    if found:
+        raise ValueError(
+            f"run_dir {root} already holds a run ({', '.join(found)}); "
+            "continue it with --resume auto, or choose another run_dir"
+        )
+
+
+def check_run_dir(
     run_dir: str | os.PathLike, config: Mapping[str, Any], resume: str | None, *, allow_config_change: bool = False
 ) -> Path | None:
-    """Make run_dir this run's and pick what it continues from -> the verified checkpoint to `load`,
-    or None for a fresh start. Collective; call before anything is written to run_dir.
+    """May this run use run_dir, and what does it continue from -> the verified checkpoint to `load`, or
+    None for a fresh start. Read-only and collective; call before the setup loads anything, so a used
+    directory or a changed config fails in seconds, and `claim_run_dir` once the setup succeeded.
 
-    A fresh run (resume none) refuses a directory holding another run's metrics.jsonl, config.yaml or
-    checkpoints. A resumed run (auto or a checkpoint path) takes `resolve_resume`'s checkpoint and
-    checks the config against the one saved with it (with auto and no checkpoint yet: against
-    run_dir/config.yaml) by `check_resume_config`. Then rank 0 writes config.yaml, so the directory
-    is claimed before the first step. A stop request already there is removed (`stop.discard_stale_request`).
+    A fresh run (resume none) refuses a used directory (`refuse_used_run_dir`). A resumed run (auto or a
+    checkpoint path) takes `resolve_resume`'s checkpoint and checks the config against the one saved with
+    it (with auto and no checkpoint yet: against run_dir/config.yaml) by `check_resume_config`.
     """
     root = Path(run_dir)
     if resume in (None, "", "none"):
-        found = [name for name in RUN_MARKERS if (root / name).exists()]
-        if found == [CONFIG]:  # claimed, then stopped before its first logged step (a bad flag, a missing file)
-            raise ValueError(
-                f"run_dir {root} already holds a run that stopped before its first step (only {CONFIG}); "
-                "start it again with --resume auto (same config), or choose another run_dir"
-            )
-        if found:
-            raise ValueError(
-                f"run_dir {root} already holds a run ({', '.join(found)}); "
-                "continue it with --resume auto, or choose another run_dir"
-            )
-    # Before the checkpoint is verified (minutes for a large one): a request written while that runs is this run's.
-    if _rank() == 0:
-        discard_stale_request(root)
+        refuse_used_run_dir(root)
     path = resolve_resume(resume, root)
     saved = saved_config(path) if path is not None else saved_config(root)
     if saved:
         check_resume_config(saved, config, allow_config_change)
+    return path
+
+
+def claim_run_dir(run_dir: str | os.PathLike, config: Mapping[str, Any]) -> None:
+    """Make run_dir this run's: rank 0 writes config.yaml (atomically). Collective; call once the setup
+    succeeded (config, data, model, tokenizer loaded) and after `check_run_dir`: a setup that fails leaves
+    the directory as it found it, and the corrected command is accepted (issue 26.2)."""
     _barrier()  # every rank has looked at the directory before rank 0 changes it
     if _rank() == 0:
+        root = Path(run_dir)
         root.mkdir(parents=True, exist_ok=True)
         tmp = root / f".{CONFIG}.tmp"
         tmp.write_text(yaml.safe_dump(dict(config), sort_keys=False))

@@ -2,6 +2,7 @@
 
     torchrun [--nproc_per_node=N] lens/train.py [--config PRESET] [--resume auto] [--dry-run] [key.sub=value ...]
     torchrun -m lens.train ...               # the same from an installed package
+    lens-train [--nproc_per_node=N] ...      # the same through lens.launch: checked first, errors in one line
     python -m lens.train                      # the built-in CPU run: LENS on the tiny vartrack model
 
 One step, top to bottom (architecture.md): the method samples and builds the step's groups
@@ -15,19 +16,26 @@ and metrics are all-reduced.
 
 from __future__ import annotations
 
+# ruff: noqa: E402  (the worker ties itself to its launcher before the heavy imports below)
+import contextlib
 import math
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 if __package__ in (None, ""):  # `torchrun lens/train.py` runs this file as a script with lens/ on sys.path
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
+from lens import lifeline
+
+# First: a worker whose torchrun is SIGKILLed dies with it, also while it imports torch and loads models.
+lifeline.die_with_launcher()
+
 import torch
 import torch.distributed
 
-from lens import algos, checkpoint, data, dist, groups, methods, metrics, model, ops, preflight
+from lens import algos, checkpoint, data, dist, groups, methods, metrics, model, ops, preflight, runlock
 from lens.config import Config, parse_args
 from lens.errors import cli_errors
 from lens.eval import eval_sampling, evaluate_set
@@ -35,7 +43,7 @@ from lens.methods import Run
 from lens.purify import Prompt
 from lens.reward import Verifier
 from lens.rollout import HFEngine, default_stop_ids, make_engine
-from lens.stop import request_path
+from lens.stop import discard_stale_request, request_path
 
 # ----------------------------------------------------------------------------------------------
 # Setup
@@ -85,24 +93,28 @@ def setup(cfg: Config) -> tuple[Run, dict[str, preflight.RenderedSet], dict[str,
     torch.manual_seed(cfg.seed + rank)
     if rank == 0:
         ops.warn_if_unavailable()
-    # Before anything is loaded or written: a used run directory or a changed config fails in seconds.
-    resume_from = checkpoint.claim_run_dir(
+    # Before anything is loaded: a used run directory or a changed config fails in seconds.
+    resume_from = checkpoint.check_run_dir(
         cfg.run_dir, cfg.to_dict(), cfg.checkpoint.resume, allow_config_change=cfg.checkpoint.allow_config_change
     )
     if resume_from is not None:  # on every rank, before `resume` reaches a collective that a missing rank would hang
         checkpoint.check_world_size(resume_from, world)
+    if rank == 0:
+        discard_stale_request(cfg.run_dir, lifeline.launch_time())
     tokenizer = preflight.load_tokenizer(cfg)
     # Data before models: a bad path, gold or template fails before minutes of loading weights.
     train_set, eval_problem_sets = preflight.load_data(cfg)
     sources = preflight.data_sources(cfg)
     if cfg.checkpoint.resume not in (None, "", "none"):  # a changed data file is refused like a changed config
         checkpoint.check_resume_data(cfg.run_dir, resume_from, sources, allow_change=cfg.checkpoint.allow_config_change)
-    checkpoint.record_data_sources(cfg.run_dir, sources)
     rendered = preflight.render_set(cfg, tokenizer, train_set)
     eval_sets = {es.name: preflight.render_set(cfg, tokenizer, es) for es in eval_problem_sets}
     policy, ref = model.load_models(cfg, device)
     preflight.check_context(cfg, policy.config, max(len(ids) for s in (rendered, *eval_sets.values()) for ids in s.ids))
     trainer = model.build_engine(policy, cfg)
+    # Only now is the directory this run's: a setup that failed (a wrong path, a bad row) left it as it was.
+    checkpoint.claim_run_dir(cfg.run_dir, cfg.to_dict())
+    checkpoint.record_data_sources(cfg.run_dir, sources)
     run = Run(
         cfg=cfg,
         rank=rank,
@@ -351,8 +363,30 @@ def main(argv: list[str] | None = None, *, until_exit: bool = False) -> dict[str
     # Afterwards the script ignores them: a skewed signal that reaches one rank after the checkpoint would
     # otherwise kill it as it tears down, and torchrun would report the finished job as failed. The request
     # file is `python -m lens.stop RUN_DIR`'s: a stop that torchrun does not see, so it exits 0.
-    with dist.StopFlag(request_file=request_path(cfg.run_dir), ignore_after=until_exit) as stop:
+    with dist.StopFlag(request_file=request_path(cfg.run_dir), ignore_after=until_exit) as stop, run_lock(cfg):
         return train(cfg, stop)
+
+
+@contextlib.contextmanager
+def run_lock(cfg: Config) -> Iterator[None]:
+    """Rank 0 holds the run directory's lock (lens.runlock) for the whole run. Collective: every rank learns
+    whether rank 0 got it and a refused launch fails on every rank at once, not on rank 0 alone while the
+    others wait for it in their first collective."""
+    rank, _ = model.setup_distributed(cfg.device)
+    lock, refused = None, None
+    if rank == 0:
+        try:
+            lock = runlock.RunLock.acquire(cfg.run_dir)
+        except runlock.RunDirInUse as e:
+            refused = str(e)
+    refused = dist.all_gather_objects(refused)[0]
+    if refused is not None:
+        raise runlock.RunDirInUse(refused)
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def train_step(run: Run, step: int) -> dict[str, float]:

@@ -451,6 +451,22 @@ def test_a_checkpoint_of_one_rank_is_refused_on_two(two_saves):
 # ----------------------------------------------------------------------------------------------
 
 
+def _check_and_claim(run_dir, cfg, resume, **kw):
+    """The trainer's order: check before its setup, claim after it."""
+    path = ck.check_run_dir(run_dir, cfg, resume, **kw)
+    ck.claim_run_dir(run_dir, cfg)
+    return path
+
+
+def test_checking_a_run_dir_writes_nothing(tmp_path):
+    # Issue 26.2: the trainer checks before its setup and claims after it, so a setup that fails (a wrong
+    # model.path, a bad data file) leaves the directory as it found it and the corrected command is accepted.
+    cfg = load_config(None, [], cuda_available=False).to_dict()
+    assert ck.check_run_dir(tmp_path / "new", cfg, "none") is None
+    assert ck.check_run_dir(tmp_path / "new", cfg, "auto") is None
+    assert not (tmp_path / "new").exists()
+
+
 def test_default_run_dir_names_method_and_seed():
     assert ck.default_run_dir("lens", 3) == "runs/lens_s3"
     assert ck.default_run_dir("grpo", 3) != ck.default_run_dir("lens", 3) != ck.default_run_dir("lens", 4)
@@ -459,35 +475,35 @@ def test_default_run_dir_names_method_and_seed():
 @pytest.mark.parametrize("marker", ["metrics.jsonl", "config.yaml", "checkpoints"])
 def test_a_fresh_run_refuses_a_used_run_dir(tmp_path, marker):
     cfg = load_config(None, [], cuda_available=False).to_dict()
-    assert ck.claim_run_dir(tmp_path / "new", cfg, "none") is None  # an unused directory is claimed ...
+    assert _check_and_claim(tmp_path / "new", cfg, "none") is None  # an unused directory is claimed ...
     assert yaml.safe_load((tmp_path / "new" / "config.yaml").read_text()) == cfg  # ... by its config
     used = tmp_path / "used"
     used.mkdir()
     (used / marker).mkdir() if marker == "checkpoints" else (used / marker).write_text("")
     with pytest.raises(ValueError) as error:
-        ck.claim_run_dir(used, cfg, "none")
+        ck.check_run_dir(used, cfg, "none")
     message = str(error.value)
     assert "\n" not in message and str(used) in message and marker in message
     assert "--resume auto" in message and "another run_dir" in message
-    # A directory with only config.yaml is a run that failed in its setup: the message says so, since the user
-    # reran the same command and may not know that the failed attempt claimed the directory.
+    # A directory with only config.yaml is a run claimed after its setup that stopped before its first step: the
+    # message says so, since the user reran the same command and may not know that the attempt claimed it.
     assert ("stopped before its first step" in message) == (marker == "config.yaml")
-    assert ck.claim_run_dir(used, cfg, "auto") is None  # auto continues it (nothing saved yet)
+    assert _check_and_claim(used, cfg, "auto") is None  # auto continues it (nothing saved yet)
 
 
 def test_resume_auto_continues_and_checks_the_config(tmp_path):
     cfg = load_config(None, ["algorithm.m=8"], cuda_available=False)
-    assert ck.claim_run_dir(tmp_path, cfg.to_dict(), "none") is None
+    assert _check_and_claim(tmp_path, cfg.to_dict(), "none") is None
     path = ck.save(tmp_path, 2, engine_or_model=tiny_qwen2(), config=cfg)
     longer = load_config(None, ["algorithm.m=8", "optim.steps=80", "checkpoint.every=5"], cuda_available=False)
-    assert ck.claim_run_dir(tmp_path, longer.to_dict(), "auto") == path  # extending a run is fine
+    assert _check_and_claim(tmp_path, longer.to_dict(), "auto") == path  # extending a run is fine
     changed = load_config(None, ["algorithm.m=4", "optim.steps=80"], cuda_available=False).to_dict()
     with pytest.raises(ValueError, match=r"algorithm\.m: 8 -> 4.*checkpoint\.allow_config_change=true") as error:
-        ck.claim_run_dir(tmp_path, changed, "auto")
+        ck.check_run_dir(tmp_path, changed, "auto")
     assert "optim.steps" not in str(error.value)
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["optim"]["steps"] == 80  # refused: untouched
     with pytest.warns(UserWarning, match=r"changed config: algorithm\.m: 8 -> 4"):
-        assert ck.claim_run_dir(tmp_path, changed, "auto", allow_config_change=True) == path
+        assert _check_and_claim(tmp_path, changed, "auto", allow_config_change=True) == path
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["algorithm"]["m"] == 4
 
 
