@@ -694,7 +694,6 @@ def claim_run_dir(run_dir: str | os.PathLike, config: Mapping[str, Any]) -> None
         tmp.write_text(yaml.safe_dump(dict(config), sort_keys=False))
         os.replace(tmp, root / CONFIG)
     _barrier()
-    return path
 
 
 # ----------------------------------------------------------------------------------------------
