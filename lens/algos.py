@@ -27,6 +27,7 @@ from lens.ops import DEFAULT_LOSS, KL_KINDS, LOSS_AGGS, LossConfig
 
 LOG_RATIO_CLAMP = 20.0
 KL_CLAMP = 10.0
+KL_SERIES_BOUND = 0.1  # |d| below which k3 is computed from its Taylor series (see `kl_penalty`)
 
 
 def _check_group_index(values: torch.Tensor, group_index: torch.Tensor, name: str) -> None:
@@ -171,7 +172,8 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> 
     """Per-token KL(pi_theta || pi_ref) estimate from d = log pi_ref - log pi_theta, as verl computes it.
 
     k1 = -d and k2 = 0.5 d^2, unclamped; k3 = exp(d') - d' - 1 with d' = clamp(d, -20, 20) (low variance,
-    non-negative), clamped to <= 10. logp, ref_logp [N, T] -> [N, T] fp32.
+    non-negative: exactly 0 at d = 0 and never below, also in floating point), clamped to <= 10.
+    logp, ref_logp [N, T] -> [N, T] fp32.
     """
     if kind not in KL_KINDS:
         raise ValueError(f"kl kind must be one of {KL_KINDS}, got {kind!r}")
@@ -181,7 +183,11 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> 
     if kind == "k2":
         return 0.5 * d * d
     d = d.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    return (torch.exp(d) - d - 1.0).clamp(max=KL_CLAMP)
+    # Near d = 0, exp(d) - d - 1 cancels to exp's rounding error (~1e-7, either sign): a policy equal to the
+    # reference logged a negative KL. There k3 is its Taylor series, accurate and >= 0 (as the native op).
+    series = d * d * (0.5 + d * (1.0 / 6.0 + d * (1.0 / 24.0 + d * (1.0 / 120.0))))
+    k3 = torch.where(d.abs() < KL_SERIES_BOUND, series, torch.exp(d) - d - 1.0)
+    return k3.clamp(max=KL_CLAMP)
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

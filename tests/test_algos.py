@@ -160,6 +160,42 @@ def test_kl_k3_gradient():
     torch.testing.assert_close(logp.grad, torch.tensor([1.0 - math.exp(-1.0)]))
 
 
+def _k3_exact(d: torch.Tensor) -> torch.Tensor:
+    d = d.double()
+    return (torch.expm1(d) - d).clamp(max=algos.KL_CLAMP)
+
+
+def test_kl_k3_is_accurate_and_never_negative_near_zero():
+    # A policy equal to the reference up to rounding (|d| ~ 1e-6) logged loss/kl = -3.3e-9: exp(d) - d - 1
+    # cancels to exp's rounding error there. k3 >= 0 everywhere, 0 at d = 0, and close to the float64 value.
+    torch.manual_seed(0)
+    logp = -3 * torch.rand(64, 50)
+    ref = logp + 1e-6 * torch.randn(64, 50)
+    assert (algos.kl_penalty(logp, ref, "k3") >= 0).all()
+    assert algos.kl_penalty(logp, logp, "k3").abs().sum() == 0
+    d = torch.cat([-torch.logspace(-8, 1.3, 200), torch.zeros(1), torch.logspace(-8, 1.3, 200)])
+    got = algos.kl_penalty(torch.zeros_like(d), d, "k3").double()
+    torch.testing.assert_close(got, _k3_exact(d), rtol=5e-5, atol=1e-30)  # old formula: rtol ~20
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_crpo_kl_metric_and_gradient_near_zero(native):
+    if native and not ops.native_available():
+        pytest.skip("native extension not built")
+    torch.manual_seed(1)
+    logp = (-3 * torch.rand(16, 40)).requires_grad_()
+    ref = logp.detach() + 1e-6 * torch.randn(16, 40)
+    adv, w, mask = torch.zeros(16), torch.ones(16), torch.ones(16, 40, dtype=torch.bool)
+    fn = algos.crpo_loss if native else algos.crpo_loss_torch
+    loss, metrics = fn(logp, logp.detach(), ref, adv, w, mask, LossConfig(beta=1.0))
+    assert metrics["kl"].item() >= 0 and loss.item() >= 0
+    _, same = fn(logp, logp.detach(), logp.detach(), adv, w, mask, LossConfig(beta=1.0))
+    assert same["kl"].item() == 0.0
+    loss.backward()
+    d = (ref - logp.detach()).double()
+    torch.testing.assert_close(logp.grad.double(), -torch.expm1(d) / mask.sum(), rtol=1e-4, atol=1e-12)
+
+
 # ---------------------------------------------------------------------------------------------
 # CRPO loss (Eq. 7)
 # ---------------------------------------------------------------------------------------------
