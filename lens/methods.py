@@ -172,6 +172,7 @@ class Method:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.prompt_logprobs = False  # whether the first sampling also returns pi_theta of prompt tokens
+        self.transfers = False  # whether rows sampled from a rewritten prompt train on the original one
 
     def sample(self, run: Run, step: int, stats: dict[str, float]) -> groups.StepGroups:
         batch = self.first_sampling(run, step, stats)
@@ -372,6 +373,7 @@ class Rewrite:
     """What the second sampling samples from: the K prompts of the candidates (a_bar < tau) that go again."""
 
     uses_prompt_logprobs = False
+    rewrites = True  # the second prompts differ from the originals: their successes transfer (Eq. 5)
 
     def __call__(
         self, run: Run, batch: Batch, candidates: list[int], stats: dict[str, float]
@@ -382,6 +384,8 @@ class Rewrite:
 
 class Identity(Rewrite):
     """`resample`: the same prompts again (the control for "does purification, not resampling, help?")."""
+
+    rewrites = False
 
     def __call__(self, run, batch, candidates, stats):
         second_of = torch.full((len(batch.prompts),), -1, dtype=torch.long)
@@ -436,6 +440,7 @@ class SecondSampling(Method):
         super().__init__(cfg)
         self.rewrite = rewrite
         self.prompt_logprobs = rewrite.uses_prompt_logprobs
+        self.transfers = rewrite.rewrites
 
     def final_groups(self, run: Run, batch: Batch, step: int, stats: dict[str, float]) -> groups.StepGroups:
         a = self.cfg.algorithm

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lens import algos, train
+from lens import algos, report, train
 from lens import model as lens_model
 from lens.config import load_config, parse_args
 from lens.tasks import vartrack
@@ -116,6 +116,31 @@ def test_lens_purifies_and_transfers_with_ratios_on_the_purified_prompt(tiny_mod
         # old log-probs are taken on the prompt that sampled the row (purified: shorter), new ones on the original
         assert source == original or len(source) < len(original)
     assert len(sg.original) == len(sg.tokens) == len(sg.sampler_logprobs) == sg.rewards.numel() == sg.weights.numel()
+
+
+def test_lens_run_logs_transfer_diagnostics_and_the_report_shows_them(tiny_model, tmp_path, capsys):
+    # The surprisal scorer purifies from step 1 on (see the test above), so successes transfer at once.
+    args = _args(tiny_model, tmp_path, "optim.steps=2", "algorithm.scorer=surprisal", "algorithm.gamma=0.1")
+    train.main([*args, "data.batch_size=8", "data.eval_every=0"])
+    rows = _rows(tmp_path)
+    keys = {key for key, _ in report.TRANSFER_COLUMNS} | {"transfer/tokens", "transfer/adv_mass", "transfer/grad_mass"}
+    assert all(keys <= set(r) for r in rows)
+    moved = [r for r in rows if r["transfer/rows"] > 0]
+    assert moved, "no purified success transferred"
+    for r in moved:
+        quantiles = [r[f"transfer/{q}_p{p}"] for q in ("ratio", "decide_ratio") for p in (10, 50, 90)]
+        assert all(0 < v < math.inf for v in quantiles) and quantiles == sorted(quantiles[:3]) + sorted(quantiles[3:])
+        assert r["transfer/decide_ratio_p50"] <= r["transfer/ratio_p90"]
+        assert 0 <= r["transfer/clipfrac"] <= 1
+        # null (NaN) when no row of the step has an advantage: replace=paper swapped every failure of a group
+        # for a purified success, so the group is all successes (it happens at step 1 here)
+        share = r["transfer/adv_mass_share"]
+        assert (share is None and r["transfer/adv_mass"] == 0) or 0 <= share <= 1
+    capsys.readouterr()
+    assert report.main([str(tmp_path), "--out", str(tmp_path / "report")]) == 0
+    out = capsys.readouterr().out
+    assert "Transfer of purified successes" in out and "deciding p50" in out and "grad. mass share" in out
+    assert "Transfer of purified successes" in (tmp_path / "report" / "summary.md").read_text()
 
 
 def test_engine_log_probs_stand_in_for_the_trainer_forward_passes(tiny_model, tmp_path, monkeypatch):
