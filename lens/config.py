@@ -84,7 +84,9 @@ class DataConfig:
     # A built-in task, a named set (lens.data.BENCHMARKS), a .jsonl/.json/.parquet file or directory, or a
     # hub dataset hf:ORG/NAME[:CONFIG][@SPLIT] (lens.data.load_sets reads every kind)
     train: str = "vartrack"
-    eval: list[str] = field(default_factory=lambda: ["vartrack"])
+    # held-out sets; None (`auto`): a built-in task's own clean and noisy sets, otherwise `heldout`, a split of
+    # the training set itself (min(64, 5%) of its problems, taken out of training; see lens.preflight.HELDOUT)
+    eval: list[str] | None = None
     dir: str | None = None  # where named sets live; None: $LENS_DATA_DIR, ../shared/data, ~/.cache/lens/data
     split: str = "train"  # split of a hub training set, or the file of a training directory
     problem_key: str = "problem"  # field of the problem text in files/hub sets (dotted for nested fields)
@@ -424,7 +426,7 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
     return cls(**kwargs)
 
 
-AUTO_KEYS = frozenset({"optim.micro_batch_size"})  # optional keys that also read `auto` as None (resolved)
+AUTO_KEYS = frozenset({"optim.micro_batch_size", "data.eval"})  # optional keys that also read `auto` as None (resolved)
 
 
 def _coerce(value: Any, typ: Any, key: str) -> Any:
@@ -504,6 +506,8 @@ def _warn_ignored(name: str, raw: dict[str, Any]) -> None:
 
 
 MAX_AUTO_MICRO_BATCH = 32
+BUILTIN_TASKS = ("vartrack", "ledger")  # lens.tasks.NAMES (not imported: it pulls in lens.data)
+HELDOUT = "heldout"  # the data.eval name of the held-out split of the training set (lens.preflight)
 
 
 def auto_micro_batch_size(rollouts_per_rank: int) -> int:
@@ -513,12 +517,15 @@ def auto_micro_batch_size(rollouts_per_rank: int) -> int:
 
 
 def resolve(cfg: Config, *, cuda_available: bool, world_size: int | None = None) -> Config:
-    """Replace `auto`/None placeholders by what will run: device, model.dtype, dapo.gen_batch_size and
-    optim.micro_batch_size (from the rollouts per rank; world_size defaults to env WORLD_SIZE, 1)."""
+    """Replace `auto`/None placeholders by what will run: device, model.dtype, dapo.gen_batch_size, data.eval
+    and optim.micro_batch_size (from the rollouts per rank; world_size defaults to env WORLD_SIZE, 1)."""
     device = cfg.device if cfg.device != "auto" else ("cuda" if cuda_available else "cpu")
     dtype = cfg.model.dtype if cfg.model.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
     gen = cfg.algorithm.dapo.gen_batch_size or cfg.data.batch_size
     world = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
+    evals = cfg.data.eval
+    if evals is None:
+        evals = [cfg.data.train] if cfg.data.train in BUILTIN_TASKS else [HELDOUT]
     micro = cfg.optim.micro_batch_size
     if micro is None:
         micro = auto_micro_batch_size(cfg.data.batch_size * cfg.algorithm.m // max(world, 1))
@@ -529,6 +536,7 @@ def resolve(cfg: Config, *, cuda_available: bool, world_size: int | None = None)
         model=dataclasses.replace(cfg.model, dtype=dtype),
         algorithm=dataclasses.replace(cfg.algorithm, dapo=dataclasses.replace(cfg.algorithm.dapo, gen_batch_size=gen)),
         optim=dataclasses.replace(cfg.optim, micro_batch_size=micro),
+        data=dataclasses.replace(cfg.data, eval=evals),
     )
 
 
