@@ -20,7 +20,7 @@ import math
 import os
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +138,42 @@ class LossMeter:
         """This rank's loss metrics (see the class docstring); token means are 0 without tokens."""
         means = {k: v / self.tokens if self.tokens else 0.0 for k, v in self.token_sums.items()}
         return {**self.shares, **means, "tokens": self.tokens, "loss/ratio_max": self.ratio_max}
+
+
+class TransferMeter:
+    """The transfer diagnostics of one optimizer step (LENS runs): `lens.algos.transfer_terms` of each
+    micro-batch, summarized over every rank by `metrics`.
+
+        meter = TransferMeter()
+        for rows in micro_batches:
+            meter.add(algos.transfer_terms(logp, old, adv, weights, mask, transferred, loss_config))
+        row.update(meter.metrics(dist.all_gather_objects))
+
+    Quantiles do not reduce over ranks, so `metrics` gathers every rank's values (a collective: every rank
+    calls it) and returns the same `transfer/` metrics on every rank.
+    """
+
+    def __init__(self) -> None:
+        self.parts: list[dict[str, torch.Tensor]] = []
+
+    def add(self, terms: Mapping[str, torch.Tensor]) -> None:
+        self.parts.append({k: v.detach().double().cpu() for k, v in terms.items()})
+
+    def local(self) -> dict[str, torch.Tensor]:
+        """This rank's terms: ratios concatenated, counts and masses summed."""
+        out = {k: torch.cat([p[k] for p in self.parts]) if self.parts else torch.zeros(0) for k in ("ratios", "decide")}
+        for k in ("clipped", "adv_mass", "grad_mass"):
+            out[k] = torch.stack([p[k] for p in self.parts]).sum(0) if self.parts else torch.zeros(2)
+        return out
+
+    def metrics(self, gather: Callable[[Any], list[Any]]) -> dict[str, float]:
+        """The step's `transfer/` metrics over all ranks; `gather` is `lens.dist.all_gather_objects`."""
+        from lens import algos
+
+        ranks = gather(self.local())
+        merged = {k: torch.cat([r[k] for r in ranks]) for k in ("ratios", "decide")}
+        merged.update({k: torch.stack([r[k] for r in ranks]).sum(0) for k in ("clipped", "adv_mass", "grad_mass")})
+        return algos.transfer_summary(**merged)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:

@@ -41,6 +41,19 @@ CONFIG_FILE = "config.yaml"
 BINS = ("failure", "low", "mid", "high")  # lens.metrics.BINS, in the paper's order
 BIN_COLORS = ("#c0392b", "#e67e22", "#9ccc65", "#2e7d32")
 LENS_COUNTERS = ("lens/purified", "lens/guard_passes", "lens/rollouts_replaced", "lens/tokens_deleted")
+# The transfer diagnostics of LENS runs (lens.algos.transfer_summary), as the report's table shows them.
+TRANSFER_COLUMNS = (
+    ("transfer/rows", "transferred rows"),
+    ("transfer/ratio_p10", "ratio p10"),
+    ("transfer/ratio_p50", "ratio p50"),
+    ("transfer/ratio_p90", "ratio p90"),
+    ("transfer/decide_ratio_p10", "deciding p10"),
+    ("transfer/decide_ratio_p50", "deciding p50"),
+    ("transfer/decide_ratio_p90", "deciding p90"),
+    ("transfer/clipfrac", "clipped share"),
+    ("transfer/adv_mass_share", "adv. mass share"),
+    ("transfer/grad_mass_share", "grad. mass share"),
+)
 STAGES = (*TRAIN_STAGES, "eval")  # the order of the stage plots; stages not listed follow alphabetically
 DEFAULT_SCORER = "interference"
 DPI = 150
@@ -448,6 +461,7 @@ def summarize(groups: Sequence[Group], baseline: str, metric: str | None, phases
             "purified_share": _stat([_purified_share(r) for r in g.runs]),
             "stage_times": _stage_stats(g),
             "phases": _phase_entries(g, phases),
+            "transfer": _transfer_stats(g),
         }
         for k in evals:
             c = g.curve(k)
@@ -473,6 +487,15 @@ def _mean_or_none(values: np.ndarray) -> float | None:
 def _steady_step_time(run: Run) -> float | None:
     """Mean `time/step` over the steady-state steps (`steady_rows`)."""
     return _mean_or_none(np.array([row["time/step"] for row in steady_rows(run)], dtype=np.float64))
+
+
+def _transfer_stats(group: Group) -> dict[str, Any]:
+    """Per transfer metric: the mean over each run's training steps where it is defined (quantiles and the
+    clipped share: steps with transferred tokens; mass shares: steps where some row has an advantage), then
+    over seeds; empty for runs without transfer diagnostics (every method but LENS and its pruning ablations)."""
+    if not any("transfer/rows" in r.metric_keys() for r in group.runs):
+        return {}
+    return {key: _stat([_mean_or_none(r.series(key)[1]) for r in group.runs]) for key, _ in TRANSFER_COLUMNS}
 
 
 def _stage_stats(group: Group) -> dict[str, Any]:
@@ -538,6 +561,14 @@ def tables(summary: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
     ]
     if phase_rows:
         out.append(("Success bins per phase (share of prompts)", ["label", "phase", *BINS], phase_rows))
+    transfer_rows = [
+        [label] + [_pm(e["transfer"][key]) for key, _ in TRANSFER_COLUMNS]
+        for label, e in summary["labels"].items()
+        if e.get("transfer")
+    ]
+    if transfer_rows:
+        headers = ["label"] + [name for _, name in TRANSFER_COLUMNS]
+        out.append(("Transfer of purified successes (mean per step)", headers, transfer_rows))
     return out
 
 

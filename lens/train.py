@@ -236,6 +236,9 @@ def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
     num_tokens = dist.all_reduce(float(mask.sum()), "sum")
     num_seqs = dist.all_reduce(float((mask.sum(1) > 0).sum()), "sum")
     meter = metrics.LossMeter()
+    # LENS: rows sampled from a purified prompt and trained on the original (Eq. 5 across prompts).
+    transfer = metrics.TransferMeter() if run.method.transfers else None
+    moved = torch.tensor([s != o for s, o in zip(sg.source, sg.original, strict=True)], dtype=torch.bool)
     with run.timer("update"):
         for s in model.micro_batch_starts(run.trainer.engine, len(sg.tokens), mb):  # ZeRO-3: same count per rank
             rows = slice(s, s + mb)
@@ -267,10 +270,14 @@ def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
                 )
             run.trainer.backward(loss)
             meter.add(loss, parts, m, ent)
+            if transfer is not None:
+                terms = (logp, old[rows], adv[rows], weights[rows], m, moved[rows].to(m.device))
+                transfer.add(algos.transfer_terms(*terms, cfg.algorithm.loss_config()))
         grad_norm = run.trainer.step()
     if not math.isfinite(grad_norm):
         raise FloatingPointError(f"non-finite gradient norm {grad_norm}; the last checkpoint is kept")
-    return {**meter.metrics(), "grad_norm": grad_norm, "lr": run.trainer.lr}
+    diagnostics = transfer.metrics(dist.all_gather_objects) if transfer is not None else {}
+    return {**meter.metrics(), **diagnostics, "grad_norm": grad_norm, "lr": run.trainer.lr}
 
 
 def sync_weights(run: Run) -> None:

@@ -205,3 +205,25 @@ def test_loss_meter_sums_shares_and_weights_token_means():
     assert got["loss/kl"] == pytest.approx((0.1 * 3 + 0.5 * 1) / 4)  # token-weighted, not (0.1 + 0.5) / 2
     assert got["entropy"] == 3.0 and got["loss/clipfrac_low"] == 0.0
     assert mx.LossMeter().metrics()["loss/kl"] == 0.0  # no tokens: zero means, as before
+
+
+def test_transfer_meter_summarizes_every_micro_batch_and_rank():
+    from lens import algos
+
+    torch.manual_seed(0)
+    logp, old = -torch.rand(6, 5), -torch.rand(6, 5)
+    adv, w = torch.tensor([1.0, -1.0, 0.5, 2.0, -0.5, 1.0]), torch.rand(6)
+    mask = torch.rand(6, 5) > 0.3
+    moved = torch.tensor([1, 0, 1, 1, 0, 0]).bool()
+    whole = algos.transfer_summary(**algos.transfer_terms(logp, old, adv, w, mask, moved))
+    ranks = [mx.TransferMeter(), mx.TransferMeter()]
+    for rows in (slice(0, 2), slice(2, 3), slice(3, 6)):  # micro-batches, the last one on the second rank
+        meter = ranks[0] if rows.start < 3 else ranks[1]
+        meter.add(algos.transfer_terms(logp[rows], old[rows], adv[rows], w[rows], mask[rows], moved[rows]))
+    locals_ = [r.local() for r in ranks]
+    got = ranks[0].metrics(lambda _: locals_)
+    assert got.keys() == whole.keys() and whole["transfer/rows"] == 3.0
+    for key, value in whole.items():
+        assert got[key] == pytest.approx(value) or (math.isnan(value) and math.isnan(got[key])), key
+    empty = mx.TransferMeter().metrics(lambda local: [local])
+    assert empty["transfer/rows"] == 0.0 and math.isnan(empty["transfer/ratio_p50"])

@@ -1,14 +1,15 @@
 """End-to-end tests of lens/train.py on the committed tiny model of the built-in task (CPU, in-process)."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from lens import algos, report, train
 from lens import model as lens_model
-from lens import train
 from lens.config import load_config, parse_args
 from lens.tasks import vartrack
 
@@ -64,6 +65,34 @@ def test_every_algorithm_runs_two_steps(tiny_model, tmp_path, algorithm):
     assert (tmp_path / "checkpoints").is_dir()
 
 
+@pytest.mark.parametrize("algorithm", ["dapo", "greso"])
+def test_dynamic_sampling_trains_on_what_it_found_when_out_of_generation_batches(tiny_model, tmp_path, algorithm):
+    # One generation batch of 4 prompts rarely holds 4 informative groups of the warm start (it raised
+    # `RuntimeError: dapo: only 1 of 4 ...`, for greso too); now the step trains on those found, counts the
+    # shortfall and warns once, naming the method and the knobs.
+    extra = ["algorithm.dapo.max_gen_batches=1", "optim.steps=3", "data.eval_every=0"]
+    with pytest.warns(RuntimeWarning) as caught:
+        last = train.main(_args(tiny_model, tmp_path, f"algorithm.name={algorithm}", *extra))
+    short = [w for w in caught if "informative groups" in str(w.message)]
+    assert len(short) == 1
+    message = str(short[0].message)
+    assert message.startswith(f"{algorithm}: only ") and "algorithm.dapo.max_gen_batches=1" in message
+    assert "algorithm.dapo.gen_batch_size=4" in message and "dapo/missing_groups" in message
+    rows = _rows(tmp_path)
+    assert [r["step"] for r in rows] == [1, 2, 3] and sum(r["dapo/missing_groups"] for r in rows) > 0
+    assert all(0 <= r["dapo/missing_groups"] <= 4 for r in rows) and math.isfinite(last["loss/total"])
+
+
+def test_dynamic_sampling_step_without_any_informative_group(tiny_model, tmp_path, monkeypatch):
+    # Every group zero-variance: the step trains on no row (a zero gradient), logs the 4 missing groups and
+    # the run goes on.
+    monkeypatch.setattr(algos, "zero_variance_groups", lambda r, g: torch.ones(int(g.max()) + 1, dtype=torch.bool))
+    extra = ["algorithm.name=dapo", "algorithm.dapo.max_gen_batches=2", "optim.steps=2", "data.eval_every=0"]
+    with pytest.warns(RuntimeWarning, match="only 0 of 4 informative groups"):
+        train.main(_args(tiny_model, tmp_path, *extra))
+    assert [r["dapo/missing_groups"] for r in _rows(tmp_path)] == [4.0, 4.0]
+
+
 def test_lens_purifies_and_transfers_with_ratios_on_the_purified_prompt(tiny_model, tmp_path, monkeypatch):
     seen = {}
     real_update = train.update
@@ -87,6 +116,31 @@ def test_lens_purifies_and_transfers_with_ratios_on_the_purified_prompt(tiny_mod
         # old log-probs are taken on the prompt that sampled the row (purified: shorter), new ones on the original
         assert source == original or len(source) < len(original)
     assert len(sg.original) == len(sg.tokens) == len(sg.sampler_logprobs) == sg.rewards.numel() == sg.weights.numel()
+
+
+def test_lens_run_logs_transfer_diagnostics_and_the_report_shows_them(tiny_model, tmp_path, capsys):
+    # The surprisal scorer purifies from step 1 on (see the test above), so successes transfer at once.
+    args = _args(tiny_model, tmp_path, "optim.steps=2", "algorithm.scorer=surprisal", "algorithm.gamma=0.1")
+    train.main([*args, "data.batch_size=8", "data.eval_every=0"])
+    rows = _rows(tmp_path)
+    keys = {key for key, _ in report.TRANSFER_COLUMNS} | {"transfer/tokens", "transfer/adv_mass", "transfer/grad_mass"}
+    assert all(keys <= set(r) for r in rows)
+    moved = [r for r in rows if r["transfer/rows"] > 0]
+    assert moved, "no purified success transferred"
+    for r in moved:
+        quantiles = [r[f"transfer/{q}_p{p}"] for q in ("ratio", "decide_ratio") for p in (10, 50, 90)]
+        assert all(0 < v < math.inf for v in quantiles) and quantiles == sorted(quantiles[:3]) + sorted(quantiles[3:])
+        assert r["transfer/decide_ratio_p50"] <= r["transfer/ratio_p90"]
+        assert 0 <= r["transfer/clipfrac"] <= 1
+        # null (NaN) when no row of the step has an advantage: replace=paper swapped every failure of a group
+        # for a purified success, so the group is all successes (it happens at step 1 here)
+        share = r["transfer/adv_mass_share"]
+        assert (share is None and r["transfer/adv_mass"] == 0) or 0 <= share <= 1
+    capsys.readouterr()
+    assert report.main([str(tmp_path), "--out", str(tmp_path / "report")]) == 0
+    out = capsys.readouterr().out
+    assert "Transfer of purified successes" in out and "deciding p50" in out and "grad. mass share" in out
+    assert "Transfer of purified successes" in (tmp_path / "report" / "summary.md").read_text()
 
 
 def test_engine_log_probs_stand_in_for_the_trainer_forward_passes(tiny_model, tmp_path, monkeypatch):
