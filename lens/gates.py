@@ -48,8 +48,8 @@ The gates (a gate passes when every one of its rows with a threshold passes at t
 Intervals: 95 % percentile bootstrap over problems (`BOOTSTRAP` resamples, seeded): accuracies resample
 problems (their samples travel together), AUCs and precision@k resample prompts (their tokens travel
 together), G5 resamples problems with their successes. Everything is seeded by `--seed` (sampling, the
-perturbation, the bootstrap, the GRPO run). Cost of the defaults: about 4 minutes per task on one core
-(2 of them the GRPO run). Run the tests with `python -m pytest tests/test_gates.py -q`.
+perturbation, the bootstrap, the GRPO run). Cost of the defaults: about 6 minutes per task on one loaded core
+(the GRPO run is a third to a half of it). Run the tests with `python -m pytest tests/test_gates.py -q`.
 """
 
 from __future__ import annotations
@@ -406,6 +406,8 @@ def markdown(task: str, rows: Sequence[Row], settings: dict[str, Any]) -> str:
         "",
         "Computed by `" + settings["command"] + "` (definitions: lens/gates.py). " + settings["description"],
         "",
+        f"GRPO run: `{settings['train_command']}`.",
+        "",
         "| gate | quantity | stage | value | 95 % CI | threshold | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -547,10 +549,17 @@ def measure_stage(
 # ----------------------------------------------------------------------------------------------------
 
 
+def repo_relative(path: str | Path) -> str:
+    """A path inside the checkout relative to its root (how configs name it, and what a committed report may
+    say); any other path as given."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(REPO_ROOT)) if resolved.is_relative_to(REPO_ROOT) else str(path)
+
+
 def train_overrides(task: str, module: Any, args: argparse.Namespace, run_dir: str) -> list[str]:
     """lens.train overrides of the GRPO run: the task's model and data, GRPO for --steps steps, no evaluation,
     then the user's overrides (which win)."""
-    own = [f"model.path={module.ASSETS_DIR}"] if hasattr(module, "ASSETS_DIR") else []
+    own = [f"model.path={repo_relative(module.ASSETS_DIR)}"] if hasattr(module, "ASSETS_DIR") else []
     own += [
         f"data.train={task}",
         "data.eval=[]",
@@ -597,6 +606,7 @@ def measure(args: argparse.Namespace, run_dir: str) -> tuple[Measurements, dict[
     module = task_module(args.task)
     overrides = train_overrides(args.task, module, args, run_dir)
     cfg = load_config(args.config, overrides)  # validates the run's config before anything is loaded
+    reused = finished_policy(run_dir, args.steps) is not None
     grpo_path = train_grpo(args.config, overrides, run_dir, args.steps)
     ref_path = cfg.model.ref_path or cfg.model.path
     tokenizer = audit.load_tokenizer(ref_path)
@@ -617,11 +627,12 @@ def measure(args: argparse.Namespace, run_dir: str) -> tuple[Measurements, dict[
         "samples": args.samples,
         "seed": args.seed,
         "steps": args.steps,
-        "reference": str(ref_path),
+        "reference": repo_relative(ref_path),
         # the run dir is left out: by default a temporary one
         "train_command": " ".join(
             ["python -m lens.train --config", args.config, *(o for o in overrides if not o.startswith("run_dir="))]
         ),
+        "grpo_run_reused": reused,  # wall_s then leaves out the training
         "deleted_equals_clean": sum(d == c for d, c in zip(prompts["deleted"], clean, strict=True)),
     }
     return Measurements(labels, surprisal, scores, stages), settings

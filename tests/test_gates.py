@@ -113,7 +113,7 @@ def test_toy_task_fails_every_gate_by_construction() -> None:
     assert by_name["G4", "Eq. 1 AUC vs matched surprisal"].value < 0.65
     assert by_name["G2", "precision@k of surprisal / random"].value > 1.5
     assert {r.verdict for r in rows if r.gate == "G5" and r.threshold != "-"} == {"not met"}
-    md = gates.markdown("toy", rows, {"command": "cmd", "description": "toy."})
+    md = gates.markdown("toy", rows, {"command": "cmd", "description": "toy.", "train_command": "train"})
     assert "**G1 FAIL, G2 FAIL, G3 FAIL, G4 FAIL**" in md
     assert md.count("\n| G") == len(rows)
 
