@@ -261,7 +261,7 @@ def _pooled(parts: list[torch.Tensor], idx: torch.Tensor) -> torch.Tensor:
     return torch.cat([parts[i] for i in idx.tolist()])
 
 
-def _auc_rows(
+def _auc_row(
     gate: str,
     quantity: str,
     stage: str,
@@ -299,7 +299,7 @@ def g1_rows(stages: dict[str, Stage], seed: int) -> list[Row]:
 
 def g2_rows(m: Measurements, seed: int) -> list[Row]:
     """G2: reference-surprisal AUC in [0.4, 0.6]; its precision@k at most 1.5x that of random deletion."""
-    rows = [_auc_rows("G2", "AUC of reference surprisal", WARM, m.surprisal, m.labels, (0.4, 0.6), seed)]
+    rows = [_auc_row("G2", "AUC of reference surprisal", WARM, m.surprisal, m.labels, (0.4, 0.6), seed)]
     precision = torch.tensor(
         [audit.precision_at_k(s.tolist(), y.tolist()) for s, y in zip(m.surprisal, m.labels, strict=True)]
     )
@@ -335,13 +335,13 @@ def g2_rows(m: Measurements, seed: int) -> list[Row]:
 
 def g3_rows(m: Measurements, seed: int) -> list[Row]:
     """G3: the Eq. 1 AUC of each null perturbation of the reference in [0.4, 0.6]."""
-    return [_auc_rows("G3", f"Eq. 1 AUC, {name}", WARM, m.scores[name], m.labels, (0.4, 0.6), seed) for name in NULLS]
+    return [_auc_row("G3", f"Eq. 1 AUC, {name}", WARM, m.scores[name], m.labels, (0.4, 0.6), seed) for name in NULLS]
 
 
 def g4_rows(m: Measurements, seed: int) -> list[Row]:
     """G4: after GRPO, the Eq. 1 AUC >= 0.8 overall and >= 0.75 against non-distractors of matched surprisal."""
     scores = m.scores[GRPO]
-    rows = [_auc_rows("G4", "Eq. 1 AUC", GRPO, scores, m.labels, (0.8, math.inf), seed)]
+    rows = [_auc_row("G4", "Eq. 1 AUC", GRPO, scores, m.labels, (0.8, math.inf), seed)]
     every = torch.arange(len(m.labels))
 
     def matched(idx: torch.Tensor) -> dict[str, float]:
