@@ -11,8 +11,9 @@ Two policies (stages) are measured:
 - **warm start**: the task's reference, `model.path` of the training config (the task module's `ASSETS_DIR`);
 - **GRPO**: the warm start after `--steps` (16) GRPO steps, trained by `lens.train` on one rank as a subprocess
   with the config, `algorithm.name=grpo`, the task's training set, no evaluation and the extra `key=value`
-  overrides (the task's own settings: the defaults of the config are the study's). `--run-dir` keeps that run and
-  reuses it when it already holds the checkpoint of step `--steps`.
+  overrides (the task's own settings: the defaults of the config are the study's; a task with its own preset
+  passes it, e.g. `--config configs/cpu_recall.yaml`). `--run-dir` keeps that run and reuses it when it already
+  holds the checkpoint of step `--steps`.
 
 Data: the first `--problems` problems of the task's noisy evaluation set (the clean set holds their twins).
 Three prompts per problem: clean, noisy, and noisy with exactly the recorded distractor tokens deleted
@@ -649,6 +650,14 @@ def describe(settings: dict[str, Any], scorable: int, distractors: int) -> str:
     )
 
 
+def command_line(args: argparse.Namespace) -> str:
+    """The gates command that reproduces the report: the flags that differ from their defaults (not --out or
+    --run-dir, which do not change a number)."""
+    flags = [f"--{k} {getattr(args, k)}" for k in DEFAULTS if getattr(args, k) != DEFAULTS[k]]
+    flags += [f"--config {args.config}"] if args.config != DEFAULT_CONFIG else []
+    return " ".join(["python -m lens.audit gates --task", args.task, *flags, *args.overrides])
+
+
 def run_gates(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
     """Measure, tabulate and write DIR/TASK.md and DIR/TASK.json -> (rows, the JSON report)."""
     start = time.monotonic()
@@ -660,15 +669,7 @@ def run_gates(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
     rows = gate_rows(measurements, args.seed)
     scorable = sum(y.numel() for y in measurements.labels)
     distractors = int(sum(y.sum() for y in measurements.labels))
-    settings["command"] = (
-        "python -m lens.audit gates --task "
-        + args.task
-        + "".join(
-            f" --{k} {getattr(args, k)}"
-            for k in ("problems", "samples", "steps", "seed")
-            if getattr(args, k) != DEFAULTS[k]
-        )
-    )
+    settings["command"] = command_line(args)
     settings["description"] = describe(settings, scorable, distractors)
     settings["wall_s"] = round(time.monotonic() - start, 1)
     report = {

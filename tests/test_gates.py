@@ -151,6 +151,16 @@ def test_grpo_run_config_is_valid(tmp_path: Path) -> None:
     assert cfg.model.path.endswith("assets/ledger")
 
 
+def test_command_line_names_the_flags_that_change_a_number() -> None:
+    assert gates.command_line(gates.parse_args(["--task", "ledger", "--out", "x"])) == (
+        "python -m lens.audit gates --task ledger"
+    )
+    argv = ["--task", "recall", "--samples", "2", "--config", "configs/cpu_recall.yaml", "optim.lr=1e-4"]
+    assert gates.command_line(gates.parse_args(argv)) == (
+        "python -m lens.audit gates --task recall --samples 2 --config configs/cpu_recall.yaml optim.lr=1e-4"
+    )
+
+
 def test_unknown_task_is_a_user_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         audit.main(["gates", "--task", "nope", "--out", "unused"])
