@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from lens import config, reward, tasks
 from lens.tasks import ledger, recall, recall_direct, warmstart
@@ -215,3 +216,16 @@ def test_the_distractors_cause_the_references_failures(name: str) -> None:
     acc = {k: module.accuracy(model, tokenizer, v, n=2, seed=0) for k, v in sets.items()}
     acc["deleted"] = module.accuracy_ids(model, tokenizer, purified, [p.answer for p in sets["noisy"]], n=2, seed=0)
     assert acc["clean"] >= 0.8 and acc["noisy"] <= 0.3 and acc["deleted"] >= 0.75, acc
+
+
+def test_the_warm_start_begins_from_the_committed_ledger_reference() -> None:
+    from lens.tasks import vartrack
+
+    tokenizer = recall.build_tokenizer()
+    start = warmstart.initial_model(recall, tokenizer, warmstart.RECIPES["recall"].init)
+    reference, _ = ledger.load_reference()
+    assert all(
+        torch.equal(a, b) for a, b in zip(start.state_dict().values(), reference.state_dict().values(), strict=True)
+    )
+    with pytest.raises(ValueError, match="vocabulary differs"):
+        warmstart.initial_model(vartrack, vartrack.build_tokenizer(), "ledger")
