@@ -83,7 +83,7 @@ ASSETS_DIR = Path(__file__).resolve().parent / "assets" / "recall"
 # sha256 of the committed reference's model.safetensors (`python -m lens.tasks.warmstart --task recall --seed 0`,
 # also in assets/recall/README.md, checked by tests/test_recall.py).
 REFERENCE_SEED = 0
-REFERENCE_SHA256 = "TBD"
+REFERENCE_SHA256 = "3b4572744295e38b6374b94914fd4878382264b7095d419976d0557473fc3ec7"
 
 DISTRACTORS = (2, 4)  # inclusive range of `! Q d` facts in a noisy problem
 # Share of noisy problems whose warm-start response restates the distractors (and answers the last one's digit).
