@@ -3,8 +3,9 @@ answers, gamma, presets, committed checkpoints.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_recall.py -q
 
-The property test samples the committed references at temperature 1: the distractors ruin them and deleting
-exactly the recorded distractor tokens restores the clean accuracy (gate G1 of issue 24).
+The property test samples the committed references at temperature 1 (200 problems x 4, ~1-2 min): the
+distractors ruin them and deleting exactly the recorded distractor tokens restores the clean accuracy (gate G1
+of issue 24).
 """
 
 from __future__ import annotations
@@ -205,16 +206,17 @@ def test_the_committed_reference_is_tiny_and_loads(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_the_distractors_cause_the_references_failures(name: str) -> None:
-    # Gate G1 on 100 problems x 2 samples at temperature 1 (assets/<name>/README.md has the 200 x 4 figures).
+    # Gate G1 with the protocol of the committed figures (assets/<name>/README.md): 200 problems x 4 samples at
+    # temperature 1, seed 0 (recall's noisy accuracy, 0.281, is near the 0.3 bar: fewer samples can cross it).
     module = TASKS[name]
     model, tokenizer = module.load_reference()
-    sets = module.eval_sets(100, seed=0)
+    sets = module.eval_sets(200, seed=0)
     purified = [
         module.prompt_ids(tokenizer, module.delete_positions(p.problem, p.meta["noise_positions"]))
         for p in sets["noisy"]
     ]
-    acc = {k: module.accuracy(model, tokenizer, v, n=2, seed=0) for k, v in sets.items()}
-    acc["deleted"] = module.accuracy_ids(model, tokenizer, purified, [p.answer for p in sets["noisy"]], n=2, seed=0)
+    acc = {k: module.accuracy(model, tokenizer, v, n=4, seed=0) for k, v in sets.items()}
+    acc["deleted"] = module.accuracy_ids(model, tokenizer, purified, [p.answer for p in sets["noisy"]], n=4, seed=0)
     assert acc["clean"] >= 0.8 and acc["noisy"] <= 0.3 and acc["deleted"] >= 0.75, acc
 
 

@@ -54,7 +54,7 @@ __all__ = [
 
 ASSETS_DIR = Path(__file__).resolve().parent / "assets" / "recall_direct"
 REFERENCE_SEED = 0
-REFERENCE_SHA256 = "TBD"
+REFERENCE_SHA256 = "a028165e2d62f650f981341f064ca11d20ef27fb82b841fcb58ac95b3cc691d9"
 
 
 def generate(n: int, *, seed: int, noise_prob: float = 0.0, trigger: bool = False) -> list[Problem]:
