@@ -15,7 +15,9 @@ model at chance).
 
     python -m lens.tasks.warmstart --task ledger --out lens/tasks/assets/ledger --seed 0
 
-does the same for the `ledger` task with its own recipe (`RECIPES`: stage sizes, noise shares, lr); a task
+does the same for the `ledger` task with its own recipe (`RECIPES`: stage sizes, noise shares, lr, and
+optionally `init`, another task's committed reference to start from: `recall` and `recall_direct` start
+from ledger's); a task
 module offers `build_tokenizer`, `model_config`, `generate(n, seed=, noise_prob=, trigger=)`, `prompt_ids`
 and `generation_config`.
 """
