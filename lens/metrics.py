@@ -379,7 +379,7 @@ class Progress:
         """Advance to `step` (1-based count of finished steps) and show the key numbers."""
         self._bar.set_postfix_str(format_metrics(metrics, self.keys), refresh=False)
         self._bar.update(step - self._bar.n)
-        if not self._warm:
+        if not self._warm and not self._bar.disable:  # a disabled bar (ranks > 0) keeps no clock
             self._warm = True
             # tqdm's average rate is (n - initial) / (now - start_t): restart both after the warm-up step.
             self._bar.initial = self._bar.n

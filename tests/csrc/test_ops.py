@@ -139,9 +139,11 @@ def test_crpo_loss_bf16_blocks_equal_fp32_on_the_same_values(agg: str) -> None:
     widened = tuple(x.float() if x.dtype == torch.bfloat16 else x for x in args)
     loss, metrics, grad = run_loss(ops.crpo_loss, *args, beta=0.05, agg=agg)
     loss32, metrics32, grad32 = run_loss(ops.crpo_loss, *widened, beta=0.05, agg=agg)
-    torch.testing.assert_close(loss, loss32, rtol=1e-6, atol=1e-7)
+    # Means of ~1,600 O(1) terms per row summed in another order: fp32 rounding of the sums (~1e-7 x sqrt(n)),
+    # absolute, not relative to a mean that cancels to a few hundredths.
+    torch.testing.assert_close(loss, loss32, rtol=0, atol=5e-6)
     for name in metrics:
-        torch.testing.assert_close(metrics[name], metrics32[name], rtol=1e-6, atol=1e-7, msg=name)
+        torch.testing.assert_close(metrics[name], metrics32[name], rtol=0, atol=5e-6, msg=name)
     assert grad.dtype == torch.bfloat16 and torch.equal(grad, grad32.bfloat16())
 
 
