@@ -506,7 +506,7 @@ def _warn_ignored(name: str, raw: dict[str, Any]) -> None:
 
 
 MAX_AUTO_MICRO_BATCH = 32
-BUILTIN_TASKS = ("vartrack", "ledger")  # lens.tasks.NAMES (not imported: it pulls in lens.data)
+BUILTIN_TASKS = ("vartrack", "ledger", "recall", "recall_direct")  # lens.tasks.NAMES (not imported: it pulls in lens.data)
 HELDOUT = "heldout"  # the data.eval name of the held-out split of the training set (lens.preflight)
 
 

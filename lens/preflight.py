@@ -122,6 +122,8 @@ def data_sources(cfg: Config) -> dict[str, dict[str, Any]]:
     train = data.source_fingerprint(d.train, role="train", seed=cfg.seed, data_dir=d.dir, split=d.split)
     out = {f"train {d.train}": train}
     for name in d.eval:
+        if name == HELDOUT:  # a split of the training set by uid hash: fingerprinted with it
+            continue
         out[f"eval {name}"] = data.source_fingerprint(name, role="eval", seed=cfg.seed, data_dir=d.dir)
     return out
 

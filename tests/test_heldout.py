@@ -69,3 +69,11 @@ def test_named_eval_sets_and_heldout_together(tmp_path):
     train, evals = preflight.load_data(cfg)
     assert evals[0].name == "mine_heldout" and len(train.problems) == 95
     assert {"clean", "noisy"} <= {e.name for e in evals}
+
+
+def test_heldout_is_fingerprinted_with_the_training_file(tmp_path):
+    # `heldout` names a split of the training set, not a file: the resume fingerprints (issue 28 item 7) must
+    # not look for a file called "heldout" (every resumed user-file run failed with ENOENT).
+    cfg = load_config(None, [f"data.train={_file(tmp_path, 100)}"], **CPU)
+    sources = preflight.data_sources(cfg)
+    assert list(sources) == [f"train {cfg.data.train}"] and sources[f"train {cfg.data.train}"]["sha256"]
