@@ -37,7 +37,7 @@ import torch
 from tokenizers.models import WordLevel
 from torch import nn
 
-from lens import checkpoint, data, model, purify, scoring, tasks
+from lens import checkpoint, data, errors, model, preflight, purify, scoring, tasks
 from lens.tasks import vartrack
 
 TOP_TOKENS = 50
@@ -285,6 +285,8 @@ def run_audit(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Score, select and purify the prompts of --data; write the audit files into --out."""
     if (args.accuracy or args.scorer == "grad") and args.data not in tasks.NAMES:
         raise ValueError(f"--accuracy and --scorer grad need --data {'|'.join(tasks.NAMES)} (got --data {args.data!r})")
+    preflight.check_model_source(args.policy, "--policy")
+    preflight.check_model_source(args.ref, "--ref")
     tokenizer = load_tokenizer(args.policy)
     prompts = load_prompts(args.data, tokenizer, args.limit)
     if not prompts:
@@ -389,7 +391,12 @@ def run_detect(args: argparse.Namespace) -> dict[str, dict[str, dict[str, float]
     unknown = [s for s in scorers if s not in scoring.SCORERS]
     if unknown or not scorers:
         raise ValueError(f"--scorers {args.scorers!r}: unknown {unknown}; known: {', '.join(scoring.SCORERS)}")
+    preflight.check_model_source(args.ref, "--ref")
+    if args.run and not Path(args.run).is_dir():
+        raise ValueError(f"--run {args.run}: no such run directory")
     policies = run_checkpoints(args.run, args.ref) if args.run else [(path, path) for path in args.policy]
+    for _, path in policies:
+        preflight.check_model_source(path, "--policy")
     # The tokenizer travels with every checkpoint and never changes during a run: the reference's serves all.
     tokenizer = load_tokenizer(args.ref)
     prompts = task_prompts(args.task, tokenizer, args.limit)
@@ -443,7 +450,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     if argv[:1] == ["detect"]:
-        parser = argparse.ArgumentParser(prog="python -m lens.audit detect", description=run_detect.__doc__)
+        parser = errors.ArgumentParser(prog="python -m lens.audit detect", description=run_detect.__doc__)
         _common(parser)
         which = parser.add_mutually_exclusive_group(required=True)
         which.add_argument("--policy", nargs="+", help="policy checkpoints (HF directories), one table each")
@@ -453,7 +460,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args = parser.parse_args(argv[1:])
         args.command = "detect"
         return args
-    parser = argparse.ArgumentParser(prog="python -m lens.audit", description=run_audit.__doc__)
+    parser = errors.ArgumentParser(prog="python -m lens.audit", description=run_audit.__doc__)
     _common(parser)
     parser.add_argument("--policy", required=True, help="policy checkpoint (HF directory)")
     parser.add_argument("--data", required=True, help="a built-in task, a benchmark name, or a JSONL/Parquet file")
@@ -466,6 +473,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+@errors.cli_errors
 def main(argv: list[str] | None = None) -> Any:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "detect":
@@ -477,5 +485,7 @@ def main(argv: list[str] | None = None) -> Any:
     return rows
 
 
+cli = errors.console_script(main)
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

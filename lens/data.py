@@ -805,4 +805,4 @@ if __name__ == "__main__":
 
     from lens import datahub
 
-    sys.exit(datahub.main())
+    sys.exit(datahub.cli())

@@ -7,8 +7,11 @@
     for line in read_text_lines("data/train.jsonl"):   # ValueError "file:line: not UTF-8 (...)"
         ...
 
-A user mistake (ValueError, TypeError, FileNotFoundError: a bad flag, a missing file, a bad row)
-becomes `lens: error: <message>` on stderr and exit code 2 (the code argparse uses for bad usage).
+A user mistake (ValueError, FileNotFoundError: a bad flag, a missing file, a bad row) becomes
+`lens: error: <message>` on stderr and exit code 2 (the code argparse uses for bad usage). A bad command
+line is one of them: the entry points build their parsers with `ArgumentParser` below, whose complaints
+raise UsageError instead of printing usage. A TypeError is a bug unless lens raised it for a value the
+user typed (`ValueTypeError`).
 Under torchrun (RANK set) only rank 0 prints, since every rank usually hits the same mistake. Set
 LENS_DEBUG=1 for the full traceback on every rank. Any other exception is a bug: its traceback is
 always shown.
@@ -16,15 +19,27 @@ always shown.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import gzip
 import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import NoReturn, ParamSpec, TypeVar
 
-USER_ERRORS = (ValueError, TypeError, FileNotFoundError)
+
+class UsageError(ValueError):
+    """A bad command line: an unknown flag, a missing argument, a value argparse could not convert."""
+
+
+class ValueTypeError(TypeError, ValueError):
+    """A value the user wrote has the wrong type (`optim.lr=fast`): a TypeError to the code that asked for
+    the value, a user error (ValueError) to `cli_errors`, so a bare TypeError stays a bug with a traceback."""
+
+
+# Only what lens raises for the user's input: a builtin bug type (TypeError, KeyError, ...) keeps its traceback.
+USER_ERRORS = (ValueError, FileNotFoundError)
 EXIT_USER_ERROR = 2
 
 P = ParamSpec("P")
@@ -53,6 +68,27 @@ def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise SystemExit(EXIT_USER_ERROR) from None
 
     return wrapper
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose complaints are one line: `error` raises UsageError, which `cli_errors` prints as
+    `lens: error: <prog>: <message>` with exit 2, instead of the usage block. Subparsers inherit it."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see --help)")
+
+
+def console_script(main: Callable[[list[str] | None], object]) -> Callable[[], int]:
+    """The `[project.scripts]` / `python -m` entry of a command: runs `main(sys.argv[1:])` under
+    `cli_errors` and returns its exit status (an int that `main` returns, else 0). The console-script
+    wrapper calls `sys.exit` on it, which would print a returned results dict and exit 1."""
+
+    def run() -> int:
+        result = cli_errors(main)(sys.argv[1:])
+        return result if isinstance(result, int) else 0
+
+    run.__doc__ = main.__doc__
+    return run
 
 
 def read_text_lines(path: str | os.PathLike) -> Iterator[str]:

@@ -115,18 +115,24 @@ def test_audit_jsonl_data_is_escaped(policy_dir: str, tmp_path: Path) -> None:
     assert "x&lt;1&gt;" in page and "<b>" not in page
 
 
-def test_audit_rejects_bad_flags(policy_dir: str, tmp_path: Path) -> None:
+def user_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The one line `audit.main(argv)` prints for a user error (exit 2)."""
+    with pytest.raises(SystemExit) as exit_info:
+        audit.main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and err.startswith("lens: error: ")
+    return err
+
+
+def test_audit_rejects_bad_flags(policy_dir: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = ["--policy", policy_dir, "--ref", REF, "--out", str(tmp_path)]
-    with pytest.raises(FileNotFoundError, match=r"nope\.jsonl: no such data file"):
-        audit.main([*base, "--data", "nope.jsonl"])
+    assert "nope.jsonl: no such data file" in user_error([*base, "--data", "nope.jsonl"], capsys)
     src = tmp_path / "p.jsonl"
     src.write_text(json.dumps({"problem": "a = 1 ; ? a", "answer": "1"}) + "\n")
-    with pytest.raises(ValueError, match="--accuracy and --scorer grad need --data vartrack"):
-        audit.main([*base, "--data", str(src), "--accuracy"])
-    with pytest.raises(SystemExit):
-        audit.main([*base, "--data", "vartrack", "--gamma", "1.5"])
-    with pytest.raises(ValueError, match="unknown \\['bogus'\\]"):
-        audit.main(["detect", *base, "--scorers", "interference,bogus"])
+    err = user_error([*base, "--data", str(src), "--accuracy"], capsys)
+    assert "--accuracy and --scorer grad need --data vartrack" in err
+    assert "--gamma" in user_error([*base, "--data", "vartrack", "--gamma", "1.5"], capsys)
+    assert "unknown ['bogus']" in user_error(["detect", *base, "--scorers", "interference,bogus"], capsys)
 
 
 def test_detect_end_to_end(policy_dir: str, tmp_path: Path) -> None:
@@ -207,12 +213,14 @@ def test_detect_reports_a_table_per_checkpoint_of_a_run(policy_dir: str, tmp_pat
     assert "## AUC (pooled) by checkpoint" in page and "| step 0 | 0.500 |" in page
 
 
-def test_detect_takes_several_policies_and_rejects_an_empty_run(policy_dir: str, tmp_path: Path) -> None:
+def test_detect_takes_several_policies_and_rejects_an_empty_run(
+    policy_dir: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     base = ["detect", "--ref", REF, "--limit", "2", "--scorers", "random", "--out", str(tmp_path)]
     results = audit.main([*base, "--policy", REF, policy_dir])
     assert list(results) == [REF, policy_dir]
     (tmp_path / "empty" / "checkpoints").mkdir(parents=True)
-    with pytest.raises(ValueError, match="no complete checkpoint"):
-        audit.main([*base, "--run", str(tmp_path / "empty")])
-    with pytest.raises(SystemExit):  # one source of policies, not both
-        audit.main([*base, "--run", str(tmp_path / "empty"), "--policy", policy_dir])
+    capsys.readouterr()
+    assert "no complete checkpoint" in user_error([*base, "--run", str(tmp_path / "empty")], capsys)
+    # one source of policies, not both
+    assert "not allowed with" in user_error([*base, "--run", str(tmp_path / "empty"), "--policy", policy_dir], capsys)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lens.errors import cli_errors, read_text_lines
+from lens.errors import ValueTypeError, cli_errors, read_text_lines
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -31,7 +31,7 @@ def test_a_user_error_is_one_line_and_exit_2(capsys, monkeypatch):
     assert command(None) == "ok"
     for error in (
         ValueError("data.batch_size=3: must be\n  divisible by 2"),
-        TypeError("x"),
+        ValueTypeError("x"),  # a TypeError lens raises for a value the user typed
         FileNotFoundError(2, "gone"),
     ):
         with pytest.raises(SystemExit) as exit_info:

@@ -163,5 +163,5 @@ def test_cli_flag_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         (["--benchmarks", "nope"], "['nope'] are neither known names nor files"),
     ]:
         with pytest.raises(SystemExit) as exit_info:
-            rb.parse_args(["--model", str(tmp_path), *flags])
+            rb.main(["--model", str(tmp_path), *flags])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
