@@ -343,7 +343,10 @@ def _find_preset(path: str | os.PathLike) -> Path:
     for cand in candidates:
         if cand.is_file():
             return cand.resolve()
-    raise ValueError(f"--config {path}: no such preset (looked in the current directory and {CONFIG_DIR})")
+    presets = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+    raise ValueError(
+        f"--config {path}: no such preset (looked in the current directory and {CONFIG_DIR}); presets: {presets}"
+    )
 
 
 def parse_override(item: str) -> dict[str, Any]:

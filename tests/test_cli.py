@@ -104,3 +104,50 @@ def test_a_missing_model_path_is_not_called_a_repo_id() -> None:
     done = run("lens.train", ["model.path=/nonexistent/lens_gpu_model", "--dry-run"])
     assert_one_line(done, "model path /nonexistent/lens_gpu_model does not exist")
     assert "Repo id" not in done.stderr
+
+
+def _data_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "mine.jsonl"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "needles"),
+    [
+        ("", ["mine.jsonl", "has no problems"]),
+        ('{"question": "1+1?", "solution": "2"}\n', ["mine.jsonl:1", "'question', 'solution'", "data.problem_key"]),
+        (
+            '{"problem": "1+1?", "answer": "2"}\n{"problem": "2+2?", "answer": "see the solution above"}\n',
+            ["mine.jsonl:2", "'see the solution above'", "prose"],
+        ),
+    ],
+    ids=["empty", "missing-field", "prose-gold"],
+)
+def test_thin_data_messages_name_the_file(text: str, needles: list[str], tmp_path: Path) -> None:
+    done = run("lens.train", [f"data.train={_data_file(tmp_path, text)}", "--dry-run"])
+    assert_one_line(done, *needles)
+
+
+def test_an_unknown_preset_lists_the_presets() -> None:
+    assert_one_line(run("lens.train", ["--config", "cpu_grpoo", "--dry-run"]), "presets:", "cpu_grpo", "paper_qwen3-4b_lens")
+
+
+def test_a_run_prints_one_start_line_and_the_step_it_resumed_from(tmp_path: Path) -> None:
+    argv = [
+        f"run_dir={tmp_path / 'run'}",
+        "data.batch_size=4",
+        "algorithm.m=4",
+        "rollout.max_tokens=44",
+        "optim.micro_batch_size=8",
+        "data.eval_every=0",
+        "logging.tensorboard=false",
+        "checkpoint.every=1",
+    ]
+    first = run("lens.train", [*argv, "optim.steps=1"])
+    assert first.returncode == 0, first.stderr
+    assert "algorithm:" not in first.stdout  # the config is in run_dir/config.yaml, not on screen
+    assert f"config in {tmp_path / 'run' / 'config.yaml'}" in first.stdout
+    again = run("lens.train", [*argv, "optim.steps=2", "--resume", "auto"])
+    assert again.returncode == 0, again.stderr
+    assert [line for line in again.stdout.splitlines() if "resumed from step 1" in line]
