@@ -24,6 +24,7 @@ import functools
 import gzip
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn, ParamSpec, TypeVar
@@ -52,11 +53,31 @@ def one_line(error: BaseException) -> str:
     return text or type(error).__name__
 
 
+def show_warnings_once() -> None:
+    """Each warning (category and text) at most once per process. Python's filters remember what they
+    showed in a per-module registry that is cleared whenever any library touches the filters (the "once"
+    action included), so DeepSpeed's collective deprecations came back every step; the dedup therefore sits
+    in `warnings.showwarning`, after the filters, which still decide what is shown at all."""
+    if getattr(warnings.showwarning, "lens_once", False):
+        return
+    show, shown = warnings.showwarning, set()
+
+    def once(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> None:
+        key = (category, str(message))
+        if key not in shown:
+            shown.add(key)
+            show(message, category, *args, **kwargs)
+
+    once.lens_once = True  # type: ignore[attr-defined]
+    warnings.showwarning = once
+
+
 def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Wrap a command's entry point: user mistakes exit 2 with `lens: error: ...` (see the module)."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        show_warnings_once()
         try:
             return fn(*args, **kwargs)
         except USER_ERRORS as error:

@@ -76,3 +76,17 @@ def test_read_text_lines_names_file_line_and_column(tmp_path):
     packed.write_bytes(gzip.compress(b"ok\n\x80\n"))
     with pytest.raises(ValueError, match=r"bad\.jsonl\.gz:2: not UTF-8 \(byte 0x80 at column 1\)"):
         list(read_text_lines(packed))
+
+
+def test_a_repeated_library_warning_is_shown_once():
+    # A library that touches the filters (as DeepSpeed and torch do) makes Python's default filter forget
+    # what it showed: the same deprecation then came back every training step.
+    code = (
+        "import warnings\nfrom lens.errors import cli_errors\n@cli_errors\ndef main():\n"
+        "    for _ in range(3):\n"
+        "        warnings.warn('all_gather_into_tensor is deprecated', FutureWarning)\n"
+        "        warnings.filterwarnings('ignore', message='unrelated')\n"
+        "main()"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stderr.count("all_gather_into_tensor is deprecated") == 1
