@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from tokenizers.models import WordLevel
 from torch import nn
+from tqdm import tqdm
 
 from lens import checkpoint, data, errors, model, preflight, purify, scoring, tasks
 from lens.tasks import vartrack
@@ -337,15 +338,25 @@ def run_audit(args: argparse.Namespace) -> list[dict[str, Any]]:
     prompts = load_prompts(args.data, tokenizer, args.limit)
     if not prompts:
         raise ValueError(f"--data {args.data!r}: no prompts to audit")
-    policy, ref = load_frozen(args.policy), load_frozen(args.ref)
-    scores, min_score = score_prompts(args.scorer, policy, ref, tokenizer, prompts, seed=args.seed)
-    rows, purified = audit_rows(prompts, scores, min_score, tokenizer, gamma=args.gamma, seed=args.seed)
-    if args.accuracy:
-        answers = [p.answer for p in prompts]
-        before = per_prompt_accuracy(policy, tokenizer, [p.prompt.ids for p in prompts], answers, args.n, args.seed)
-        after = per_prompt_accuracy(policy, tokenizer, [p.ids for p in purified], answers, args.n, args.seed)
-        for row, b, a in zip(rows, before, after, strict=True):
-            row["accuracy_before"], row["accuracy_after"] = b, a
+    # The stages take minutes on a real model: a bar over them on stderr (load, score, accuracy before/after).
+    with tqdm(total=4 if args.accuracy else 2, desc="audit", unit="stage") as bar:
+        bar.set_postfix_str("loading the models")
+        policy, ref = load_frozen(args.policy), load_frozen(args.ref)
+        bar.update()
+        bar.set_postfix_str(f"{args.scorer} scores of {len(prompts)} prompts")
+        scores, min_score = score_prompts(args.scorer, policy, ref, tokenizer, prompts, seed=args.seed)
+        rows, purified = audit_rows(prompts, scores, min_score, tokenizer, gamma=args.gamma, seed=args.seed)
+        bar.update()
+        if args.accuracy:
+            answers = [p.answer for p in prompts]
+            bar.set_postfix_str("accuracy before purification")
+            before = per_prompt_accuracy(policy, tokenizer, [p.prompt.ids for p in prompts], answers, args.n, args.seed)
+            bar.update()
+            bar.set_postfix_str("accuracy after purification")
+            after = per_prompt_accuracy(policy, tokenizer, [p.ids for p in purified], answers, args.n, args.seed)
+            bar.update()
+            for row, b, a in zip(rows, before, after, strict=True):
+                row["accuracy_before"], row["accuracy_after"] = b, a
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "prompts.jsonl", "w", encoding="utf-8") as f:
@@ -448,12 +459,16 @@ def run_detect(args: argparse.Namespace) -> dict[str, dict[str, dict[str, float]
     prompts = task_prompts(args.task, tokenizer, args.limit)
     ref = load_frozen(args.ref)
     results: dict[str, dict[str, dict[str, float]]] = {}
-    for label, path in policies:
-        policy = load_frozen(path)
-        results[label] = {}
-        for name in scorers:
-            scores, _ = score_prompts(name, policy, ref, tokenizer, prompts, seed=args.seed)
-            results[label][name] = detection_metrics(prompts, scores)
+    # Scoring a checkpoint takes minutes on a real model: a bar over (checkpoint, scorer) pairs on stderr.
+    with tqdm(total=len(policies) * len(scorers), desc="detect", unit="score") as bar:
+        for label, path in policies:
+            policy = load_frozen(path)
+            results[label] = {}
+            for name in scorers:
+                bar.set_postfix_str(f"{label} {name}")
+                scores, _ = score_prompts(name, policy, ref, tokenizer, prompts, seed=args.seed)
+                results[label][name] = detection_metrics(prompts, scores)
+                bar.update()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = {

@@ -179,12 +179,16 @@ def evaluate_set(
     n: int,
     sampling: SamplingParams,
     batch_size: int | None = None,
+    progress: str | None = None,
 ) -> EvalResult:
     """Sample `n` responses per prompt (token ids) and score them against the gold `answers`.
 
     batch_size: prompts per generate call (None: all at once). With a seeded `sampling` the samples do not
     depend on it (sample j of prompt i draws from seed + i * n + j); unseeded calls draw a seed per batch.
+    progress: the label of a progress bar over the prompts on stderr (None: no bar, as in training).
     """
+    from tqdm import tqdm
+
     if len(prompts) != len(answers) or not prompts:
         raise ValueError(f"evaluate: need as many answers as prompts (> 0), got {len(prompts)} and {len(answers)}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -198,6 +202,7 @@ def evaluate_set(
     reasons: list[str] = []
     lengths: list[int] = []
     finish: list[str] = []
+    bar = tqdm(total=len(prompts), desc=progress, unit="prompt", disable=progress is None, leave=False)
     for lo in range(0, len(prompts), step):
         chunk = [list(p) for p in prompts[lo : lo + step]]
         out = engine.generate(chunk, n, _chunk_sampling(sampling, lo * n))
@@ -208,6 +213,8 @@ def evaluate_set(
         reasons += scored.item_reasons
         lengths += [len(t) for t in out.tokens]
         finish += out.finish_reasons
+        bar.update(len(chunk))
+    bar.close()
     rows = len(prompts)
     return EvalResult(
         rewards=torch.cat(rewards).view(rows, n),
@@ -557,7 +564,9 @@ def evaluate_one(
     n = samples_per_set(args, es.name)
     ids = [r.ids for r in prompts]
     golds = [p.answer for p in problems]
-    result = evaluate_set(engine, tokenizer, verifier, ids, golds, n=n, sampling=sampling, batch_size=args.batch_size)
+    result = evaluate_set(
+        engine, tokenizer, verifier, ids, golds, n=n, sampling=sampling, batch_size=args.batch_size, progress=es.name
+    )
     row = {"kind": es.kind, **summarize(result, ks_for(args, n)), "skipped_too_long": skipped}
     fallback = not args.no_last_number_fallback
     return row, samples_of(es.kind, tokenizer.batch_decode(ids), problems, result, fallback_last_number=fallback)

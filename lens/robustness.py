@@ -243,8 +243,9 @@ def evaluate_pair(
     keep_i = [i for i, p in enumerate(inj_problems) if p.uid in shared]
     answers = [clean_problems[i].answer for i in keep_c]
     opts = {"n": args.n, "sampling": sampling, "batch_size": args.batch_size}
-    clean = ev.evaluate_set(engine, tokenizer, verifier, [clean_prompts[i].ids for i in keep_c], answers, **opts)
-    injected = ev.evaluate_set(engine, tokenizer, verifier, [inj_prompts[i].ids for i in keep_i], answers, **opts)
+    clean_ids, inj_ids = [clean_prompts[i].ids for i in keep_c], [inj_prompts[i].ids for i in keep_i]
+    clean = ev.evaluate_set(engine, tokenizer, verifier, clean_ids, answers, progress=f"{pair.name} clean", **opts)
+    injected = ev.evaluate_set(engine, tokenizer, verifier, inj_ids, answers, progress=f"{pair.name} injected", **opts)
     problems = ([clean_problems[i] for i in keep_c], [inj_problems[i] for i in keep_i])
     return report_row(pair, clean, injected, args.per_prompt), pair_rows(clean, injected, problems)
 

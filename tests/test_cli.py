@@ -130,7 +130,9 @@ def test_thin_data_messages_name_the_file(text: str, needles: list[str], tmp_pat
 
 
 def test_an_unknown_preset_lists_the_presets() -> None:
-    assert_one_line(run("lens.train", ["--config", "cpu_grpoo", "--dry-run"]), "presets:", "cpu_grpo", "paper_qwen3-4b_lens")
+    assert_one_line(
+        run("lens.train", ["--config", "cpu_grpoo", "--dry-run"]), "presets:", "cpu_grpo", "paper_qwen3-4b_lens"
+    )
 
 
 def test_a_run_prints_one_start_line_and_the_step_it_resumed_from(tmp_path: Path) -> None:

@@ -50,8 +50,9 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     return calls
 
 
-def test_prepare_writes_the_layout_the_loader_reads(fake_hub: list, tmp_path: Path) -> None:
+def test_prepare_writes_the_layout_the_loader_reads(fake_hub: list, tmp_path: Path, capsys) -> None:
     assert datahub.main(["prepare", "math500", "mmlu_pro", "dapo_math_17k", "--out", str(tmp_path)]) == 0
+    assert "prepare: 100%" in capsys.readouterr().err  # the progress bar over the sets
     assert fake_hub == [
         ("HuggingFaceH4/MATH-500", None, "test"),
         ("TIGER-Lab/MMLU-Pro", None, "test"),
@@ -97,7 +98,8 @@ def exit_status(argv: list[str]) -> int:
 
 def test_without_network_one_clear_line(fake_hub: list, tmp_path: Path, capsys) -> None:
     assert exit_status(["prepare", "aime24", "--out", str(tmp_path)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    # The progress bar's line (redrawn with carriage returns) comes first; the error is the one other line.
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and not line.startswith("prepare:")]
     assert len(err) == 1 and err[0].startswith("lens: error: hf:HuggingFaceH4/aime_2024@train: could not load")
     assert exit_status(["prepare", "nope", "--out", str(tmp_path)]) == 2
     assert "unknown set(s) ['nope']" in capsys.readouterr().err

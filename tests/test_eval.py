@@ -358,7 +358,9 @@ def test_evaluating_step_20_after_step_40_keeps_both_results(tmp_path: Path) -> 
         cmd = [sys.executable, "-m", "lens.eval", *argv, "--engine", "hf", "--device", "cpu"]
         return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
 
-    assert evaluate(40).returncode == 0 and evaluate(20).returncode == 0
+    first = evaluate(40)
+    assert first.returncode == 0 and evaluate(20).returncode == 0
+    assert "vartrack_clean" in first.stderr and "prompt/s" in first.stderr  # a progress bar per set
     results = {step: tmp_path / "runs" / "eval" / f"lens_s0_step{step}" / "results.json" for step in (40, 20)}
     step_40 = results[40].read_text()
     assert json.loads(results[20].read_text())["benchmarks"] and json.loads(step_40)["benchmarks"]
