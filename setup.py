@@ -20,11 +20,15 @@ from setuptools import find_packages, setup
 
 ROOT = Path(__file__).resolve().parent
 CUDA_DIR = "csrc/cuda/"
-# -g0: no debug info halves the build time and shrinks the .so ~30x; -fopenmp-simd: honour the
-# `omp simd` loops of the CPU kernels without linking an OpenMP runtime; -fno-trapping-math: let
-# GCC if-convert the clamps of the token math (nothing here reads FP exception flags), without
-# which those loops stay scalar. No -std flag: torch's build adds the C++20 its headers need.
-CXX_FLAGS = ["-O3", "-g0", "-fopenmp-simd", "-fno-trapping-math"]
+# -g0: no debug info halves the build time and shrinks the .so ~30x; -fopenmp (compile and link):
+# at::parallel_for is an inline template that runs its OpenMP region in the caller's code, so without
+# it every op ran on one thread whatever torch.set_num_threads said; linking names libgomp.so.1, the
+# runtime torch has already loaded, so its thread count (torch.get_num_threads()) is the one used.
+# -fno-trapping-math: let GCC if-convert the clamps of the token math (nothing here reads FP
+# exception flags), without which those loops stay scalar. No -std flag: torch's build adds the
+# C++20 its headers need.
+CXX_FLAGS = ["-O3", "-g0", "-fopenmp", "-fno-trapping-math"]
+LINK_FLAGS = ["-fopenmp"]
 NVCC_FLAGS = ["-O3", "-lineinfo"]
 
 
@@ -92,7 +96,7 @@ def native_extensions() -> tuple[list, dict]:
 
     sources = [s for s in read_sources() if use_cuda or not s.startswith(CUDA_DIR)]
     kind, flags = (CUDAExtension, {"cxx": CXX_FLAGS, "nvcc": NVCC_FLAGS}) if use_cuda else (CppExtension, CXX_FLAGS)
-    ext = kind("lens._C", sources, extra_compile_args=flags, py_limited_api=True)
+    ext = kind("lens._C", sources, extra_compile_args=flags, extra_link_args=LINK_FLAGS, py_limited_api=True)
     return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
 
 

@@ -5,14 +5,21 @@ CPU: N=1024 x T=2048 forward + backward of crpo_loss (target: native >= 3x faste
 lens.algos.crpo_loss_torch, and no [N, T] temporaries beyond the gradient: see the peak column), plus
 the advantages of 128 groups and the importance ratio. CUDA only: N=1024 x T=4096 in bf16 with the
 floor of reading the inputs once and writing the gradient once at the measured copy bandwidth.
+Also the native loss's thread scaling and its bf16 path against fp32, interleaved (writes
+bench/results/ops_cpu_scaling.md): `pytest bench/bench_ops.py -k threads_and_bf16`.
 Run: `pytest bench/bench_ops.py --benchmark-only` (rows land in bench/results/results.jsonl).
 """
 
 from __future__ import annotations
 
+import math
+import os
+import statistics
+import time
+
 import pytest
 import torch
-from harness import copy_bandwidth, run_case
+from harness import RESULTS_FILE, copy_bandwidth, git_commit, quantiles, record, run_case
 
 from lens import algos, ops
 
@@ -110,3 +117,78 @@ def test_importance_ratio(benchmark, provider: str, device: torch.device) -> Non
     logp, old, *_ = _loss_inputs(1024, 2048, torch.float32, device)
     fn = RATIOS[provider]
     run_case(benchmark, "importance_ratio", provider, {"N": 1024, "T": 2048}, lambda: fn(logp, old), device=device)
+
+
+# Thread scaling and the bf16 path of the native CPU loss (issue 27: one thread whatever
+# set_num_threads said, bf16 2.5x slower than fp32). Configurations run interleaved, in a rotating
+# order, so load on a shared machine falls on all alike; ratios are per round, then median [IQR].
+SCALING_SHAPE = (4096, 2048)
+SCALING_CONFIGS = [("fp32", 1), ("fp32", 2), ("bf16", 1), ("bf16", 2)]
+
+
+def _ratio_stats(num: list[float], den: list[float]) -> dict[str, float]:
+    ratios = sorted(a / b for a, b in zip(num, den, strict=True))
+    q1, med, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return {"median": med, "q1": q1, "q3": q3}
+
+
+def test_crpo_loss_cpu_threads_and_bf16(rounds: int = 9) -> None:
+    n, t = SCALING_SHAPE
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    cpu = torch.device("cpu")
+    runs = {cfg: _fwd_bwd(ops.crpo_loss, *_loss_inputs(n, t, dtypes[cfg[0]], cpu)) for cfg in SCALING_CONFIGS}
+    times: dict[tuple[str, int], list[float]] = {cfg: [] for cfg in SCALING_CONFIGS}
+    # Process CPU seconds per wall second of each call: > 1 shows the threads at work even where a
+    # loaded machine gives them no spare core to finish sooner.
+    busy: dict[tuple[str, int], list[float]] = {cfg: [] for cfg in SCALING_CONFIGS}
+    threads = torch.get_num_threads()
+    try:
+        for cfg, run in runs.items():  # warm-up: allocator, first-touch of the gradient
+            torch.set_num_threads(cfg[1])
+            run()
+        for r in range(rounds):
+            order = SCALING_CONFIGS[r % 4 :] + SCALING_CONFIGS[: r % 4]
+            for cfg in order if r % 2 == 0 else order[::-1]:
+                torch.set_num_threads(cfg[1])
+                t0, c0 = time.perf_counter(), time.process_time()
+                runs[cfg]()
+                times[cfg].append(time.perf_counter() - t0)
+                busy[cfg].append((time.process_time() - c0) / times[cfg][-1])
+    finally:
+        torch.set_num_threads(threads)
+    ratios = {
+        "fp32: 2 threads / 1 thread": _ratio_stats(times["fp32", 2], times["fp32", 1]),
+        "bf16: 2 threads / 1 thread": _ratio_stats(times["bf16", 2], times["bf16", 1]),
+        "1 thread: bf16 / fp32": _ratio_stats(times["bf16", 1], times["fp32", 1]),
+        "2 threads: bf16 / fp32": _ratio_stats(times["bf16", 2], times["fp32", 2]),
+    }
+    for (dtype, nthreads), samples in times.items():
+        med, p20, p80 = quantiles(samples)
+        record("crpo_loss_fwd_bwd", f"native x{nthreads}", {"N": n, "T": t, "dtype": dtype}, med, p20, p80, 0, "cpu")
+    _write_scaling(times, busy, ratios, rounds)
+    assert all(math.isfinite(v["median"]) for v in ratios.values())
+
+
+def _write_scaling(
+    times: dict[tuple[str, int], list[float]],
+    busy: dict[tuple[str, int], list[float]],
+    ratios: dict[str, dict[str, float]],
+    rounds: int,
+) -> None:
+    lines = [
+        "# Native CRPO loss on CPU: threads and bf16 (bench/bench_ops.py::test_crpo_loss_cpu_threads_and_bf16)",
+        "",
+        f"Forward + backward of `lens.ops.crpo_loss`, N {SCALING_SHAPE[0]} x T {SCALING_SHAPE[1]}, "
+        f"{rounds} interleaved rounds, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
+        f"(a shared machine: the 2-thread figures need 2 idle cores), commit {git_commit()}.",
+        "",
+        "| dtype | threads | median (ms) | CPU s per wall s (median) |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {d} | {k} | {1e3 * statistics.median(v):.1f} | {statistics.median(busy[d, k]):.2f} |"
+        for (d, k), v in times.items()
+    ]
+    lines += ["", "| ratio | median [IQR] |", "|---|---|"]
+    lines += [f"| {name} | {r['median']:.2f} [{r['q1']:.2f}-{r['q3']:.2f}] |" for name, r in ratios.items()]
+    (RESULTS_FILE.parent / "ops_cpu_scaling.md").write_text("\n".join(lines) + "\n")

@@ -1,10 +1,11 @@
 """The fault matrix: how a torchrun job of lens/train.py ends under each kind of kill or stop, and whether
 `--resume auto` afterwards reproduces an uninterrupted run.
 
-    python bench/fault_matrix.py                      # 1 and 2 ranks, every fault: 28 jobs, ~15 min on 2 cores
+    python bench/fault_matrix.py                      # 1 and 2 ranks, every fault: 36 jobs, ~20 min on 2 cores
     python bench/fault_matrix.py --ranks 2 --faults stop_request,sigterm_torchrun
     python bench/fault_matrix.py --keep runs/faults   # keep the run directories and logs
     python bench/fault_matrix.py --table-only         # rewrite the .md from the .json
+    python bench/fault_matrix.py --faults sigkill_torchrun --merge   # rerun some rows into the saved table
 
 For each rank count it trains one uninterrupted reference, then for each fault starts the same job,
 waits until checkpoint 2 is published, injects the fault, waits for torchrun to exit and records: the
@@ -41,6 +42,7 @@ CONFIG = ["--config", "cpu_smoke", f"optim.steps={STEPS}", f"checkpoint.every={E
 CANCEL_LAG_S = 0.1  # torchrun's copy of a scheduler's SIGTERM, after the workers' own
 SKEW_S = 1.0  # the second signal of the skewed-in-time fault: about one step here, so it lands while the job stops
 TIMEOUT_S = 300.0  # a job that outlives this hangs: its process group is killed and the row says so
+ORPHAN_WAIT_S = 10.0  # a worker still running this long after torchrun was SIGKILLed is an orphan
 
 
 # ----------------------------------------------------------------------------------------------
@@ -131,6 +133,35 @@ def _skewed_into_teardown(job: subprocess.Popen, run_dir: Path) -> str:
     return _join(first, _signal(pids[1], signal.SIGTERM))
 
 
+def _alive(pid: int) -> bool:
+    """Whether pid is a process that still runs (a zombie, dead and not yet reaped, does not)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _sigkill_torchrun(job: subprocess.Popen, run_dir: Path) -> str:
+    # torchrun forwards nothing when it is SIGKILLed: the workers must die by themselves (lens.lifeline).
+    pids = list(workers(job.pid).values())
+    job.send_signal(signal.SIGKILL)
+    job.wait()
+    killed = time.monotonic()
+    while any(_alive(p) for p in pids) and time.monotonic() - killed < ORPHAN_WAIT_S:
+        time.sleep(0.05)
+    left = [p for p in pids if _alive(p)]
+    if left:
+        return f"{len(left)} of {len(pids)} workers still running {ORPHAN_WAIT_S:g} s after the kill"
+    return f"all {len(pids)} workers gone {time.monotonic() - killed:.1f} s after the kill"
+
+
+def _sigkill_torchrun_resume_at_once(job: subprocess.Popen, run_dir: Path) -> str:
+    # The operator's immediate `--resume auto` (run_fault starts it as soon as torchrun has exited): an orphan
+    # that trained on would interleave its steps with the resumed run's, or hold the run dir's lock.
+    job.send_signal(signal.SIGKILL)
+    return ""
+
+
 def _stop_request(job: subprocess.Popen, run_dir: Path) -> str:
     done = subprocess.run([sys.executable, "-m", "lens.stop", str(run_dir)], cwd=REPO, capture_output=True, text=True)
     return "" if done.returncode == 0 else done.stderr.strip()
@@ -153,6 +184,8 @@ FAULTS = [
     Fault("sigterm_skewed", f"SIGTERM to rank 0, to rank 1 {SKEW_S:g} s later", (2,), _skewed_in_time),
     Fault("sigterm_teardown", "SIGTERM to rank 0, to rank 1 as it tears down", (2,), _skewed_into_teardown),
     Fault("stop_request", "`python -m lens.stop RUN_DIR`", (1, 2), _stop_request),
+    Fault("sigkill_torchrun", "SIGKILL to torchrun", (1, 2), _sigkill_torchrun),
+    Fault("orphan_resume", "SIGKILL to torchrun, `--resume auto` at once", (1, 2), _sigkill_torchrun_resume_at_once),
 ]
 
 
@@ -232,6 +265,7 @@ def run_fault(fault: Fault, nproc: int, root: Path, ref: list[dict]) -> Row:
         time.sleep(0.05)
     if job.poll() is not None or not published.exists():
         raise RuntimeError(f"{fault.name} ({nproc} ranks): the job ended or stalled before step {FAULT_AT}; see {log}")
+    started = list(workers(job.pid).values())
     fault_at = time.monotonic()
     note = fault.inject(job, run_dir)
     rc = _wait(job)
@@ -239,6 +273,11 @@ def run_fault(fault: Fault, nproc: int, root: Path, ref: list[dict]) -> Row:
     logged = [r["step"] for r in rows(run_dir)]
     checkpoints = saved_steps(run_dir)
     resume_rc = _wait(_start(_command(nproc, run_dir, "--resume", "auto"), log))
+    orphans = [pid for pid in started if _alive(pid)]  # workers that outlived their torchrun and the resume
+    for pid in orphans:
+        _signal(pid, signal.SIGKILL)
+    if orphans:
+        note = _join(note, f"{len(orphans)} orphaned workers killed after the resume")
     return Row(
         ranks=nproc,
         fault=fault.name,
@@ -272,6 +311,11 @@ def markdown(table: list[Row], meta: dict) -> str:
         f"{meta['torch']}): the built-in task, {STEPS} steps, a checkpoint every {EVERY}, gloo on CPU. Each fault "
         f"comes once checkpoint {FAULT_AT} is published; then `--resume auto` runs the same job to step {STEPS}. "
         "torchrun's shutdown grace is its default (`TORCH_ELASTIC_SHUTDOWN_TIMEOUT`, 30 s).",
+        *(
+            f"Rows of {', '.join(u['faults'])}: `--merge` run at {u['commit']} ({u['date']}, {u['machine']}, torch "
+            f"{u['torch']})."
+            for u in meta.get("updates", [])
+        ),
         "",
         "| ranks | fault | stopped after step | checkpoints | torchrun rc | exit after fault (s) | wall (s) "
         "| resume rc | resumed = reference | note |",
@@ -318,6 +362,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="where the .md and .json go")
     parser.add_argument("--keep", type=Path, help="keep the run directories and logs here (default: a temp dir)")
     parser.add_argument("--table-only", action="store_true", help="rewrite the .md from the .json in --out")
+    parser.add_argument(
+        "--merge", action="store_true", help="put these rows into the saved .json instead of replacing it"
+    )
     args = parser.parse_args(argv)
     out_json, out_md = args.out / "fault_matrix.json", args.out / "fault_matrix.md"
     if args.table_only:
@@ -336,10 +383,23 @@ def main(argv: list[str] | None = None) -> None:
         "torch": importlib.metadata.version("torch"),
         "config": CONFIG,
     }
+    if args.merge:
+        meta, table = merged(json.loads(out_json.read_text()), meta, table)
     args.out.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps({**meta, "rows": [asdict(r) for r in table]}, indent=1))
     out_md.write_text(markdown(table, meta))
     print(markdown(table, meta))
+
+
+def merged(saved: dict, meta: dict, table: list[Row]) -> tuple[dict, list[Row]]:
+    """The saved matrix with `table`'s rows put in (same ranks and fault: replaced), in the order of FAULTS
+    per rank count; the saved meta keeps its commit and lists this run under `updates`."""
+    rows = {(r["ranks"], r["fault"]): Row(**r) for r in saved.pop("rows")}
+    rows.update({(r.ranks, r.fault): r for r in table})
+    order = {f.name: i for i, f in enumerate(FAULTS)}
+    update = {k: meta[k] for k in ("commit", "date", "machine", "torch")} | {"faults": sorted({r.fault for r in table})}
+    saved["updates"] = [*saved.get("updates", []), update]
+    return saved, sorted(rows.values(), key=lambda r: (r.ranks, order.get(r.fault, len(order))))
 
 
 if __name__ == "__main__":

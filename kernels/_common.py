@@ -32,38 +32,50 @@ CHUNK_ELEMS: int = 1 << 22
 
 
 F = TypeVar("F", bound=Callable[..., object])
-# LENS_KERNELS_COMPILE=0 keeps the chunked torch paths eager (e.g. where no C++ compiler exists and the
-# one-time fallback warning is unwanted).
-COMPILE_CHUNKS: bool = os.environ.get("LENS_KERNELS_COMPILE", "1") != "0"
+# When the chunked CPU paths go through torch.compile: LENS_KERNELS_COMPILE=auto (the default) compiles
+# a chunk op only for chunks of at least COMPILE_MIN_ELEMS elements, =1 always, =0 never. Measured
+# (bench/bench_cpu_compile.py -> bench/results/cpu_compile.md, interleaved eager/compiled pairs): at the
+# default run's head (V = 36, chunks of ~50K elements) the compiled ops are level with or slower than
+# eager per call, and compiling them cost ~20 s of the first step with an empty Inductor cache; at
+# V = 32,000 (chunks of ~4M elements) they are 1.2-6x faster per call, which repays the one-time compile
+# within a few steps of a CPU run of a real head. Read at every call, so that the benchmark can switch.
+COMPILE_MODE: str = os.environ.get("LENS_KERNELS_COMPILE", "auto").strip().lower() or "auto"
+if COMPILE_MODE not in ("auto", "0", "1"):
+    raise ValueError(f"LENS_KERNELS_COMPILE must be auto, 0 or 1, got {COMPILE_MODE!r}")
+COMPILE_MIN_ELEMS: int = 1 << 20
+
+
+def wants_compile(x: torch.Tensor) -> bool:
+    """Whether a chunk op on the [rows, cols] chunk `x` runs compiled under COMPILE_MODE (see above)."""
+    return COMPILE_MODE == "1" or (COMPILE_MODE == "auto" and x.numel() >= COMPILE_MIN_ELEMS)
 
 
 def compiled_or_eager(fn: F) -> F:
-    """`fn` through torch.compile(dynamic=True), falling back to plain `fn` for good if compiling fails.
+    """`fn`, or `fn` through torch.compile(dynamic=True) where `wants_compile` of its first argument holds.
 
-    Used for the elementwise/reduction chunk work of the CPU paths, where eager torch makes several
-    passes and temporaries per chunk and Inductor makes one fused loop. dynamic=True: chunk shapes vary
-    (the last chunk, every N), and one symbolic-shape graph serves them all instead of a recompile per
-    shape. Compilation is lazy, so a missing C++ compiler (or any Inductor error) shows up at the first
-    call: that call and every later one then run `fn` eagerly, with one warning. A genuine bug in `fn`
-    still raises, from the eager rerun.
+    Used for the elementwise/reduction chunk work of the CPU paths, where Inductor makes one fused loop
+    of what eager torch does in several passes and temporaries (worth it for large chunks only, see
+    COMPILE_MODE). dynamic=True: chunk shapes vary (the last chunk, every N), and one symbolic-shape
+    graph serves them all instead of a recompile per shape. Compilation is lazy, so a missing C++
+    compiler (or any Inductor error) shows up at the first compiled call: that call and every later one
+    then run `fn` eagerly, with one warning. A genuine bug in `fn` still raises, from the eager rerun.
     """
     state: dict[str, Callable[..., object]] = {}
 
     @functools.wraps(fn)
-    def run(*args: object) -> object:
+    def run(x: torch.Tensor, *args: object) -> object:
+        if not wants_compile(x) or state.get("impl") is fn:
+            return fn(x, *args)
         impl = state.get("impl")
         if impl is None:
-            impl = torch.compile(fn, dynamic=True) if COMPILE_CHUNKS else fn
-            state["impl"] = impl
-        if impl is fn:
-            return fn(*args)
+            impl = state["impl"] = torch.compile(fn, dynamic=True)
         try:
-            return impl(*args)
+            return impl(x, *args)
         except Exception as err:  # any compiler failure: the eager function is the spec
             why = f"lens_kernels: torch.compile of {fn.__name__} failed ({type(err).__name__}); running it eagerly"
             warnings.warn(why, stacklevel=2)
             state["impl"] = fn
-            return fn(*args)
+            return fn(x, *args)
 
     return run  # type: ignore[return-value]
 

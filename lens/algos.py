@@ -27,6 +27,7 @@ from lens.ops import DEFAULT_LOSS, KL_KINDS, LOSS_AGGS, LossConfig
 
 LOG_RATIO_CLAMP = 20.0
 KL_CLAMP = 10.0
+KL_SERIES_BOUND = 0.1  # |d| below which k3 is computed from its Taylor series (see `kl_penalty`)
 
 
 def _check_group_index(values: torch.Tensor, group_index: torch.Tensor, name: str) -> None:
@@ -171,7 +172,8 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> 
     """Per-token KL(pi_theta || pi_ref) estimate from d = log pi_ref - log pi_theta, as verl computes it.
 
     k1 = -d and k2 = 0.5 d^2, unclamped; k3 = exp(d') - d' - 1 with d' = clamp(d, -20, 20) (low variance,
-    non-negative), clamped to <= 10. logp, ref_logp [N, T] -> [N, T] fp32.
+    non-negative: exactly 0 at d = 0 and never below, also in floating point), clamped to <= 10.
+    logp, ref_logp [N, T] -> [N, T] fp32.
     """
     if kind not in KL_KINDS:
         raise ValueError(f"kl kind must be one of {KL_KINDS}, got {kind!r}")
@@ -181,7 +183,11 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> 
     if kind == "k2":
         return 0.5 * d * d
     d = d.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    return (torch.exp(d) - d - 1.0).clamp(max=KL_CLAMP)
+    # Near d = 0, exp(d) - d - 1 cancels to exp's rounding error (~1e-7, either sign): a policy equal to the
+    # reference logged a negative KL. There k3 is its Taylor series, accurate and >= 0 (as the native op).
+    series = d * d * (0.5 + d * (1.0 / 6.0 + d * (1.0 / 24.0 + d * (1.0 / 120.0))))
+    k3 = torch.where(d.abs() < KL_SERIES_BOUND, series, torch.exp(d) - d - 1.0)
+    return k3.clamp(max=KL_CLAMP)
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -305,6 +311,92 @@ def crpo_loss(
         _check_loss_inputs(*args)
         return ops.crpo_loss(*args, num_tokens=num_tokens, num_seqs=num_seqs)
     return crpo_loss_torch(*args, num_tokens=num_tokens, num_seqs=num_seqs)
+
+
+# ----------------------------------------------------------------------------------------------
+# Transfer diagnostics: how much of a purified success's signal reaches the gradient
+# ----------------------------------------------------------------------------------------------
+
+TRANSFER_QUANTILES = (0.1, 0.5, 0.9)
+
+
+def transfer_terms(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    weights: torch.Tensor,
+    mask: torch.Tensor,
+    transferred: torch.Tensor,
+    loss: LossConfig = DEFAULT_LOSS,
+) -> dict[str, torch.Tensor]:
+    """The loss's own values split by transfer, for one micro-batch (no grad, no model pass).
+
+    logp, old_logp, mask [N, T] as `crpo_loss` takes them; advantages, weights [N]; transferred [N] bool: the
+    row was sampled from a purified prompt x'_i and is trained on x_i (its ratio is LENS Eq. 5 across
+    prompts). Returns
+    - ratios [K]: rho_t of every token of the transferred rows;
+    - decide [R]: per transferred row with tokens, the ratio of its DECIDING token, defined as the token of
+      smallest rho_t: where conditioning on x_i most disfavours what x'_i sampled (a distractor that decided
+      the answer shows here), and the token whose signal the ratio scales down most;
+    - clipped [2]: (transferred tokens whose gradient the clip cuts, as the loss's clipfrac counts them:
+      A > 0 and rho > 1 + clip_high, A < 0 and rho < 1 - clip_low, or the dual clip; transferred tokens);
+    - adv_mass [2]: (transferred, original) rows' advantage mass, sum over tokens of w~ |A|: their weight in
+      the token-mean surrogate at rho = 1;
+    - grad_mass [2]: the same with each token's factor in the gradient, w~ |A| rho, and 0 where the clip cuts
+      it: what the rows contribute to the update.
+    """
+    live = mask != 0
+    with torch.no_grad():
+        ratio = torch.exp(importance_log_ratio(logp.where(live, 0.0), old_logp.where(live, 0.0)))  # LENS Eq. (5)
+        adv = advantages.float()[:, None].expand_as(ratio)
+        cut = ((adv > 0) & (ratio > 1.0 + loss.clip_high)) | ((adv < 0) & (ratio < 1.0 - loss.clip_low))
+        cut |= (adv < 0) & (ratio > loss.clip_c)  # dual clip: -A rho > -clip_c A
+        size = weights.float()[:, None] * adv.abs()
+        moved = transferred.bool()[:, None] & live
+        kept = ~transferred.bool()[:, None] & live
+        rows = transferred.bool() & live.any(1)
+        decide = ratio.where(live, math.inf).amin(1)[rows] if ratio.shape[1] else ratio.new_zeros(0)
+
+        def split(x: torch.Tensor) -> torch.Tensor:
+            return torch.stack([(x * moved).sum(), (x * kept).sum()]).double()
+
+        return {
+            "ratios": ratio[moved].double(),
+            "decide": decide.double(),
+            "clipped": torch.stack([(cut & moved).sum(), moved.sum()]).double(),
+            "adv_mass": split(size),
+            "grad_mass": split(size * ratio * ~cut),
+        }
+
+
+def transfer_summary(
+    ratios: torch.Tensor,
+    decide: torch.Tensor,
+    clipped: torch.Tensor,
+    adv_mass: torch.Tensor,
+    grad_mass: torch.Tensor,
+    quantiles: tuple[float, ...] = TRANSFER_QUANTILES,
+) -> dict[str, float]:
+    """The `transfer/` metrics of a step from `transfer_terms` summed (masses, counts) or concatenated
+    (ratios [K], decide [R]) over its micro-batches and ranks.
+
+    ratio_pQ / decide_ratio_pQ: quantiles (linear interpolation) of the transferred tokens' ratios and of
+    their rows' deciding-token ratios; clipfrac: share of transferred tokens the clip cuts (all three NaN
+    without transferred tokens);
+    adv_mass / grad_mass: the transferred rows' masses; *_share: their share of all rows' mass (NaN when
+    no row has any); rows, tokens: how many transferred rows (with tokens) and tokens.
+    """
+    out: dict[str, float] = {"transfer/rows": float(decide.numel()), "transfer/tokens": float(clipped[1])}
+    for name, values in (("ratio", ratios), ("decide_ratio", decide)):
+        q = torch.tensor(quantiles, dtype=torch.float64)
+        at = torch.quantile(values.double(), q).tolist() if values.numel() else [math.nan] * len(quantiles)
+        out.update({f"transfer/{name}_p{round(100 * k)}": float(v) for k, v in zip(quantiles, at, strict=True)})
+    out["transfer/clipfrac"] = float(clipped[0] / clipped[1]) if clipped[1] > 0 else math.nan
+    for name, mass in (("adv_mass", adv_mass), ("grad_mass", grad_mass)):
+        total = float(mass.sum())
+        out[f"transfer/{name}"] = float(mass[0])
+        out[f"transfer/{name}_share"] = float(mass[0]) / total if total > 0 else math.nan
+    return out
 
 
 # ----------------------------------------------------------------------------------------------

@@ -230,14 +230,14 @@ def _is_word(text: str, letter_at: int) -> bool:
 def _letter_after(span: str) -> str | None:
     """The letter an answer span names, or None when it names none or hedges ("H or D", "(B) and (D)")."""
     for m in _CANDIDATE_RE.finditer(span):
-        at = m.start(1) if m.group(1) else m.start(2)
-        if m.group(2) and _is_word(span, at):
-            continue
         letter = m.group(1) or m.group(2)
         hedge = _HEDGE_RE.match(span, m.end() + (1 if span[m.end() : m.end() + 1] == ")" else 0))
         named_another = hedge is not None and hedge.group(1) != letter and hedge.group(1).isupper()
-        if named_another and not _is_word(span, hedge.start(1)):
-            return None
+        named_another = named_another and not _is_word(span, hedge.start(1))
+        if named_another:
+            return None  # "H or D", and "A or B" / "I or J", where A and I are letters, not words
+        if m.group(2) and _is_word(span, m.start(2)):
+            continue
         return letter
     return None
 
@@ -412,6 +412,16 @@ def normalize_text(answer: str) -> str:
     if letter:
         return letter.group(1)
     if _TEXT_NUMBER_RE.fullmatch(s):
-        value = Fraction(s.replace(",", ""))
-        return str(value.numerator) if value.denominator == 1 else str(float(value))
+        return _canonical_decimal(s)
     return s
+
+
+def _canonical_decimal(number: str) -> str:
+    """`+0853.500` -> `853.5`, `1,194` -> `1194`, `-0.0` -> `0`: one exact spelling per value, by string
+    surgery (a float overflows or rounds a 400-digit model output; a decimal literal needs neither)."""
+    sign = "-" if number.startswith("-") else ""
+    whole, _, frac = number.lstrip("+-").replace(",", "").partition(".")
+    whole, frac = whole.lstrip("0") or "0", frac.rstrip("0")
+    if whole == "0" and not frac:
+        sign = ""
+    return sign + whole + ("." + frac if frac else "")

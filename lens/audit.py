@@ -4,6 +4,7 @@
         [--scorer interference] [--gamma 0.03] [--accuracy --n 4] --out DIR
     python -m lens.audit detect (--policy PATH [PATH ...] | --run RUN_DIR) --ref PATH [--task vartrack|ledger]
         [--scorers interference,surprisal,random,grad] [--limit N] --out DIR
+    python -m lens.audit gates --task NAME [--out DIR]     # the testbed gates G1-G5 of issue 24: lens/gates.py
 
 The audit writes DIR/prompts.jsonl (per prompt: tokens, ids, scores over the scorable span, deleted
 positions, purified text, optionally accuracy before/after), DIR/top_tokens.json/.md (most deleted token
@@ -547,7 +548,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 @errors.cli_errors
 def main(argv: list[str] | None = None) -> Any:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["gates"]:
+        from lens import gates  # on demand: lens.gates imports this module
+
+        return gates.main(argv[1:])
+    args = parse_args(argv)
     if args.command == "detect":
         results = run_detect(args)
         print(detection_markdown(results, args.task, args.ref), end="")

@@ -1,6 +1,7 @@
 """Atomic, exact-resume, verified checkpoints of a training run, and the run directory they live in.
 
-    resume_from = claim_run_dir(run_dir, cfg.to_dict(), "auto")  # this run's dir; a verified checkpoint or None
+    resume_from = check_run_dir(run_dir, cfg.to_dict(), "auto")  # a verified checkpoint or None
+    claim_run_dir(run_dir, cfg.to_dict())                          # after the setup: writes config.yaml
     path = save(run_dir, step, engine_or_model=train.engine, state={"sampler": s.state_dict()},
                 config=cfg, generators={"purify": gen}, tokenizer=tok, keep_last=2)
     ckpt = load(resume_from, engine_or_model=train.engine, generators={"purify": gen})
@@ -12,23 +13,28 @@ Layout of <run_dir>/checkpoints/step_<step:08d>/:
     rng/rank_<r>.pt python, numpy, torch (CPU and CUDA) RNG states and the named torch.Generators, per rank
     state.pt        the caller's extra state (data sampler, GRESO history, ...): tensors, containers, numbers
     config.yaml     the resolved config
-    meta.json       written last: a directory without it is never a checkpoint. It lists every other
-                    file with its size and sha256; `resolve_resume` and `load` verify them, and
-                    `--resume auto` falls back past a damaged checkpoint to the previous intact one
+    data_sources.json  the fingerprint of every data source of the run (see `check_resume_data`)
+    meta.json       written last: a save interrupted before it leaves only `.tmp-step_*`. It lists every
+                    other file with its size and sha256 and carries its own checksum (meta_sha256);
+                    `resolve_resume` and `load` verify them, and `--resume auto` falls back past a damaged
+                    checkpoint (a bad file, or a missing or damaged meta.json) to the previous intact one
 
 Everything is written to `checkpoints/.tmp-step_<step>` first, fsynced, then renamed into place; an
 interrupted save leaves only the temporary directory, which `latest` ignores and the next save removes.
-With several ranks, `save`, `load`, `verify`, `resolve_resume` and `claim_run_dir` are collective
+With several ranks, `save`, `load`, `verify`, `resolve_resume`, `check_run_dir` and `claim_run_dir` are collective
 calls (each rank hashes a share of the files) and run_dir must be on a shared filesystem.
 
 A run directory belongs to one run: a fresh run refuses a directory that holds another run's
 metrics, config or checkpoints, and a resumed run refuses a config that changes what the run learns
-(see `check_resume_config`). A stop request (lens/stop.py) found when a run claims its directory is
-stale and removed with a warning.
+(see `check_resume_config`). `check_run_dir` decides this before the setup, `claim_run_dir` writes
+config.yaml after it; lens.runlock keeps two runs from deciding at the same time. On resume
+`check_world_size` refuses another number of ranks and `check_resume_data` a changed data file. A full
+disk while saving is a one-line error naming the last good checkpoint, which it leaves intact.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -38,7 +44,7 @@ import re
 import shutil
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,13 +60,14 @@ from lens.config import default_run_dir  # noqa: F401  (re-exported: the rule li
 from lens.dist import rank as _rank
 from lens.dist import world as _world
 from lens.errors import one_line
-from lens.stop import discard_stale_request
 
 CHECKPOINTS = "checkpoints"
 META = "meta.json"
 CONFIG = "config.yaml"
 ENGINE_TAG = "state"
-FORMAT = 2  # 2: meta.json lists every file with size and sha256; 1 (older): no manifest
+# 3: meta.json carries its own checksum; 2: it lists every file with size and sha256; 1 (older): no manifest
+FORMAT = 3
+DATA_SOURCES = "data_sources.json"
 # What makes a run directory somebody's: its metrics, its config, its checkpoints.
 RUN_MARKERS = ("metrics.jsonl", CONFIG, CHECKPOINTS)
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -175,11 +182,69 @@ def _save_hf(engine_or_model: Any, out: Path, tokenizer: Any) -> None:
             tokenizer.save_pretrained(out)
 
 
-def _write_rank0(tmp: Path, state: dict[str, Any], config: Any) -> None:
+def _write_rank0(tmp: Path, state: dict[str, Any], config: Any, data_sources: Mapping[str, Any] | None) -> None:
     torch.save(state, tmp / "state.pt")
     if config is not None:
         tree = config.to_dict() if hasattr(config, "to_dict") else dict(config)
         (tmp / CONFIG).write_text(yaml.safe_dump(tree, sort_keys=False))
+    if data_sources is not None:
+        (tmp / DATA_SOURCES).write_text(json.dumps(data_sources, indent=1, sort_keys=True))
+
+
+def _write_files(tmp: Path, engine_or_model: Any, extra: dict[str, Any]) -> None:
+    """This rank's files of a checkpoint (extra: save()'s optimizer, scheduler, state, config, generators,
+    tokenizer and data_sources)."""
+    _save_hf(engine_or_model, tmp / "hf", extra["tokenizer"])
+    if _is_engine(engine_or_model):
+        engine_or_model.save_checkpoint(str(tmp / "engine"), tag=ENGINE_TAG, save_latest=False)
+    elif _rank() == 0:
+        optimizer, scheduler = extra["optimizer"], extra["scheduler"]
+        trainer = {"optimizer": optimizer.state_dict() if optimizer is not None else None}
+        trainer["scheduler"] = scheduler.state_dict() if scheduler is not None else None
+        torch.save(trainer, tmp / "trainer.pt")
+    torch.save(rng_state(extra["generators"]), tmp / "rng" / f"rank_{_rank():05d}.pt")
+    if _rank() == 0:
+        _write_rank0(tmp, extra["state"] or {}, extra["config"], extra["data_sources"])
+
+
+# What torch's zip writer ("PytorchStreamWriter failed writing file ...: file write failed", "unexpected pos N vs M",
+# "basic_ios::clear: iostream error") and safetensors raise on a full disk: no errno, so the free space decides.
+_WRITE_FAILURES = ("file write failed", "unexpected pos", "basic_ios::clear", "No space left on device")
+_LOW_SPACE = 64 << 20  # bytes: less than this free after a failed write is a full disk
+
+
+def _disk_full(error: BaseException, where: Path) -> bool:
+    """Whether a save failed because the disk (or the user's quota) at `where` is full."""
+    chain: list[BaseException] = []
+    while error is not None and error not in chain:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    if any(isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) for e in chain):
+        return True
+    said = any(pattern in str(e) for e in chain for pattern in _WRITE_FAILURES)
+    return said and shutil.disk_usage(where).free < _LOW_SPACE
+
+
+def _guard_disk(write: Callable[[], None], tmp: Path, step: int) -> None:
+    """Run this rank's part of a save. A full disk on any rank -> the same one-line ValueError on every rank
+    (naming the last good checkpoint), once the partial save is removed; the checkpoints already written stay
+    as they were. Any other error propagates. Collective."""
+    try:
+        write()
+        full = False
+    except (OSError, RuntimeError, SafetensorError) as error:
+        if not _disk_full(error, tmp.parent):
+            raise
+        full = True
+    if not any(_gathered(full)):
+        return
+    if _rank() == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+    good = latest(tmp.parent.parent)
+    raise ValueError(
+        f"disk full at {tmp.parent} while saving step {step}; the last good checkpoint is "
+        f"{good if good is not None else 'none (nothing was saved yet)'}; free some space and resume with --resume auto"
+    )
 
 
 def save(
@@ -194,12 +259,15 @@ def save(
     generators: dict[str, torch.Generator] | None = None,
     tokenizer: Any = None,
     keep_last: int = 2,
+    data_sources: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write checkpoint `step` atomically and keep the `keep_last` newest -> its directory.
 
     engine_or_model: a DeepSpeed engine (its optimizer and scheduler are saved with it) or a plain
     nn.Module (then pass optimizer/scheduler here). state: weights-only data (tensors, containers,
-    numbers, strings). config: a lens Config or a dict. Collective with several ranks.
+    numbers, strings). config: a lens Config or a dict. data_sources: the run's data fingerprints
+    (`check_resume_data`). A full disk is a ValueError naming the last good checkpoint (the partial save
+    is removed). Collective with several ranks.
     """
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
@@ -211,20 +279,12 @@ def save(
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp / "rng").mkdir(parents=True)
     _barrier()
-    _save_hf(engine_or_model, tmp / "hf", tokenizer)
-    if _is_engine(engine_or_model):
-        engine_or_model.save_checkpoint(str(tmp / "engine"), tag=ENGINE_TAG, save_latest=False)
-    elif _rank() == 0:
-        trainer = {"optimizer": optimizer.state_dict() if optimizer is not None else None}
-        trainer["scheduler"] = scheduler.state_dict() if scheduler is not None else None
-        torch.save(trainer, tmp / "trainer.pt")
-    torch.save(rng_state(generators), tmp / "rng" / f"rank_{_rank():05d}.pt")
-    if _rank() == 0:
-        _write_rank0(tmp, state or {}, config)
-    _barrier()
+    extra = {"optimizer": optimizer, "scheduler": scheduler, "state": state, "config": config}
+    extra.update(generators=generators, tokenizer=tokenizer, data_sources=data_sources)
+    _guard_disk(lambda: _write_files(tmp, engine_or_model, extra), tmp, step)  # every rank's files are written
     files = _manifest(tmp)
+    _guard_disk(lambda: _publish(tmp, final, step, files) if _rank() == 0 else None, tmp, step)
     if _rank() == 0:
-        _publish(tmp, final, step, files)
         _prune(root, keep_last)
     _barrier()
     return final
@@ -257,6 +317,7 @@ def _manifest(root: Path) -> dict[str, dict[str, Any]]:
 
 def _publish(tmp: Path, final: Path, step: int, files: dict[str, dict[str, Any]]) -> None:
     meta = {"step": step, "world_size": _world(), "time": time.time(), "format": FORMAT, "files": files}
+    meta["meta_sha256"] = _meta_digest(meta)
     (tmp / META).write_text(json.dumps(meta, indent=1))
     _fsync_tree(tmp)
     old = final.with_name(f".old-{final.name}")
@@ -275,6 +336,38 @@ def _complete(root: Path) -> list[tuple[int, Path]]:
         if match and child.is_dir() and _meta_step(child) == int(match.group(1)):
             found.append((int(match.group(1)), child))
     return sorted(found)
+
+
+def _meta_digest(meta: Mapping[str, Any]) -> str:
+    """sha256 of meta.json's content without its own checksum, in a canonical form (sorted keys, no spaces)."""
+    content = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _read_meta(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """A checkpoint's meta.json -> (its content, None), or (None, what is wrong with it: missing, unreadable,
+    its checksum or step not matching). Format 1 and 2 carry no checksum: their content is taken as read."""
+    file = path / META
+    if not file.is_file():
+        return None, f"{file}: missing"
+    try:
+        meta = json.loads(file.read_bytes())
+        step = int(meta["step"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return None, f"{file}: unreadable ({one_line(e)})"
+    if meta.get("format", 1) >= 3 and meta.get("meta_sha256") != _meta_digest(meta):
+        return None, f"{file}: its checksum differs from its content (corrupt)"
+    match = _STEP_DIR.match(path.name)
+    if match and int(match.group(1)) != step:
+        return None, f"{file}: says step {step} in a directory of step {int(match.group(1))}"
+    return meta, None
+
+
+def _step_dirs(root: Path) -> list[Path]:
+    """Every step_<N> directory under root, damaged or not, oldest first (a save never leaves one without
+    its meta.json: it renames a complete temporary directory into place)."""
+    found = [(int(m.group(1)), c) for c in (root.iterdir() if root.is_dir() else ()) if (m := _STEP_DIR.match(c.name))]
+    return [path for _, path in sorted(found) if path.is_dir()]
 
 
 def _meta_step(path: Path) -> int | None:
@@ -326,20 +419,26 @@ def _size_problems(path: Path, files: Mapping[str, Mapping[str, Any]]) -> list[s
 
 
 def verify(path: str | os.PathLike) -> list[str]:
-    """What is wrong with checkpoint `path` -> one line per bad file ([] when intact): files of its
-    manifest that are missing, of another size (truncated) or another sha256 (corrupt). Sizes are
-    checked first (cheap); then each rank hashes a share of the files. Collective."""
+    """What is wrong with checkpoint `path` -> one line per bad file ([] when intact): its meta.json
+    missing, unreadable or not matching its own checksum, or files of its manifest that are missing, of
+    another size (truncated) or another sha256 (corrupt). Sizes are checked first (cheap); then each
+    rank hashes a share of the files. Collective."""
     path = Path(path)
-    try:
-        meta = json.loads((path / META).read_text())
-    except (OSError, ValueError) as e:
-        return [f"{path / META}: unreadable ({one_line(e)})"]
+    meta, problem = _read_meta(path)
+    if meta is None:
+        return [problem]
+    key = _meta_key(path)
+    if key in _verified:
+        return []
+    if meta.get("format", 1) < 3 and _rank() == 0:
+        warnings.warn(
+            f"{path}: written before meta.json carried its own checksum (format {meta.get('format', 1)}); "
+            "damage to its meta.json cannot be detected",
+            stacklevel=2,
+        )
     if "files" not in meta:  # format 1, written before manifests: nothing to check against
         if _rank() == 0:
             warnings.warn(f"{path}: written without a file manifest; loading it unverified", stacklevel=2)
-        return []
-    key = _meta_key(path)
-    if key in _verified:
         return []
     # Every rank takes every decision below from gathered results, so all ranks make the same
     # collective calls even if a shared filesystem shows them different sizes.
@@ -360,17 +459,17 @@ def verify(path: str | os.PathLike) -> list[str]:
 def resolve_resume(resume: str | None, run_dir: str | os.PathLike) -> Path | None:
     """`checkpoint.resume` -> the verified checkpoint to load, or None for a fresh start. Collective.
 
-    none/None/"": None. auto: the newest intact checkpoint under run_dir, skipping damaged ones with a
-    warning naming the bad file; None when there is none; ValueError when every one is damaged (a
-    fresh start would overwrite the run). A directory: that checkpoint; ValueError naming the bad file
-    when it is damaged (it was asked for by name: no silent fallback).
+    none/None/"": None. auto: the newest intact checkpoint under run_dir, skipping damaged ones (a bad
+    file, a missing or damaged meta.json) with a warning naming the bad file; None when there is none;
+    ValueError when every one is damaged (a fresh start would overwrite the run). A directory: that
+    checkpoint; ValueError naming the bad file when it is damaged (it was asked for by name: no silent
+    fallback).
     """
     if resume in (None, "", "none"):
         return None
     if resume == "auto":
-        found = _complete(Path(run_dir) / CHECKPOINTS)
         damaged = []
-        for _, path in reversed(found):
+        for path in reversed(_step_dirs(Path(run_dir) / CHECKPOINTS)):
             problems = verify(path)
             if not problems:
                 return path
@@ -545,43 +644,141 @@ def check_resume_config(saved: Mapping[str, Any], new: Mapping[str, Any], allow_
     return [line for _, line in changes]
 
 
-def claim_run_dir(
+def refuse_used_run_dir(run_dir: str | os.PathLike) -> None:
+    """A fresh run's check: ValueError when run_dir holds another run's metrics.jsonl, config.yaml or
+    checkpoints. Read-only (lens.launch asks before it starts the workers)."""
+    root = Path(run_dir)
+    found = [name for name in RUN_MARKERS if (root / name).exists()]
+    if found == [CONFIG]:  # claimed after its setup, then stopped before its first logged step
+        raise ValueError(
+            f"run_dir {root} already holds a run that stopped before its first step (only {CONFIG}); "
+            "start it again with --resume auto (same config), or choose another run_dir"
+        )
+    if found:
+        raise ValueError(
+            f"run_dir {root} already holds a run ({', '.join(found)}); "
+            "continue it with --resume auto, or choose another run_dir"
+        )
+
+
+def check_run_dir(
     run_dir: str | os.PathLike, config: Mapping[str, Any], resume: str | None, *, allow_config_change: bool = False
 ) -> Path | None:
-    """Make run_dir this run's and pick what it continues from -> the verified checkpoint to `load`,
-    or None for a fresh start. Collective; call before anything is written to run_dir.
+    """May this run use run_dir, and what does it continue from -> the verified checkpoint to `load`, or
+    None for a fresh start. Read-only and collective; call before the setup loads anything, so a used
+    directory or a changed config fails in seconds, and `claim_run_dir` once the setup succeeded.
 
-    A fresh run (resume none) refuses a directory holding another run's metrics.jsonl, config.yaml or
-    checkpoints. A resumed run (auto or a checkpoint path) takes `resolve_resume`'s checkpoint and
-    checks the config against the one saved with it (with auto and no checkpoint yet: against
-    run_dir/config.yaml) by `check_resume_config`. Then rank 0 writes config.yaml, so the directory
-    is claimed before the first step. A stop request already there is removed (`stop.discard_stale_request`).
+    A fresh run (resume none) refuses a used directory (`refuse_used_run_dir`). A resumed run (auto or a
+    checkpoint path) takes `resolve_resume`'s checkpoint and checks the config against the one saved with
+    it (with auto and no checkpoint yet: against run_dir/config.yaml) by `check_resume_config`.
     """
     root = Path(run_dir)
     if resume in (None, "", "none"):
-        found = [name for name in RUN_MARKERS if (root / name).exists()]
-        if found == [CONFIG]:  # claimed, then stopped before its first logged step (a bad flag, a missing file)
-            raise ValueError(
-                f"run_dir {root} already holds a run that stopped before its first step (only {CONFIG}); "
-                "start it again with --resume auto (same config), or choose another run_dir"
-            )
-        if found:
-            raise ValueError(
-                f"run_dir {root} already holds a run ({', '.join(found)}); "
-                "continue it with --resume auto, or choose another run_dir"
-            )
-    # Before the checkpoint is verified (minutes for a large one): a request written while that runs is this run's.
-    if _rank() == 0:
-        discard_stale_request(root)
+        refuse_used_run_dir(root)
     path = resolve_resume(resume, root)
     saved = saved_config(path) if path is not None else saved_config(root)
     if saved:
         check_resume_config(saved, config, allow_config_change)
+    return path
+
+
+def claim_run_dir(run_dir: str | os.PathLike, config: Mapping[str, Any]) -> None:
+    """Make run_dir this run's: rank 0 writes config.yaml (atomically). Collective; call once the setup
+    succeeded (config, data, model, tokenizer loaded) and after `check_run_dir`: a setup that fails leaves
+    the directory as it found it, and the corrected command is accepted (issue 26.2)."""
     _barrier()  # every rank has looked at the directory before rank 0 changes it
     if _rank() == 0:
+        root = Path(run_dir)
         root.mkdir(parents=True, exist_ok=True)
         tmp = root / f".{CONFIG}.tmp"
         tmp.write_text(yaml.safe_dump(dict(config), sort_keys=False))
         os.replace(tmp, root / CONFIG)
     _barrier()
-    return path
+
+
+# ----------------------------------------------------------------------------------------------
+# What a resumed run must match besides its config: the number of ranks, the data
+# ----------------------------------------------------------------------------------------------
+
+
+def check_world_size(path: str | os.PathLike, world: int) -> None:
+    """Refuse to resume checkpoint `path` with another number of ranks than wrote it: each rank draws its
+    own prompts and rollouts from its own RNG state, so another count would continue as another run (and
+    ranks without a saved state would stop in `load` while the others wait in a collective). Every rank
+    reads meta.json and raises the same ValueError, before any collective of `load`; rank 0 prints it."""
+    meta, problem = _read_meta(Path(path))
+    if meta is None:
+        raise ValueError(f"checkpoint {path}: {problem}")
+    saved = meta.get("world_size")
+    if saved is not None and saved != world:
+        raise ValueError(
+            f"checkpoint {path} was written by {saved} rank(s) and this run has {world}; resume it with "
+            f"{saved} rank(s) (torchrun --nproc_per_node, --nnodes), or start a new run_dir"
+        )
+
+
+def read_data_sources(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The data fingerprints recorded in a run directory or a checkpoint (None: none were)."""
+    file = Path(path) / DATA_SOURCES
+    return json.loads(file.read_text()) if file.is_file() else None
+
+
+def _data_change(key: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    """What changed in a source (None: nothing; a moved file with the same content is the same data)."""
+    content = {"file"}
+    if {k: v for k, v in old.items() if k not in content} == {k: v for k, v in new.items() if k not in content}:
+        return None
+    where = new.get("file", old.get("file", key))
+    if "sha256" in old and "sha256" in new:
+        return (
+            f"{where} changed since it was recorded ({old.get('size')} -> {new.get('size')} bytes, "
+            f"sha256 {old['sha256'][:12]} -> {new['sha256'][:12]})"
+        )
+    return f"{key}: {json.dumps(old, sort_keys=True)} -> {json.dumps(new, sort_keys=True)}"
+
+
+def check_resume_data(
+    run_dir: str | os.PathLike,
+    resume_from: Path | None,
+    sources: Mapping[str, Mapping[str, Any]],
+    *,
+    allow_change: bool = False,
+) -> list[str]:
+    """Check the data of a resumed run against the fingerprints it recorded -> every change (for the log).
+
+    sources: {"train <source>" / "eval <source>": fingerprint} (`lens.preflight.data_sources`): a file's
+    path, size and sha256, a built-in task's name and seed, a hub dataset's name. They are compared with
+    the checkpoint's (`resume_from`), or with run_dir's when no checkpoint was saved yet; sources in one
+    and not the other are config changes, which `check_resume_config` judges. A changed file would
+    continue the run on other data: ValueError naming it, unless allow_change (then a warning on rank 0).
+    """
+    saved = read_data_sources(resume_from if resume_from is not None else run_dir)
+    if saved is None:
+        if resume_from is not None and _rank() == 0:
+            warnings.warn(f"{resume_from}: written without data fingerprints; its data cannot be checked", stacklevel=2)
+        return []
+    changes = [
+        line
+        for key in sorted(saved.keys() & sources.keys())
+        if (line := _data_change(key, saved[key], sources[key])) is not None
+    ]
+    if changes and not allow_change:
+        raise ValueError(
+            f"the data changed since the run recorded it ({'; '.join(changes)}); restore it, use another run_dir, "
+            "or set checkpoint.allow_config_change=true to continue on the new data"
+        )
+    if changes and _rank() == 0:
+        warnings.warn(f"resuming on changed data: {'; '.join(changes)}", stacklevel=2)
+    return changes
+
+
+def record_data_sources(run_dir: str | os.PathLike, sources: Mapping[str, Mapping[str, Any]]) -> None:
+    """Write the run's data fingerprints to run_dir/data_sources.json (rank 0, atomically); the trainer
+    saves them with every checkpoint (`save(data_sources=...)`)."""
+    if _rank() != 0:
+        return
+    root = Path(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".{DATA_SOURCES}.tmp"
+    tmp.write_text(json.dumps(dict(sources), indent=1, sort_keys=True))
+    os.replace(tmp, root / DATA_SOURCES)

@@ -86,7 +86,9 @@ class DataConfig:
     # A built-in task, a named set (lens.data.BENCHMARKS), a .jsonl/.json/.parquet file or directory, or a
     # hub dataset hf:ORG/NAME[:CONFIG][@SPLIT] (lens.data.load_sets reads every kind)
     train: str = "vartrack"
-    eval: list[str] = field(default_factory=lambda: ["vartrack"])
+    # held-out sets; None (`auto`): a built-in task's own clean and noisy sets, otherwise `heldout`, a split of
+    # the training set itself (min(64, 5%) of its problems, taken out of training; see lens.preflight.HELDOUT)
+    eval: list[str] | None = None
     dir: str | None = None  # where named sets live; None: $LENS_DATA_DIR, ../shared/data, ~/.cache/lens/data
     split: str = "train"  # split of a hub training set, or the file of a training directory
     problem_key: str = "problem"  # field of the problem text in files/hub sets (dotted for nested fields)
@@ -182,7 +184,9 @@ class OptimConfig:
     warmup_steps: int = 0
     min_lr_ratio: float = 0.0  # warmup_cosine: final lr = lr * min_lr_ratio
     steps: int = 40
-    micro_batch_size: int = 32  # rollouts per forward/backward on one rank
+    # rollouts per forward/backward on one rank; None (`auto`): the largest value <= 32 that divides the rollouts
+    # per rank, so a small run (4 prompts x 4 rollouts) needs no setting
+    micro_batch_size: int | None = None
     zero_stage: int = 0
 
 
@@ -272,14 +276,17 @@ def load_config(
 ) -> Config:
     """Preset chain at `path` (None: built-in defaults) + dotted `key=value` overrides -> resolved Config.
 
-    `auto` values are resolved (device, model.dtype, dapo.gen_batch_size) so the saved tree says what ran.
+    `auto` values are resolved (device, model.dtype, dapo.gen_batch_size, optim.micro_batch_size) so the saved
+    tree says what ran.
     """
     cli: dict[str, Any] = {}
     for item in overrides:  # one layer: the order of the overrides does not matter
         cli = _merge(cli, parse_override(item))
     raw = _layer(read_preset(path) if path is not None else {}, cli)
     cfg = from_dict(raw)
-    cfg = resolve(cfg, cuda_available=_cuda_available() if cuda_available is None else cuda_available)
+    cfg = resolve(
+        cfg, cuda_available=_cuda_available() if cuda_available is None else cuda_available, world_size=world_size
+    )
     if validate:
         cfg.validate(world_size=world_size, cuda_available=cuda_available)
     return cfg
@@ -424,6 +431,9 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
     return cls(**kwargs)
 
 
+AUTO_KEYS = frozenset({"optim.micro_batch_size", "data.eval"})  # optional keys that also read `auto` as None (resolved)
+
+
 def _coerce(value: Any, typ: Any, key: str) -> Any:
     """Check `value` against a field type; ints widen to float, numeric strings (PyYAML reads `1e-6` as
     a string) become floats. Raises TypeError/ValueError naming `key`."""
@@ -433,7 +443,7 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
             raise ValueError(f"{key}: must be one of {', '.join(map(repr, args))}, got {value!r}")
         return value
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
+        if (value is None or (value == "auto" and key in AUTO_KEYS)) and type(None) in args:
             return None
         (inner,) = [a for a in args if a is not type(None)]
         return _coerce(value, inner, key)
@@ -500,17 +510,38 @@ def _warn_ignored(name: str, raw: dict[str, Any]) -> None:
             warnings.warn(f"{key}={value!r} is ignored by algorithm.name={name}", UserWarning, stacklevel=4)
 
 
-def resolve(cfg: Config, *, cuda_available: bool) -> Config:
-    """Replace `auto`/None placeholders by what will run: device, model.dtype, dapo.gen_batch_size."""
+MAX_AUTO_MICRO_BATCH = 32
+BUILTIN_TASKS = ("vartrack", "ledger")  # lens.tasks.NAMES (not imported: it pulls in lens.data)
+HELDOUT = "heldout"  # the data.eval name of the held-out split of the training set (lens.preflight)
+
+
+def auto_micro_batch_size(rollouts_per_rank: int) -> int:
+    """The largest micro-batch <= MAX_AUTO_MICRO_BATCH that divides `rollouts_per_rank` (1 for none or 0)."""
+    n = max(rollouts_per_rank, 1)
+    return max(d for d in range(1, MAX_AUTO_MICRO_BATCH + 1) if n % d == 0)
+
+
+def resolve(cfg: Config, *, cuda_available: bool, world_size: int | None = None) -> Config:
+    """Replace `auto`/None placeholders by what will run: device, model.dtype, dapo.gen_batch_size, data.eval
+    and optim.micro_batch_size (from the rollouts per rank; world_size defaults to env WORLD_SIZE, 1)."""
     device = cfg.device if cfg.device != "auto" else ("cuda" if cuda_available else "cpu")
     dtype = cfg.model.dtype if cfg.model.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
     gen = cfg.algorithm.dapo.gen_batch_size or cfg.data.batch_size
+    world = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
+    evals = cfg.data.eval
+    if evals is None:
+        evals = [cfg.data.train] if cfg.data.train in BUILTIN_TASKS else [HELDOUT]
+    micro = cfg.optim.micro_batch_size
+    if micro is None:
+        micro = auto_micro_batch_size(cfg.data.batch_size * cfg.algorithm.m // max(world, 1))
     return dataclasses.replace(
         cfg,
         run_dir=cfg.run_dir or default_run_dir(cfg.algorithm.name, cfg.seed),
         device=device,
         model=dataclasses.replace(cfg.model, dtype=dtype),
         algorithm=dataclasses.replace(cfg.algorithm, dapo=dataclasses.replace(cfg.algorithm.dapo, gen_batch_size=gen)),
+        optim=dataclasses.replace(cfg.optim, micro_batch_size=micro),
+        data=dataclasses.replace(cfg.data, eval=evals),
     )
 
 
@@ -606,7 +637,7 @@ def _validate_batches(cfg: Config, world: int) -> None:
     _require(b >= 1, "data.batch_size", b, "must be >= 1")
     _require(b % world == 0, "data.batch_size", b, f"does not divide over {world} ranks")
     per_rank = b * m // world
-    _require(micro >= 1, "optim.micro_batch_size", micro, "must be >= 1")
+    _require(micro is not None and micro >= 1, "optim.micro_batch_size", micro, "must be >= 1 (or auto)")
     _require(
         per_rank % micro == 0,
         "optim.micro_batch_size",

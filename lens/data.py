@@ -29,6 +29,7 @@ Run the tests with `.venv/bin/python -m pytest tests/test_data.py -q`.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import math
 import os
@@ -535,6 +536,35 @@ def load_sets(
     for s in sets:
         _check_golds(s, str(source))
     return sets
+
+
+def source_fingerprint(
+    source: str,
+    *,
+    role: str = "eval",
+    seed: int = 0,
+    data_dir: str | os.PathLike[str] | None = None,
+    split: str | None = None,
+) -> dict[str, Any]:
+    """What identifies the data `source` gives (`load_sets`' arguments), so that a resumed run can tell
+    whether it changed: a named set or a local file -> its file's path, size and sha256; a built-in
+    task -> its name and seed (its generator's parameters; the limit is the config's); a hub dataset
+    -> its name and split (its content is the hub's and is not hashed)."""
+    from lens import tasks
+
+    if source in tasks.NAMES:
+        return {"task": source, "seed": seed}
+    hub = _HF_SPEC_RE.fullmatch(source)
+    if hub:
+        return {"hub": hub["name"], "config": hub["config"], "split": hub["split"] or split}
+    path = find_data(source, data_dir) if source in BENCHMARKS else Path(source)
+    if path.is_dir():
+        path = _data_file_in(path, split or ("train" if role == "train" else "test"))
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(8 << 20):
+            digest.update(chunk)
+    return {"file": str(path.resolve()), "size": path.stat().st_size, "sha256": digest.hexdigest()}
 
 
 def _set_name(source: str) -> str:

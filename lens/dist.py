@@ -145,6 +145,9 @@ REDUCTIONS: dict[str, Reduction] = {
     "response/clip_ratio": PER_ROLLOUT,
     "response/len_max": MAX,
     "dapo/zero_variance": SUM,
+    "dapo/missing_groups": SUM,
+    # Computed from every rank's gathered values (metrics.TransferMeter): the same number on every rank.
+    "transfer/*": MAX,  # informative groups a step lacked after algorithm.dapo.max_gen_batches
     # GRESO decides on the global batch, identically on every rank: a sum would count it world times.
     "greso/skipped": MAX,
     "greso/p_easy": MAX,  # the skipper's state, the same on every rank

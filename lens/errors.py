@@ -12,18 +12,25 @@ A user mistake (ValueError, FileNotFoundError: a bad flag, a missing file, a bad
 line is one of them: the entry points build their parsers with `ArgumentParser` below, whose complaints
 raise UsageError instead of printing usage. A TypeError is a bug unless lens raised it for a value the
 user typed (`ValueTypeError`).
-Under torchrun (RANK set) only rank 0 prints, since every rank usually hits the same mistake. Set
-LENS_DEBUG=1 for the full traceback on every rank. Any other exception is a bug: its traceback is
-always shown.
+Under torchrun (RANK set) only rank 0 prints, since every rank usually hits the same mistake, and every
+rank writes its line to torchrun's error file (TORCHELASTIC_ERROR_FILE), so a mistake only rank 1 finds
+(a checkpoint file of its own) is not lost: torchrun's failure report shows it, and `lens.launch`
+prints it alone (under lens.launch, LENS_LAUNCHER set, the workers print nothing: the launcher does).
+A rank that fails because another rank left with a user error (its next collective breaks) exits 2
+quietly, rank 0 printing the other rank's line (`peer_user_error`). Set LENS_DEBUG=1 for the full
+traceback on every rank. Any other exception is a bug: its traceback is always shown.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import gzip
+import json
 import os
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,6 +49,7 @@ class ValueTypeError(TypeError, ValueError):
 # Only what lens raises for the user's input: a builtin bug type (TypeError, KeyError, ...) keeps its traceback.
 USER_ERRORS = (ValueError, FileNotFoundError)
 EXIT_USER_ERROR = 2
+LAUNCHER_ENV = "LENS_LAUNCHER"  # set by lens.launch for its workers: it prints their user errors itself
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -83,9 +91,20 @@ def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
         except USER_ERRORS as error:
             if os.environ.get("LENS_DEBUG", "0") == "1":
                 raise
-            if os.environ.get("RANK", "0") == "0":
-                print(f"lens: error: {one_line(error)}", file=sys.stderr, flush=True)
+            line = f"lens: error: {one_line(error)}"
+            record_for_launcher(line)
+            if os.environ.get("RANK", "0") == "0" and LAUNCHER_ENV not in os.environ:
+                print(line, file=sys.stderr, flush=True)
             # `from None`: the interpreter must not print the traceback we are hiding.
+            raise SystemExit(EXIT_USER_ERROR) from None
+        except Exception:
+            # Another rank's user error (exit 2) breaks this rank's next collective ("Connection closed by
+            # peer"): that rank's line is the cause, this traceback only its echo. A bug keeps its traceback.
+            line = peer_user_error()
+            if line is None or os.environ.get("LENS_DEBUG", "0") == "1":
+                raise
+            if os.environ.get("RANK", "0") == "0" and LAUNCHER_ENV not in os.environ:
+                print(line, file=sys.stderr, flush=True)
             raise SystemExit(EXIT_USER_ERROR) from None
 
     return wrapper
@@ -110,6 +129,35 @@ def console_script(main: Callable[[list[str] | None], object]) -> Callable[[], i
 
     run.__doc__ = main.__doc__
     return run
+
+
+def record_for_launcher(line: str) -> None:
+    """Write a user error's line to torchrun's error file for this worker (none outside torchrun), in the
+    format torchrun's failure report reads (torch.distributed.elastic.multiprocessing.errors)."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    stamp = str(int(time.time()))
+    body = {"message": {"message": line, "extraInfo": {"py_callstack": line, "timestamp": stamp}}}
+    with contextlib.suppress(OSError):  # the line is then lost to the launcher, never the exit code
+        Path(path).write_text(json.dumps(body))
+
+
+def peer_user_error() -> str | None:
+    """The line of a user error that another worker of this torchrun agent recorded (`record_for_launcher`;
+    torchrun gives each local worker `<log dir>/attempt_<n>/<local rank>/error.json`), or None. Workers of
+    other nodes are not seen: their line reaches torchrun's report and lens.launch on their own node."""
+    mine = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not mine:
+        return None
+    for file in sorted(Path(mine).parent.parent.glob("*/error.json")):
+        try:
+            line = json.loads(file.read_text())["message"]["message"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if file != Path(mine) and isinstance(line, str) and line.startswith("lens: error:"):
+            return line
+    return None
 
 
 def read_text_lines(path: str | os.PathLike) -> Iterator[str]:

@@ -20,6 +20,7 @@ Legend: B prompts of this rank, m rollouts per prompt, K prompts sampled a secon
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -147,6 +148,7 @@ def _concat(parts: list[Part], want: int, m: int) -> Part:
     """The first `want` prompts of several generation batches, as one batch."""
     index = [i for p in parts for i in p[0]][:want]
     keep = len(index) * m
+    rewards = torch.cat([p[2] for p in parts])[: len(index)] if parts else torch.zeros(0, m)
     with_prompts = all(p[1].prompt_logprobs is not None for p in parts)
     out = Rollouts(
         torch.arange(len(index)).repeat_interleave(m),
@@ -155,7 +157,7 @@ def _concat(parts: list[Part], want: int, m: int) -> Part:
         [t for p in parts for t in p[1].finish_reasons][:keep],
         [t for p in parts for t in p[1].prompt_logprobs][: len(index)] if with_prompts else None,
     )
-    return index, out, torch.cat([p[2] for p in parts])[: len(index)]
+    return index, out, rewards
 
 
 # ----------------------------------------------------------------------------------------------
@@ -170,6 +172,7 @@ class Method:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.prompt_logprobs = False  # whether the first sampling also returns pi_theta of prompt tokens
+        self.transfers = False  # whether rows sampled from a rewritten prompt train on the original one
 
     def sample(self, run: Run, step: int, stats: dict[str, float]) -> groups.StepGroups:
         batch = self.first_sampling(run, step, stats)
@@ -246,7 +249,13 @@ def _step_groups(
 
 class Dynamic(Method):
     """DAPO: generation batches of `dapo.gen_batch_size` prompts until every rank holds its share of groups
-    with reward variance (zero-variance groups have zero advantages: no signal), plus overlong shaping."""
+    with reward variance (zero-variance groups have zero advantages: no signal), plus overlong shaping.
+    After `dapo.max_gen_batches` batches the step trains on the informative groups found (verl raises there;
+    see the README's methods section)."""
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__(cfg)
+        self.warned_short = False
 
     def first_sampling(self, run: Run, step: int, stats: dict[str, float]) -> Batch:
         a = self.cfg.algorithm
@@ -273,14 +282,30 @@ class Dynamic(Method):
                 have += len(keep)
             if dist.all_reduce(float(have), "min") >= want:  # all ranks decide together: lockstep
                 break
-        else:
-            raise RuntimeError(
-                f"dapo: only {have} of {want} informative groups on rank {run.rank} after "
-                f"algorithm.dapo.max_gen_batches={a.dapo.max_gen_batches} generation batches"
-            )
+        # Out of generation batches (normal on hard data early in training): train on the informative groups
+        # found rather than stop the run; the shortfall is a metric and, once per run, a warning.
+        stats["dapo/missing_groups"] = float(max(want - have, 0))
+        if have < want:
+            self.warn_short(run, have, want)
         self.record(run, records, stats, adapt=epoch_at_start >= 1)
         index, out, rewards = _concat(parts, want, a.m)
         return Batch([run.prompts[i] for i in index], [run.answers[i] for i in index], out, rewards)
+
+    def warn_short(self, run: Run, have: int, want: int) -> None:
+        """The first short step of the run names the method, what was missing and the knobs; later ones are
+        only counted (`dapo/missing_groups`)."""
+        if self.warned_short:
+            return
+        self.warned_short = True
+        a = self.cfg.algorithm
+        warnings.warn(
+            f"{a.name}: only {have} of {want} informative groups on rank {run.rank} after "
+            f"algorithm.dapo.max_gen_batches={a.dapo.max_gen_batches} generation batches of "
+            f"algorithm.dapo.gen_batch_size={a.dapo.gen_batch_size} prompts; training on the groups found "
+            "(metric dapo/missing_groups counts the shortfall; raise either knob to fill the batch)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
     def shape(self, out: Rollouts, rewards: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """DAPO's overlong shaping (off when dapo.overlong_buffer = 0); logs the total penalty."""
@@ -348,6 +373,7 @@ class Rewrite:
     """What the second sampling samples from: the K prompts of the candidates (a_bar < tau) that go again."""
 
     uses_prompt_logprobs = False
+    rewrites = True  # the second prompts differ from the originals: their successes transfer (Eq. 5)
 
     def __call__(
         self, run: Run, batch: Batch, candidates: list[int], stats: dict[str, float]
@@ -358,6 +384,8 @@ class Rewrite:
 
 class Identity(Rewrite):
     """`resample`: the same prompts again (the control for "does purification, not resampling, help?")."""
+
+    rewrites = False
 
     def __call__(self, run, batch, candidates, stats):
         second_of = torch.full((len(batch.prompts),), -1, dtype=torch.long)
@@ -412,6 +440,7 @@ class SecondSampling(Method):
         super().__init__(cfg)
         self.rewrite = rewrite
         self.prompt_logprobs = rewrite.uses_prompt_logprobs
+        self.transfers = rewrite.rewrites
 
     def final_groups(self, run: Run, batch: Batch, step: int, stats: dict[str, float]) -> groups.StepGroups:
         a = self.cfg.algorithm

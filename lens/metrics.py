@@ -20,7 +20,7 @@ import math
 import os
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +140,42 @@ class LossMeter:
         return {**self.shares, **means, "tokens": self.tokens, "loss/ratio_max": self.ratio_max}
 
 
+class TransferMeter:
+    """The transfer diagnostics of one optimizer step (LENS runs): `lens.algos.transfer_terms` of each
+    micro-batch, summarized over every rank by `metrics`.
+
+        meter = TransferMeter()
+        for rows in micro_batches:
+            meter.add(algos.transfer_terms(logp, old, adv, weights, mask, transferred, loss_config))
+        row.update(meter.metrics(dist.all_gather_objects))
+
+    Quantiles do not reduce over ranks, so `metrics` gathers every rank's values (a collective: every rank
+    calls it) and returns the same `transfer/` metrics on every rank.
+    """
+
+    def __init__(self) -> None:
+        self.parts: list[dict[str, torch.Tensor]] = []
+
+    def add(self, terms: Mapping[str, torch.Tensor]) -> None:
+        self.parts.append({k: v.detach().double().cpu() for k, v in terms.items()})
+
+    def local(self) -> dict[str, torch.Tensor]:
+        """This rank's terms: ratios concatenated, counts and masses summed."""
+        out = {k: torch.cat([p[k] for p in self.parts]) if self.parts else torch.zeros(0) for k in ("ratios", "decide")}
+        for k in ("clipped", "adv_mass", "grad_mass"):
+            out[k] = torch.stack([p[k] for p in self.parts]).sum(0) if self.parts else torch.zeros(2)
+        return out
+
+    def metrics(self, gather: Callable[[Any], list[Any]]) -> dict[str, float]:
+        """The step's `transfer/` metrics over all ranks; `gather` is `lens.dist.all_gather_objects`."""
+        from lens import algos
+
+        ranks = gather(self.local())
+        merged = {k: torch.cat([r[k] for r in ranks]) for k in ("ratios", "decide")}
+        merged.update({k: torch.stack([r[k] for r in ranks]).sum(0) for k in ("clipped", "adv_mass", "grad_mass")})
+        return algos.transfer_summary(**merged)
+
+
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
     """Mean of values [R, T] over mask [R, T] (e.g. token entropy over response tokens); 0 if empty."""
     count = int(mask.sum())
@@ -221,7 +257,8 @@ class MetricsLogger:
     """One JSON object per `log(step, metrics)` in <run_dir>/metrics.jsonl, plus TensorBoard and wandb.
 
     resume_step: the step of the checkpoint resumed from; rows (and TensorBoard events) after it are
-    dropped so a resumed run writes each step once. None: a fresh run, the file starts empty.
+    dropped so a resumed run writes each step once. None: a run that starts at step 0 (fresh, or resumed
+    before its first checkpoint): the file starts empty and earlier TensorBoard events are purged.
     enabled=False (ranks other than 0) makes every call a no-op.
     """
 
@@ -246,7 +283,8 @@ class MetricsLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            purge = resume_step + 1 if resume_step is not None else None
+            # TensorBoard hides the events of earlier files from purge_step on (0: every one of a run started over).
+            purge = resume_step + 1 if resume_step is not None else 0
             self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=purge)
         if wandb_project:
             self._wandb = _init_wandb(Path(run_dir), wandb_project, wandb_run_name, config)
@@ -311,7 +349,14 @@ def format_metrics(metrics: Mapping[str, Any], keys: Sequence[str] = PROGRESS_KE
 
 
 class Progress:
-    """A tqdm bar over optimizer steps with ETA and the key numbers of the last step (rank 0 only)."""
+    """A tqdm bar over optimizer steps with ETA and the key numbers of the last step (rank 0 only).
+
+    The rate and ETA leave out the first step of the process: that step carries the one-time warm-up
+    (allocator, lazy imports, any compile: `time/warmup`) and at the default run is several times a
+    steady step, so counting it predicted many times the real remaining time. The bar's clock restarts
+    after it, and the rate is the plain average over the steps since (smoothing 0), not an EMA that
+    the warm-up step would dominate.
+    """
 
     def __init__(
         self, total_steps: int, *, initial: int = 0, keys: Sequence[str] = PROGRESS_KEYS, enabled: bool = True
@@ -319,14 +364,26 @@ class Progress:
         from tqdm import tqdm
 
         self.keys = tuple(keys)
+        self._warm = False
         self._bar = tqdm(
-            total=total_steps, initial=initial, desc="lens", unit="step", dynamic_ncols=True, disable=not enabled
+            total=total_steps,
+            initial=initial,
+            desc="lens",
+            unit="step",
+            dynamic_ncols=True,
+            disable=not enabled,
+            smoothing=0,
         )
 
     def update(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Advance to `step` (1-based count of finished steps) and show the key numbers."""
         self._bar.set_postfix_str(format_metrics(metrics, self.keys), refresh=False)
         self._bar.update(step - self._bar.n)
+        if not self._warm:
+            self._warm = True
+            # tqdm's average rate is (n - initial) / (now - start_t): restart both after the warm-up step.
+            self._bar.initial = self._bar.n
+            self._bar.start_t = self._bar.last_print_t = self._bar._time()
 
     def write(self, line: str) -> None:
         """Print a line above the bar (e.g. an evaluation result)."""

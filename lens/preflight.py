@@ -12,6 +12,8 @@ configs (DeepSpeed, the sampler) are built. A summary is printed; nothing is tra
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
 import socket
 import statistics
@@ -22,7 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from lens import data
-from lens.config import Config, resolve_path
+from lens.config import HELDOUT, Config, resolve_path
+
+HELDOUT_PERCENT, HELDOUT_MAX = 5, 64  # the `heldout` split: 5 % of the training problems, at most 64
+HELDOUT_MIN_TRAIN = 100 // HELDOUT_PERCENT  # fewer training problems than this give no held-out problem
 
 
 @dataclass(frozen=True)
@@ -120,8 +125,55 @@ def load_data(cfg: Config) -> tuple[data.ProblemSet, list[data.ProblemSet]]:
     )
     if len(train_sets) != 1:
         raise ValueError(f"data.train={d.train!r}: expected one training set, got {[s.name for s in train_sets]}")
-    evals = [s for name in d.eval for s in data.load_sets(name, limit=d.eval_limit, seed=cfg.seed, data_dir=d.dir)]
-    return train_sets[0], evals
+    train, evals = train_sets[0], []
+    for name in d.eval or []:
+        if name != HELDOUT:
+            evals += data.load_sets(name, limit=d.eval_limit, seed=cfg.seed, data_dir=d.dir)
+            continue
+        train, held = split_heldout(train)
+        if held.problems:
+            evals.append(dataclasses.replace(held, problems=held.problems[: d.eval_limit]))
+        elif d.eval_every:
+            warnings.warn(
+                f"data.eval=[{HELDOUT}]: {train.name} has {len(train.problems)} problems, fewer than "
+                f"{HELDOUT_MIN_TRAIN}: no held-out split, no evaluation on it (name a set in data.eval)",
+                stacklevel=2,
+            )
+    return train, evals
+
+
+def heldout_size(n: int) -> int:
+    """How many of n training problems the `heldout` split takes: 5 %, at most 64 (none below 20 problems)."""
+    return min(HELDOUT_MAX, n * HELDOUT_PERCENT // 100)
+
+
+def split_heldout(problem_set: data.ProblemSet) -> tuple[data.ProblemSet, data.ProblemSet]:
+    """(training set without the held-out problems, the held-out set `<name>_heldout`).
+
+    The held-out problems are those whose uid hashes lowest (of the problems loaded, so after
+    data.train_size): the same problems for every seed and file order, so the runs of one study evaluate on
+    one set, and never on a problem they train on.
+    """
+    n = heldout_size(len(problem_set.problems))
+    ranked = sorted(problem_set.problems, key=lambda p: hashlib.sha256(p.uid.encode()).hexdigest())
+    held = {p.uid for p in ranked[:n]}
+    train = [p for p in problem_set.problems if p.uid not in held]
+    heldout = [p for p in problem_set.problems if p.uid in held]
+    return (
+        dataclasses.replace(problem_set, problems=train),
+        dataclasses.replace(problem_set, name=f"{problem_set.name}_{HELDOUT}", problems=heldout),
+    )
+
+
+def data_sources(cfg: Config) -> dict[str, dict[str, Any]]:
+    """The fingerprint of every data source of the run, {"train <source>" / "eval <source>": ...}
+    (`lens.data.source_fingerprint`); a resumed run compares them (`checkpoint.check_resume_data`)."""
+    d = cfg.data
+    train = data.source_fingerprint(d.train, role="train", seed=cfg.seed, data_dir=d.dir, split=d.split)
+    out = {f"train {d.train}": train}
+    for name in d.eval:
+        out[f"eval {name}"] = data.source_fingerprint(name, role="eval", seed=cfg.seed, data_dir=d.dir)
+    return out
 
 
 def render_set(cfg: Config, tokenizer: Any, problem_set: data.ProblemSet) -> RenderedSet:

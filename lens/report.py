@@ -41,6 +41,19 @@ CONFIG_FILE = "config.yaml"
 BINS = ("failure", "low", "mid", "high")  # lens.metrics.BINS, in the paper's order
 BIN_COLORS = ("#c0392b", "#e67e22", "#9ccc65", "#2e7d32")
 LENS_COUNTERS = ("lens/purified", "lens/guard_passes", "lens/rollouts_replaced", "lens/tokens_deleted")
+# The transfer diagnostics of LENS runs (lens.algos.transfer_summary), as the report's table shows them.
+TRANSFER_COLUMNS = (
+    ("transfer/rows", "transferred rows"),
+    ("transfer/ratio_p10", "ratio p10"),
+    ("transfer/ratio_p50", "ratio p50"),
+    ("transfer/ratio_p90", "ratio p90"),
+    ("transfer/decide_ratio_p10", "deciding p10"),
+    ("transfer/decide_ratio_p50", "deciding p50"),
+    ("transfer/decide_ratio_p90", "deciding p90"),
+    ("transfer/clipfrac", "clipped share"),
+    ("transfer/adv_mass_share", "adv. mass share"),
+    ("transfer/grad_mass_share", "grad. mass share"),
+)
 STAGES = (*TRAIN_STAGES, "eval")  # the order of the stage plots; stages not listed follow alphabetically
 DEFAULT_SCORER = "interference"
 DPI = 150
@@ -399,10 +412,29 @@ def _purified_share(run: Run) -> float | None:
     return float(purified.sum() / (purified.size * batch))
 
 
-def stage_times(run: Run) -> dict[str, float]:
-    """Mean seconds per stage over the training steps (a stage missing from a step took 0 s there)."""
+def steady_rows(run: Run) -> list[dict[str, float]]:
+    """The timed training rows in steady state: without the warm-up steps.
+
+    The first step of each process (the run's first, and the first after every resume) carries one-time
+    costs and is flagged `time/warmup` by lens/train.py; a log written before that flag loses its first
+    step. Where only warm-up steps exist, they are all there is: returned as they are.
+    """
     rows = [row for row in run.train_rows() if "time/step" in row]
-    stages = {k[5:] for row in rows for k in row if k.startswith("time/") and k != "time/step"}
+    flagged = any("time/warmup" in row for row in rows)
+    steady = [row for row in rows if "time/warmup" not in row] if flagged else rows[1:]
+    return steady or rows
+
+
+def _warmup_time(run: Run) -> float | None:
+    """Mean `time/warmup` over the run's processes (None for a log without the flag)."""
+    return _mean_or_none(run.series("time/warmup")[1])
+
+
+def stage_times(run: Run) -> dict[str, float]:
+    """Mean seconds per stage over the steady-state training steps (`steady_rows`; a stage missing from
+    a step took 0 s there)."""
+    rows = steady_rows(run)
+    stages = {k[5:] for row in rows for k in row if k.startswith("time/") and k not in ("time/step", "time/warmup")}
     order = [s for s in STAGES if s in stages] + sorted(stages - set(STAGES))
     return {s: float(np.mean([row.get(f"time/{s}", 0.0) for row in rows])) for s in order}
 
@@ -424,10 +456,12 @@ def summarize(groups: Sequence[Group], baseline: str, metric: str | None, phases
             "final": {k: _stat([_last(r, k) for r in g.runs]) for k in evals},
             "best": {},
             "reward_last10": _stat([_last_tenth_mean(r, "reward/mean") for r in g.runs]),
-            "step_time": _stat([_mean_or_none(r.series("time/step")[1]) for r in g.runs]),
+            "step_time": _stat([_steady_step_time(r) for r in g.runs]),
+            "warmup_time": _stat([_warmup_time(r) for r in g.runs]),
             "purified_share": _stat([_purified_share(r) for r in g.runs]),
             "stage_times": _stage_stats(g),
             "phases": _phase_entries(g, phases),
+            "transfer": _transfer_stats(g),
         }
         for k in evals:
             c = g.curve(k)
@@ -448,6 +482,20 @@ def summarize(groups: Sequence[Group], baseline: str, metric: str | None, phases
 
 def _mean_or_none(values: np.ndarray) -> float | None:
     return float(values.mean()) if values.size else None
+
+
+def _steady_step_time(run: Run) -> float | None:
+    """Mean `time/step` over the steady-state steps (`steady_rows`)."""
+    return _mean_or_none(np.array([row["time/step"] for row in steady_rows(run)], dtype=np.float64))
+
+
+def _transfer_stats(group: Group) -> dict[str, Any]:
+    """Per transfer metric: the mean over each run's training steps where it is defined (quantiles and the
+    clipped share: steps with transferred tokens; mass shares: steps where some row has an advantage), then
+    over seeds; empty for runs without transfer diagnostics (every method but LENS and its pruning ablations)."""
+    if not any("transfer/rows" in r.metric_keys() for r in group.runs):
+        return {}
+    return {key: _stat([_mean_or_none(r.series(key)[1]) for r in group.runs]) for key, _ in TRANSFER_COLUMNS}
 
 
 def _stage_stats(group: Group) -> dict[str, Any]:
@@ -486,7 +534,7 @@ def tables(summary: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
     evals = summary["eval_sets"]
     headers = ["label", "seeds", "steps"]
     headers += [f"final {k}" for k in evals] + [f"best {k} (step)" for k in evals]
-    headers += ["reward (last 10%)", "step time (s)", "purified share"]
+    headers += ["reward (last 10%)", "step time (s, steady: warm-up step left out)", "purified share"]
     final = []
     for label, e in summary["labels"].items():
         best = [f"{e['best'][k]['value']:.4g} ({e['best'][k]['step']})" if k in e["best"] else "—" for k in evals]
@@ -513,6 +561,14 @@ def tables(summary: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
     ]
     if phase_rows:
         out.append(("Success bins per phase (share of prompts)", ["label", "phase", *BINS], phase_rows))
+    transfer_rows = [
+        [label] + [_pm(e["transfer"][key]) for key, _ in TRANSFER_COLUMNS]
+        for label, e in summary["labels"].items()
+        if e.get("transfer")
+    ]
+    if transfer_rows:
+        headers = ["label"] + [name for _, name in TRANSFER_COLUMNS]
+        out.append(("Transfer of purified successes (mean per step)", headers, transfer_rows))
     return out
 
 
@@ -677,7 +733,7 @@ def figure_stage_times(groups: Sequence[Group]) -> Any | None:
         bottom += h
     # The stages are disjoint; what they leave out of the step (bookkeeping between stages) shows as the
     # gap to the black tick, the measured time/step (runs logged before the timers were split may exceed it).
-    steps = [_stat([_mean_or_none(r.series("time/step")[1]) for r in g.runs]) for g in groups if g.label in per_label]
+    steps = [_stat([_steady_step_time(r) for r in g.runs]) for g in groups if g.label in per_label]
     step_means = np.array([st["mean"] if st else np.nan for st in steps])
     ax.hlines(step_means, x - 0.35, x + 0.35, color="black", linewidth=2.5, zorder=3, label="time/step")
     for xi, top, step_mean in zip(x, bottom, step_means, strict=True):
@@ -685,7 +741,7 @@ def figure_stage_times(groups: Sequence[Group]) -> Any | None:
         ax.text(xi, max(top, np.nan_to_num(step_mean)), text, ha="center", va="bottom")
     ax.set_xticks(x, labels)
     ax.set_ylabel("seconds per training step")
-    ax.set_title("time per stage (mean over steps and seeds)")
+    ax.set_title("time per stage (mean over steady steps and seeds; warm-up step left out)")
     top = max(bottom.max(), np.nan_to_num(step_means).max())
     ax.set_ylim(0, top * 1.12 if top > 0 else 1)
     ax.grid(axis="x", visible=False)

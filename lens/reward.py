@@ -40,6 +40,11 @@ Deadlines are CPU time, not wall time, so verdicts do not depend on machine load
   nor uses CPU (e.g. stopped); it never fires in normal operation.
 - math-verify's own SIGALRM timeouts (whole seconds, main thread only, `timeout_s // 2` inside the old pool)
   are not used.
+- Work is bounded by structure before any deadline: an answer nested deeper than `MAX_NESTING` groups never
+  reaches math-verify (whose parse time grows steeply and erratically with nesting) and is compared
+  structurally. What can still differ between runs: `timeout` against another reason for an item whose
+  math-verify cost lies within a few tens of percent of the CPU budget (CPU time itself varies a little with
+  cache and frequency); items far above it (`7^{123456789}`) time out every time.
 
 Safety (model output is untrusted):
 - Nothing is executed: predictions go only through regexes and math-verify's LaTeX parser (ANTLR -> sympy).
@@ -120,6 +125,9 @@ DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_MAX_CHARS = 65_536
 DEFAULT_MAX_MEMORY_MB = 4_096
 DEFAULT_CACHE_SIZE = 65_536
+# Deeper answers skip math-verify for the structural comparison (see `_stage_math`); real answers rarely nest
+# more than 4 levels (`\frac{\sqrt{\frac{1}{2}}}{2}` is 3).
+MAX_NESTING = 8
 # CPU seconds past the budget before the kernel kills a worker stuck in C code (the Python-level timer
 # fires first whenever the interpreter gets control back).
 _HARD_GRACE_S = 0.5
@@ -282,7 +290,27 @@ def _stage_math(completion: Any, gold: str, max_chars: int, fallback_last_number
         return (0.0, "no_answer")
     if norm_pred == norm_gold:
         return _CORRECT
-    return _numeric_verdict(norm_pred, norm_gold) or (norm_pred, norm_gold)
+    numeric = _numeric_verdict(norm_pred, norm_gold)
+    if numeric is not None:
+        return numeric
+    if max(_nesting_depth(norm_pred), _nesting_depth(norm_gold)) > MAX_NESTING:
+        # math-verify's parse time grows steeply with nesting (8 levels: ~0.4 s of CPU, 40: over 5 s, and not
+        # monotonically), so near the budget the same item was `wrong` or `timeout` by chance. Bounding the
+        # work by the input's structure makes the verdict the same on any machine.
+        return _structural_verdict(norm_pred, norm_gold)
+    return norm_pred, norm_gold
+
+
+def _nesting_depth(latex: str) -> int:
+    """The deepest nesting of (), [] and {} groups (escaped braces are text); unbalanced closers are ignored."""
+    depth = deepest = 0
+    for ch in latex.replace("\\{", "").replace("\\}", ""):
+        if ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}" and depth:
+            depth -= 1
+    return deepest
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -11,10 +11,12 @@ torchrun then exits 1 by design (its elastic agent re-raises the signal as an ex
 scheduler or a script reads a failure; signalling the workers instead needs their PIDs on every node.
 The file needs only the run directory, which every rank already shares.
 
-The trainer removes the file when it honours it, so `--resume auto` afterwards trains on. A file that
-is already there when a run claims its directory (`checkpoint.claim_run_dir`, the first thing a run
-does once its ranks are up) was left by a run that never honoured it (killed, crashed, or finished in
-the step it was written) and is removed with a warning rather than stopping the new run after one step.
+The trainer removes the file when it honours it, so `--resume auto` afterwards trains on. A file
+written before the run was launched (`lens.lifeline.launch_time`: torchrun's start) was left by a run
+that never honoured it (killed, crashed, or finished in the step it was written) and is removed with a
+warning as the run starts, rather than stopping the new run after one step. A file written after the
+launch is this run's, however early: while torchrun and the ranks start, or a resume verifies its
+checkpoint (issue 28.9: a request 1 s after `--resume auto` used to be thrown away as stale).
 
 This module imports no torch, so the command answers at once.
 """
@@ -29,6 +31,7 @@ from pathlib import Path
 
 from lens import errors
 from lens.errors import cli_errors
+from lens.runlock import lock_path
 
 STOP_REQUEST = "STOP"
 # lens.checkpoint.CONFIG, which claim_run_dir writes before a run's first step: spelled out here because
@@ -44,15 +47,16 @@ def request_path(run_dir: str | os.PathLike) -> Path:
 def request_stop(run_dir: str | os.PathLike) -> Path:
     """Ask the run in run_dir to stop after its current step -> the request file written.
 
-    FileNotFoundError when run_dir does not exist, ValueError when it is not a run's directory (no
-    config.yaml: the trainer writes it as it starts). A pending request is simply written again.
+    FileNotFoundError when run_dir does not exist, ValueError when it is not a run's directory (neither
+    config.yaml, which the trainer writes once its setup succeeded, nor the lock of a run that is setting
+    up, lens.runlock). A pending request is simply written again.
     """
     root = Path(run_dir)
     if not root.exists():
         raise FileNotFoundError(f"run_dir {root} does not exist")
     if not root.is_dir():
         raise ValueError(f"run_dir {root} is not a directory")
-    if not (root / _RUN_CONFIG).is_file():
+    if not (root / _RUN_CONFIG).is_file() and not lock_path(root).is_file():
         raise ValueError(
             f"run_dir {root} holds no run (no {_RUN_CONFIG}); give the run_dir the trainer was started with"
         )
@@ -63,15 +67,17 @@ def request_stop(run_dir: str | os.PathLike) -> Path:
     return request
 
 
-def discard_stale_request(run_dir: str | os.PathLike) -> bool:
-    """Remove a stop request that is in run_dir before a run claims it -> whether there was one.
-
-    No running trainer owned it: it was left by a run that ended without honouring it, or written while
-    no run was running. Honouring it would stop the new run after its first step, so it is removed with a
-    warning naming the file instead.
+def discard_stale_request(run_dir: str | os.PathLike, launched: float) -> bool:
+    """Remove a stop request in run_dir written before `launched` (the run's launch time) -> whether there
+    was one. No running trainer owned it: it was left by a run that ended without honouring it, or written
+    while no run was running. Honouring it would stop the new run after its first step, so it is removed
+    with a warning naming the file. A request written since the launch is kept: it is this run's.
     """
     request = request_path(run_dir)
-    if not request.is_file():
+    try:
+        if request.stat().st_mtime >= launched:
+            return False
+    except FileNotFoundError:
         return False
     request.unlink(missing_ok=True)
     warnings.warn(f"removed {request}: a stop request left from before this run started", stacklevel=2)

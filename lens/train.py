@@ -2,6 +2,7 @@
 
     torchrun [--nproc_per_node=N] lens/train.py [--config PRESET] [--resume auto] [--dry-run] [key.sub=value ...]
     torchrun -m lens.train ...               # the same from an installed package
+    lens-train [--nproc_per_node=N] ...      # the same through lens.launch: checked first, errors in one line
     python -m lens.train                      # the built-in CPU run: LENS on the tiny vartrack model
 
 One step, top to bottom (architecture.md): the method samples and builds the step's groups
@@ -15,18 +16,26 @@ and metrics are all-reduced.
 
 from __future__ import annotations
 
+# ruff: noqa: E402  (the worker ties itself to its launcher before the heavy imports below)
+import contextlib
 import math
 import os
 import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 if __package__ in (None, ""):  # `torchrun lens/train.py` runs this file as a script with lens/ on sys.path
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
+from lens import lifeline
+
+# First: a worker whose torchrun is SIGKILLed dies with it, also while it imports torch and loads models.
+lifeline.die_with_launcher()
+
 import torch
 import torch.distributed
 
-from lens import algos, checkpoint, data, dist, groups, methods, metrics, model, ops, preflight
+from lens import algos, checkpoint, data, dist, groups, methods, metrics, model, ops, preflight, runlock
 from lens.config import Config, parse_args
 from lens.errors import cli_errors
 from lens.eval import eval_sampling, evaluate_set
@@ -34,7 +43,7 @@ from lens.methods import Run
 from lens.purify import Prompt
 from lens.reward import Verifier
 from lens.rollout import HFEngine, default_stop_ids, make_engine
-from lens.stop import request_path
+from lens.stop import discard_stale_request, request_path
 
 # ----------------------------------------------------------------------------------------------
 # Setup
@@ -62,25 +71,50 @@ def make_verifier(cfg: Config, kind: str, *, evaluation: bool) -> Verifier:
     return Verifier(kind, timeout_s=r.timeout_s, truncated_reward=r.truncated, fallback_last_number=fallback)
 
 
+def default_cpu_threads(device: torch.device, environ: Mapping[str, str] = os.environ) -> int | None:
+    """One intra-op thread per rank on CPU unless OMP_NUM_THREADS is set -> the count set (None: left alone).
+
+    torch otherwise starts one thread per core in every rank. Measured (issue 27, 5 interleaved pairs at
+    load 2-4 on a shared 2-core machine): one thread made the default run's steps 3.75x faster than two;
+    the small model's ops are too small to split, and ranks or other jobs then oversubscribe the cores.
+    `OMP_NUM_THREADS=N torchrun ...` keeps N threads per rank (torch reads it at start).
+    """
+    if device.type != "cpu" or environ.get("OMP_NUM_THREADS", "").strip():
+        return None
+    torch.set_num_threads(1)
+    return 1
+
+
 def setup(cfg: Config) -> tuple[Run, dict[str, preflight.RenderedSet], dict[str, Verifier], int]:
     """-> (the Run, the rendered held-out sets, their verifiers by kind, the step to start from)."""
     device = model.local_device(cfg.device)
+    default_cpu_threads(device)
     rank, world = model.setup_distributed(cfg.device)
     torch.manual_seed(cfg.seed + rank)
     if rank == 0:
         ops.warn_if_unavailable()
-    # Before anything is loaded or written: a used run directory or a changed config fails in seconds.
-    resume_from = checkpoint.claim_run_dir(
+    # Before anything is loaded: a used run directory or a changed config fails in seconds.
+    resume_from = checkpoint.check_run_dir(
         cfg.run_dir, cfg.to_dict(), cfg.checkpoint.resume, allow_config_change=cfg.checkpoint.allow_config_change
     )
+    if resume_from is not None:  # on every rank, before `resume` reaches a collective that a missing rank would hang
+        checkpoint.check_world_size(resume_from, world)
+    if rank == 0:
+        discard_stale_request(cfg.run_dir, lifeline.launch_time())
     tokenizer = preflight.load_tokenizer(cfg)
     # Data before models: a bad path, gold or template fails before minutes of loading weights.
     train_set, eval_problem_sets = preflight.load_data(cfg)
+    sources = preflight.data_sources(cfg)
+    if cfg.checkpoint.resume not in (None, "", "none"):  # a changed data file is refused like a changed config
+        checkpoint.check_resume_data(cfg.run_dir, resume_from, sources, allow_change=cfg.checkpoint.allow_config_change)
     rendered = preflight.render_set(cfg, tokenizer, train_set)
     eval_sets = {es.name: preflight.render_set(cfg, tokenizer, es) for es in eval_problem_sets}
     policy, ref = model.load_models(cfg, device)
     preflight.check_context(cfg, policy.config, max(len(ids) for s in (rendered, *eval_sets.values()) for ids in s.ids))
     trainer = model.build_engine(policy, cfg)
+    # Only now is the directory this run's: a setup that failed (a wrong path, a bad row) left it as it was.
+    checkpoint.claim_run_dir(cfg.run_dir, cfg.to_dict())
+    checkpoint.record_data_sources(cfg.run_dir, sources)
     run = Run(
         cfg=cfg,
         rank=rank,
@@ -116,22 +150,57 @@ def resume(run: Run, path: Path) -> int:
 # ----------------------------------------------------------------------------------------------
 
 
-def old_and_ref_logprobs(run: Run, sg: groups.StepGroups) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+def own_prompt_rows(cfg: Config, sg: groups.StepGroups) -> torch.Tensor:
+    """[N] bool: rows whose pi_old the update takes from its own forward instead of a separate pass.
+
+    A row sampled from the prompt the update conditions it on (source == original) has pi_old = the
+    update's first forward: this trainer makes one optimizer step per batch, after every micro-batch's
+    forward, so those forwards run on the weights that sampled the row, on the same inputs (verl does the
+    same). Rows sampled from a purified prompt still need pi_old on that prompt (LENS Eq. 5); with
+    `old_logprobs=engine` the sampler's log-probs are used and nothing is reused.
+    """
+    if cfg.algorithm.old_logprobs == "engine":
+        return torch.zeros(len(sg.tokens), dtype=torch.bool)
+    return torch.tensor([list(s) == list(o) for s, o in zip(sg.source, sg.original, strict=True)], dtype=torch.bool)
+
+
+def old_and_ref_logprobs(
+    run: Run, sg: groups.StepGroups, reuse: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """pi_old of each row on its SOURCE prompt (LENS Eq. 5's denominator) and pi_ref on its ORIGINAL prompt
-    (the KL) -> (old [N, T], ref [N, T] or None when beta = 0, mask [N, T])."""
+    (the KL) -> (old [N, T], ref [N, T] or None when beta = 0, mask [N, T]). Rows flagged in `reuse` [N]
+    (`own_prompt_rows`) get no pi_old pass: their old stays 0 here and the update fills it in."""
     cfg, mb = run.cfg, run.cfg.optim.micro_batch_size
     # Every log-prob of a sampled token is taken from softmax(z / T), the distribution that sampled it
     # (algorithm.md, item 8): at T != 1 the ratio and the KL would otherwise compare the wrong distributions.
     kw = {"micro_batch_size": mb, "temperature": cfg.rollout.temperature}
+    device = model.local_device(cfg.device)
     with run.timer("old_ref_logprobs"), torch.no_grad():
         if cfg.algorithm.old_logprobs == "engine":  # as sampled: no forward pass
-            old, mask = engine_old_logprobs(sg.sampler_logprobs, model.local_device(cfg.device))
+            old, mask = engine_old_logprobs(sg.sampler_logprobs, device)
         else:
-            old, mask = model.sequence_logprobs(run.trainer.module, sg.source, sg.tokens, **kw)
+            old, mask = _source_logprobs(run, sg, (~reuse).nonzero().squeeze(1).tolist(), device, **kw)
         ref = model.sequence_logprobs(run.ref, sg.original, sg.tokens, **kw)[0] if cfg.algorithm.beta else None
     width = loss_width(cfg, mask.shape[1])
     old, mask = _pad_to(old, width), _pad_to(mask, width)
     return old, (_pad_to(ref, width) if ref is not None else None), mask
+
+
+def _source_logprobs(
+    run: Run, sg: groups.StepGroups, rows: list[int], device: torch.device, **kw: object
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """pi_old on the source prompt for `rows` only -> (old [N, T] fp32, 0 elsewhere; mask [N, T] of every
+    row's response tokens), T = the longest response, as `model.sequence_logprobs` pads."""
+    lengths = torch.tensor([len(t) for t in sg.tokens], dtype=torch.int64)
+    width = int(lengths.max()) if len(lengths) else 0
+    mask = (torch.arange(width)[None, :] < lengths[:, None]).to(device)
+    old = torch.zeros(len(sg.tokens), width, dtype=torch.float32, device=device)
+    if rows:
+        part = model.sequence_logprobs(
+            run.trainer.module, [sg.source[i] for i in rows], [sg.tokens[i] for i in rows], **kw
+        )[0]
+        old[rows, : part.shape[1]] = part
+    return old, mask
 
 
 def loss_width(cfg: Config, longest: int) -> int:
@@ -157,7 +226,9 @@ def engine_old_logprobs(sampler_logp: list[torch.Tensor], device: torch.device) 
 def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
     """Advantages, CRPO loss (LENS Eq. 7) per micro-batch, backward, one optimizer step -> loss metrics."""
     cfg, mb = run.cfg, run.cfg.optim.micro_batch_size
-    old, ref, mask = old_and_ref_logprobs(run, sg)
+    reuse = own_prompt_rows(cfg, sg)
+    old, ref, mask = old_and_ref_logprobs(run, sg, reuse)
+    reuse = reuse.to(mask.device)
     adv = run.method.advantages(sg).to(mask.device)
     weights = sg.weights.to(mask.device)
     # Global normalisation (architecture.md, convention 7): every rank divides by the step's totals, so the
@@ -165,6 +236,9 @@ def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
     num_tokens = dist.all_reduce(float(mask.sum()), "sum")
     num_seqs = dist.all_reduce(float((mask.sum(1) > 0).sum()), "sum")
     meter = metrics.LossMeter()
+    # LENS: rows sampled from a purified prompt and trained on the original (Eq. 5 across prompts).
+    transfer = metrics.TransferMeter() if run.method.transfers else None
+    moved = torch.tensor([s != o for s, o in zip(sg.source, sg.original, strict=True)], dtype=torch.bool)
     with run.timer("update"):
         for s in model.micro_batch_starts(run.trainer.engine, len(sg.tokens), mb):  # ZeRO-3: same count per rank
             rows = slice(s, s + mb)
@@ -177,9 +251,11 @@ def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
                 return_entropy=True,
             )
             logp, m, ent = (_pad_to(t, mask.shape[1]) for t in (logp, m, ent))
+            # pi_old of own-prompt rows is this forward itself, before the step (own_prompt_rows).
+            old_rows = torch.where(reuse[rows, None], logp.detach(), old[rows])
             loss, parts = algos.crpo_loss(
                 logp,
-                old[rows],
+                old_rows,
                 ref[rows] if ref is not None else None,
                 adv[rows],
                 weights[rows],
@@ -194,10 +270,14 @@ def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
                 )
             run.trainer.backward(loss)
             meter.add(loss, parts, m, ent)
+            if transfer is not None:
+                terms = (logp, old[rows], adv[rows], weights[rows], m, moved[rows].to(m.device))
+                transfer.add(algos.transfer_terms(*terms, cfg.algorithm.loss_config()))
         grad_norm = run.trainer.step()
     if not math.isfinite(grad_norm):
         raise FloatingPointError(f"non-finite gradient norm {grad_norm}; the last checkpoint is kept")
-    return {**meter.metrics(), "grad_norm": grad_norm, "lr": run.trainer.lr}
+    diagnostics = transfer.metrics(dist.all_gather_objects) if transfer is not None else {}
+    return {**meter.metrics(), **diagnostics, "grad_norm": grad_norm, "lr": run.trainer.lr}
 
 
 def sync_weights(run: Run) -> None:
@@ -256,6 +336,7 @@ def save(run: Run, step: int) -> None:
         generators={"lens": run.rng},
         tokenizer=run.tokenizer,
         keep_last=run.cfg.checkpoint.keep_last,
+        data_sources=checkpoint.read_data_sources(run.cfg.run_dir),  # this run's, recorded by setup
     )
 
 
@@ -289,8 +370,30 @@ def main(argv: list[str] | None = None, *, until_exit: bool = False) -> dict[str
     # Afterwards the script ignores them: a skewed signal that reaches one rank after the checkpoint would
     # otherwise kill it as it tears down, and torchrun would report the finished job as failed. The request
     # file is `python -m lens.stop RUN_DIR`'s: a stop that torchrun does not see, so it exits 0.
-    with dist.StopFlag(request_file=request_path(cfg.run_dir), ignore_after=until_exit) as stop:
+    with dist.StopFlag(request_file=request_path(cfg.run_dir), ignore_after=until_exit) as stop, run_lock(cfg):
         return train(cfg, stop)
+
+
+@contextlib.contextmanager
+def run_lock(cfg: Config) -> Iterator[None]:
+    """Rank 0 holds the run directory's lock (lens.runlock) for the whole run. Collective: every rank learns
+    whether rank 0 got it and a refused launch fails on every rank at once, not on rank 0 alone while the
+    others wait for it in their first collective."""
+    rank, _ = model.setup_distributed(cfg.device)
+    lock, refused = None, None
+    if rank == 0:
+        try:
+            lock = runlock.RunLock.acquire(cfg.run_dir)
+        except runlock.RunDirInUse as e:
+            refused = str(e)
+    refused = dist.all_gather_objects(refused)[0]
+    if refused is not None:
+        raise runlock.RunDirInUse(refused)
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def train_step(run: Run, step: int) -> dict[str, float]:
@@ -324,9 +427,11 @@ def train(cfg: Config, stop: dist.StopFlag) -> dict[str, float]:
     rank0 = run.rank == 0
     if rank0:
         print(start_line(cfg, start), flush=True)
+    # Rows through the checkpoint's step stay; without a checkpoint (a fresh run, or a resume before the first
+    # checkpoint) the run logs again from step 0, so no earlier row may stay: each step is logged once.
     log = metrics.MetricsLogger(
         cfg.run_dir,
-        resume_step=start if cfg.checkpoint.resume != "none" else None,
+        resume_step=start if start > 0 else None,
         tensorboard=cfg.logging.tensorboard,
         wandb_project=cfg.logging.wandb_project,
         wandb_run_name=cfg.logging.wandb_run_name,
@@ -340,6 +445,11 @@ def train(cfg: Config, stop: dist.StopFlag) -> dict[str, float]:
     progress = metrics.Progress(cfg.optim.steps, initial=start, enabled=rank0)
     for step in range(start, cfg.optim.steps):
         last = train_step(run, step)
+        if step == start:
+            # The process's first step carries its one-time costs (allocator growth, lazy imports and
+            # kernel selection, any torch.compile): flagged, so that lens.report and the progress bar's
+            # rate can leave it out of the steady-state figures.
+            last["time/warmup"] = last["time/step"]
         done = step + 1
         if cfg.data.eval_every and (done % cfg.data.eval_every == 0 or done == cfg.optim.steps) and eval_sets:
             last.update(run_eval(run, eval_sets, eval_verifiers))

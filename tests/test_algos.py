@@ -160,6 +160,42 @@ def test_kl_k3_gradient():
     torch.testing.assert_close(logp.grad, torch.tensor([1.0 - math.exp(-1.0)]))
 
 
+def _k3_exact(d: torch.Tensor) -> torch.Tensor:
+    d = d.double()
+    return (torch.expm1(d) - d).clamp(max=algos.KL_CLAMP)
+
+
+def test_kl_k3_is_accurate_and_never_negative_near_zero():
+    # A policy equal to the reference up to rounding (|d| ~ 1e-6) logged loss/kl = -3.3e-9: exp(d) - d - 1
+    # cancels to exp's rounding error there. k3 >= 0 everywhere, 0 at d = 0, and close to the float64 value.
+    torch.manual_seed(0)
+    logp = -3 * torch.rand(64, 50)
+    ref = logp + 1e-6 * torch.randn(64, 50)
+    assert (algos.kl_penalty(logp, ref, "k3") >= 0).all()
+    assert algos.kl_penalty(logp, logp, "k3").abs().sum() == 0
+    d = torch.cat([-torch.logspace(-8, 1.3, 200), torch.zeros(1), torch.logspace(-8, 1.3, 200)])
+    got = algos.kl_penalty(torch.zeros_like(d), d, "k3").double()
+    torch.testing.assert_close(got, _k3_exact(d), rtol=5e-5, atol=1e-30)  # old formula: rtol ~20
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_crpo_kl_metric_and_gradient_near_zero(native):
+    if native and not ops.native_available():
+        pytest.skip("native extension not built")
+    torch.manual_seed(1)
+    logp = (-3 * torch.rand(16, 40)).requires_grad_()
+    ref = logp.detach() + 1e-6 * torch.randn(16, 40)
+    adv, w, mask = torch.zeros(16), torch.ones(16), torch.ones(16, 40, dtype=torch.bool)
+    fn = algos.crpo_loss if native else algos.crpo_loss_torch
+    loss, metrics = fn(logp, logp.detach(), ref, adv, w, mask, LossConfig(beta=1.0))
+    assert metrics["kl"].item() >= 0 and loss.item() >= 0
+    _, same = fn(logp, logp.detach(), logp.detach(), adv, w, mask, LossConfig(beta=1.0))
+    assert same["kl"].item() == 0.0
+    loss.backward()
+    d = (ref - logp.detach()).double()
+    torch.testing.assert_close(logp.grad.double(), -torch.expm1(d) / mask.sum(), rtol=1e-4, atol=1e-12)
+
+
 # ---------------------------------------------------------------------------------------------
 # CRPO loss (Eq. 7)
 # ---------------------------------------------------------------------------------------------
@@ -386,3 +422,50 @@ def test_greso_skipper_probabilities_adaptation_and_state():
     uids = ["a", "b", "c", "new"] * 50
     assert sk.keep(uids, g1) == restored.keep(uids, g2)
     assert 0 < sum(sk.keep(["b"] * 1000, g1)) < 40
+
+
+# ---------------------------------------------------------------------------------------------
+# Transfer diagnostics
+# ---------------------------------------------------------------------------------------------
+
+
+def _transfer_case():
+    # row 0: transferred, A = +1, w = 0.5, ratios 2 (clipped high), 0.5, 1
+    # row 1: transferred, A = -1, w = 1, ratios 0.25 (clipped low), 4 (dual clip), then padding (NaN)
+    # row 2: original, A = +2, w = 1, ratios 1, 1, then padding
+    log_ratio = torch.log(torch.tensor([[2.0, 0.5, 1.0], [0.25, 4.0, 1.0], [1.0, 1.0, 1.0]]))
+    old = -torch.rand(3, 3) - 0.5
+    logp = old + log_ratio
+    logp[1, 2] = float("nan")
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 0]], dtype=torch.bool)
+    adv, weights, transferred = torch.tensor([1.0, -1.0, 2.0]), torch.tensor([0.5, 1.0, 1.0]), torch.tensor([1, 1, 0])
+    return logp, old, adv, weights, mask, transferred.bool()
+
+
+def test_transfer_terms_hand_computed():
+    terms = algos.transfer_terms(*_transfer_case(), LossConfig())
+    torch.testing.assert_close(terms["ratios"], torch.tensor([2.0, 0.5, 1.0, 0.25, 4.0], dtype=torch.float64))
+    torch.testing.assert_close(terms["decide"], torch.tensor([0.5, 0.25], dtype=torch.float64))
+    assert terms["clipped"].tolist() == [3.0, 5.0]  # 2 > 1.2 (A > 0), 0.25 < 0.8 and 4 > clip_c = 3 (A < 0)
+    torch.testing.assert_close(terms["adv_mass"], torch.tensor([0.5 * 3 + 1 * 2, 2.0 * 2], dtype=torch.float64))
+    # the gradient factor w |A| rho of the unclipped tokens: row 0 keeps 0.5 and 1, row 1 keeps none
+    torch.testing.assert_close(terms["grad_mass"], torch.tensor([0.5 * 1.5, 2.0 * 2], dtype=torch.float64))
+
+
+def test_transfer_summary_hand_computed():
+    out = algos.transfer_summary(**algos.transfer_terms(*_transfer_case(), LossConfig()))
+    # ratios sorted 0.25 0.5 1 2 4: p10 at position 0.4, p90 at 3.6 (linear interpolation)
+    expected = {"transfer/ratio_p10": 0.35, "transfer/ratio_p50": 1.0, "transfer/ratio_p90": 3.2}
+    expected |= {"transfer/decide_ratio_p10": 0.275, "transfer/decide_ratio_p50": 0.375}
+    expected |= {"transfer/decide_ratio_p90": 0.475, "transfer/rows": 2.0, "transfer/tokens": 5.0}
+    expected |= {"transfer/clipfrac": 0.6, "transfer/adv_mass": 3.5, "transfer/adv_mass_share": 3.5 / 7.5}
+    expected |= {"transfer/grad_mass": 0.75, "transfer/grad_mass_share": 0.75 / 4.75}
+    assert out == pytest.approx(expected)
+
+
+def test_transfer_summary_without_transferred_rows():
+    logp, old, adv, w, mask, _ = _transfer_case()
+    out = algos.transfer_summary(**algos.transfer_terms(logp, old, adv, w, mask, torch.zeros(3, dtype=torch.bool)))
+    assert out["transfer/rows"] == out["transfer/tokens"] == 0.0
+    assert all(math.isnan(out[f"transfer/{k}"]) for k in ("ratio_p50", "decide_ratio_p10", "clipfrac"))
+    assert out["transfer/adv_mass_share"] == 0.0 and out["transfer/grad_mass"] == 0.0

@@ -28,6 +28,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from lens import checkpoint as ck
 from lens import model as lm
 from lens.config import load_config
+from lens.data import source_fingerprint
 
 VOCAB = 50
 
@@ -192,7 +193,12 @@ def test_interrupted_saves_are_never_picked_up(tmp_path, monkeypatch):
         ck.save(tmp_path, 7, engine_or_model=model)
     assert (root / ".tmp-step_00000007").is_dir()  # the half-written save is still there ...
     assert ck.latest(tmp_path) == good  # ... and ignored
-    assert ck.resolve_resume("auto", tmp_path) == good
+    with warnings.catch_warnings(record=True) as caught:  # the step directories with a bad meta.json are named
+        warnings.simplefilter("always")
+        assert ck.resolve_resume("auto", tmp_path) == good
+    said = " ".join(str(w.message) for w in caught)
+    assert "step_00000009/meta.json: missing" in said and "step_00000010/meta.json: unreadable" in said
+    assert "step_00000011/meta.json: says step 5" in said
     with pytest.raises(ValueError, match="not a complete checkpoint"):
         ck.load(root / "step_00000010", engine_or_model=model)
     monkeypatch.undo()
@@ -269,7 +275,8 @@ def test_meta_lists_every_file_with_size_and_sha256(two_saves):
     path = two_saves / ck.CHECKPOINTS / "step_00000002"
     meta = json.loads((path / ck.META).read_text())
     on_disk = sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() and p.name != ck.META)
-    assert sorted(meta["files"]) == on_disk and "hf/model.safetensors" in on_disk and meta["format"] == 2
+    assert sorted(meta["files"]) == on_disk and "hf/model.safetensors" in on_disk and meta["format"] == 3
+    assert meta["meta_sha256"] == ck._meta_digest(meta)  # meta.json is covered by its own checksum
     state = meta["files"]["state.pt"]
     assert state["size"] == (path / "state.pt").stat().st_size
     assert state["sha256"] == hashlib.sha256((path / "state.pt").read_bytes()).hexdigest()
@@ -319,6 +326,60 @@ def test_every_checkpoint_damaged_is_an_error_not_a_fresh_start(two_saves, tmp_p
         _truncate(run / ck.CHECKPOINTS / f"step_{step:08d}" / "hf" / "model.safetensors")
     with pytest.warns(UserWarning), pytest.raises(ValueError, match=r"every checkpoint under .* is damaged"):
         ck.resolve_resume("auto", run)
+
+
+def _zero(file):
+    file.write_bytes(bytes(file.stat().st_size))
+
+
+def _flip_in_a_hash(file):
+    # One bit of a sha256 in meta.json: still valid JSON, so only meta.json's own checksum can tell.
+    text = file.read_text()
+    at = text.index('"sha256": "') + len('"sha256": "') + 5
+    file.write_text(text[:at] + chr(ord(text[at]) ^ 1) + text[at + 1 :])
+
+
+META_DAMAGE = {
+    "deleted": lambda f: f.unlink(),
+    "truncated": _truncate,
+    "zeroed": _zero,
+    "flipped": _flip_in_a_hash,
+}
+
+
+@pytest.mark.parametrize("damage", list(META_DAMAGE))
+def test_a_damaged_meta_json_is_named_and_skipped(two_saves, tmp_path, damage):
+    # Before: deleted, truncated or zeroed -> the previous checkpoint with no warning; flipped -> a warning
+    # naming another file (the one whose recorded hash was hit).
+    run = tmp_path / "run"
+    shutil.copytree(two_saves, run)
+    bad = run / ck.CHECKPOINTS / "step_00000002"
+    META_DAMAGE[damage](bad / ck.META)
+    with pytest.warns(UserWarning, match=r"skipping damaged checkpoint .*step_00000002: .*step_00000002/meta\.json"):
+        assert ck.resolve_resume("auto", run) == run / ck.CHECKPOINTS / "step_00000001"
+    with pytest.raises(ValueError, match=r"meta\.json"):
+        ck.resolve_resume(str(bad), run)
+
+
+def test_every_meta_json_deleted_is_refused_not_a_fresh_start(two_saves, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(two_saves, run)
+    for step in (1, 2):
+        (run / ck.CHECKPOINTS / f"step_{step:08d}" / ck.META).unlink()
+    with pytest.warns(UserWarning), pytest.raises(ValueError, match=r"every checkpoint under .* is damaged") as error:
+        ck.resolve_resume("auto", run)
+    assert "meta.json: missing" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_format_2_meta_json_without_its_checksum_is_accepted_and_said(two_saves, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(two_saves, run)
+    path = run / ck.CHECKPOINTS / "step_00000002"
+    meta = json.loads((path / ck.META).read_text())
+    del meta["meta_sha256"]
+    (path / ck.META).write_text(json.dumps({**meta, "format": 2}))
+    with pytest.warns(UserWarning, match="before meta.json carried its own checksum"):
+        assert ck.resolve_resume("auto", run) == path
 
 
 def test_unreadable_files_are_named_even_without_a_manifest(two_saves, tmp_path):
@@ -371,11 +432,39 @@ def test_two_ranks_hash_and_verify_together(tmp_path):
     got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert got[0] == got[1] and got[0]["chosen"] == "step_00000001"
     assert {"rng/rank_00000.pt", "rng/rank_00001.pt", "state.pt", "trainer.pt"} <= set(got[0]["files"])
+    # 2 -> 1 ranks: rank 0's files are all there, so only meta.json's world size can refuse it (before: accepted)
+    with pytest.raises(ValueError, match=r"written by 2 rank\(s\) and this run has 1; resume it with 2") as error:
+        ck.check_world_size(tmp_path / "run" / ck.CHECKPOINTS / "step_00000001", 1)
+    assert "\n" not in str(error.value)
+    ck.check_world_size(tmp_path / "run" / ck.CHECKPOINTS / "step_00000001", 2)
+
+
+def test_a_checkpoint_of_one_rank_is_refused_on_two(two_saves):
+    path = two_saves / ck.CHECKPOINTS / "step_00000001"
+    ck.check_world_size(path, 1)
+    with pytest.raises(ValueError, match=r"written by 1 rank\(s\) and this run has 2"):
+        ck.check_world_size(path, 2)
 
 
 # ----------------------------------------------------------------------------------------------
 # The run directory belongs to one run; config drift on resume
 # ----------------------------------------------------------------------------------------------
+
+
+def _check_and_claim(run_dir, cfg, resume, **kw):
+    """The trainer's order: check before its setup, claim after it."""
+    path = ck.check_run_dir(run_dir, cfg, resume, **kw)
+    ck.claim_run_dir(run_dir, cfg)
+    return path
+
+
+def test_checking_a_run_dir_writes_nothing(tmp_path):
+    # Issue 26.2: the trainer checks before its setup and claims after it, so a setup that fails (a wrong
+    # model.path, a bad data file) leaves the directory as it found it and the corrected command is accepted.
+    cfg = load_config(None, [], cuda_available=False).to_dict()
+    assert ck.check_run_dir(tmp_path / "new", cfg, "none") is None
+    assert ck.check_run_dir(tmp_path / "new", cfg, "auto") is None
+    assert not (tmp_path / "new").exists()
 
 
 def test_default_run_dir_names_method_and_seed():
@@ -386,35 +475,35 @@ def test_default_run_dir_names_method_and_seed():
 @pytest.mark.parametrize("marker", ["metrics.jsonl", "config.yaml", "checkpoints"])
 def test_a_fresh_run_refuses_a_used_run_dir(tmp_path, marker):
     cfg = load_config(None, [], cuda_available=False).to_dict()
-    assert ck.claim_run_dir(tmp_path / "new", cfg, "none") is None  # an unused directory is claimed ...
+    assert _check_and_claim(tmp_path / "new", cfg, "none") is None  # an unused directory is claimed ...
     assert yaml.safe_load((tmp_path / "new" / "config.yaml").read_text()) == cfg  # ... by its config
     used = tmp_path / "used"
     used.mkdir()
     (used / marker).mkdir() if marker == "checkpoints" else (used / marker).write_text("")
     with pytest.raises(ValueError) as error:
-        ck.claim_run_dir(used, cfg, "none")
+        ck.check_run_dir(used, cfg, "none")
     message = str(error.value)
     assert "\n" not in message and str(used) in message and marker in message
     assert "--resume auto" in message and "another run_dir" in message
-    # A directory with only config.yaml is a run that failed in its setup: the message says so, since the user
-    # reran the same command and may not know that the failed attempt claimed the directory.
+    # A directory with only config.yaml is a run claimed after its setup that stopped before its first step: the
+    # message says so, since the user reran the same command and may not know that the attempt claimed it.
     assert ("stopped before its first step" in message) == (marker == "config.yaml")
-    assert ck.claim_run_dir(used, cfg, "auto") is None  # auto continues it (nothing saved yet)
+    assert _check_and_claim(used, cfg, "auto") is None  # auto continues it (nothing saved yet)
 
 
 def test_resume_auto_continues_and_checks_the_config(tmp_path):
     cfg = load_config(None, ["algorithm.m=8"], cuda_available=False)
-    assert ck.claim_run_dir(tmp_path, cfg.to_dict(), "none") is None
+    assert _check_and_claim(tmp_path, cfg.to_dict(), "none") is None
     path = ck.save(tmp_path, 2, engine_or_model=tiny_qwen2(), config=cfg)
     longer = load_config(None, ["algorithm.m=8", "optim.steps=80", "checkpoint.every=5"], cuda_available=False)
-    assert ck.claim_run_dir(tmp_path, longer.to_dict(), "auto") == path  # extending a run is fine
+    assert _check_and_claim(tmp_path, longer.to_dict(), "auto") == path  # extending a run is fine
     changed = load_config(None, ["algorithm.m=4", "optim.steps=80"], cuda_available=False).to_dict()
     with pytest.raises(ValueError, match=r"algorithm\.m: 8 -> 4.*checkpoint\.allow_config_change=true") as error:
-        ck.claim_run_dir(tmp_path, changed, "auto")
+        ck.check_run_dir(tmp_path, changed, "auto")
     assert "optim.steps" not in str(error.value)
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["optim"]["steps"] == 80  # refused: untouched
     with pytest.warns(UserWarning, match=r"changed config: algorithm\.m: 8 -> 4"):
-        assert ck.claim_run_dir(tmp_path, changed, "auto", allow_config_change=True) == path
+        assert _check_and_claim(tmp_path, changed, "auto", allow_config_change=True) == path
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["algorithm"]["m"] == 4
 
 
@@ -437,3 +526,111 @@ def test_config_changes_and_the_rule():
     for override in ["optim.steps=99", "checkpoint.keep_last=5", "logging.tensorboard=false", "data.eval_every=3"]:
         new = load_config(None, [override], cuda_available=False).to_dict()
         assert len(ck.check_resume_config(base, new, allow_change=False)) == 1, override
+
+
+# ----------------------------------------------------------------------------------------------
+# A full disk while saving
+# ----------------------------------------------------------------------------------------------
+
+# What a full disk looks like from torch.save (its zip writer drops the errno) and from a plain write.
+FULL_DISK = {
+    "unexpected pos": RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 173504 vs 173392"),
+    "basic_ios": RuntimeError("basic_ios::clear: iostream error"),
+    "ENOSPC": OSError(28, "No space left on device"),
+}
+
+
+@pytest.mark.parametrize("error", list(FULL_DISK))
+def test_a_full_disk_names_the_path_and_the_last_good_checkpoint(tmp_path, monkeypatch, error):
+    model = tiny_qwen2()
+    good = ck.save(tmp_path, 2, engine_or_model=model, state={"step": 2})
+    real_save = torch.save
+
+    def full(obj, file, *args, **kwargs):
+        if Path(file).name == "state.pt":  # some files are already written: they must go
+            raise FULL_DISK[error]
+        return real_save(obj, file, *args, **kwargs)
+
+    monkeypatch.setattr(ck.torch, "save", full)
+    monkeypatch.setattr(ck.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10 << 30, 10 << 30, 4096))
+    with pytest.raises(ValueError) as caught:
+        ck.save(tmp_path, 4, engine_or_model=model, state={"step": 4})
+    message = str(caught.value)
+    assert message.startswith(f"disk full at {tmp_path / ck.CHECKPOINTS} while saving step 4; ")
+    assert f"the last good checkpoint is {good}" in message and "\n" not in message
+    assert sorted(p.name for p in (tmp_path / ck.CHECKPOINTS).iterdir()) == ["step_00000002"]  # no partial save
+    monkeypatch.undo()
+    assert ck.verify(good) == [] and ck.load(good, engine_or_model=tiny_qwen2()).state == {"step": 2}
+
+
+def _no_space(*args, **kwargs):
+    raise FULL_DISK["ENOSPC"]
+
+
+def _full_disk_on_rank_1_worker(rank: int, tmp: str) -> None:
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=rank, world_size=2)
+    run, model = Path(tmp) / "run", tiny_qwen2()
+    ck.save(run, 1, engine_or_model=model)
+    if rank == 1:  # only rank 1's disk (its RNG file) fills up: rank 0 must not wait for it forever
+        ck.torch.save = _no_space
+    try:
+        ck.save(run, 2, engine_or_model=model)
+        message = "saved"
+    except ValueError as error:
+        message = str(error)
+    (Path(tmp) / f"rank{rank}.txt").write_text(message)
+    torch.distributed.destroy_process_group()
+
+
+def test_a_full_disk_on_one_rank_stops_every_rank_with_the_same_line(tmp_path):
+    torch.multiprocessing.spawn(_full_disk_on_rank_1_worker, args=(str(tmp_path),), nprocs=2, join=True)
+    said = [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)]
+    assert said[0] == said[1] and said[0].startswith("disk full at ") and "step_00000001" in said[0]
+    assert sorted(p.name for p in (tmp_path / "run" / ck.CHECKPOINTS).iterdir()) == ["step_00000001"]
+
+
+def test_a_write_error_with_free_space_is_not_called_a_full_disk(tmp_path, monkeypatch):
+    def broken(obj, file, *args, **kwargs):
+        raise FULL_DISK["unexpected pos"]
+
+    monkeypatch.setattr(ck.torch, "save", broken)
+    monkeypatch.setattr(ck.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10 << 30, 1 << 30, 9 << 30))
+    with pytest.raises(RuntimeError, match="unexpected pos"):
+        ck.save(tmp_path, 1, engine_or_model=tiny_qwen2())
+
+
+# ----------------------------------------------------------------------------------------------
+# The data of a resumed run
+# ----------------------------------------------------------------------------------------------
+
+
+def test_a_changed_data_file_is_refused_naming_it_unless_allowed(tmp_path):
+    data_file = tmp_path / "vt.jsonl"
+    data_file.write_text('{"problem": "1+1", "answer": "2"}\n')
+    sources = {f"train {data_file}": source_fingerprint(str(data_file), role="train")}
+    run = tmp_path / "run"
+    ck.record_data_sources(run, sources)
+    path = ck.save(run, 1, engine_or_model=tiny_qwen2(), data_sources=ck.read_data_sources(run))
+    assert ck.read_data_sources(path) == sources and ck.verify(path) == []
+    assert ck.check_resume_data(run, path, sources) == []
+    moved = tmp_path / "moved.jsonl"  # the same content elsewhere is the same data
+    shutil.copy(data_file, moved)
+    assert ck.check_resume_data(run, path, {f"train {data_file}": source_fingerprint(str(moved))}) == []
+    data_file.write_text('{"problem": "1+1", "answer": "3"}\n')  # same size, another answer
+    changed = {f"train {data_file}": source_fingerprint(str(data_file), role="train")}
+    for resume_from in (path, None):  # against the checkpoint's, or run_dir's before the first checkpoint
+        with pytest.raises(ValueError, match=rf"{re.escape(str(data_file))} changed since it was recorded") as error:
+            ck.check_resume_data(run, resume_from, changed)
+        assert "checkpoint.allow_config_change=true" in str(error.value) and "\n" not in str(error.value)
+    with pytest.warns(UserWarning, match="resuming on changed data"):
+        assert len(ck.check_resume_data(run, path, changed, allow_change=True)) == 1
+
+
+def test_data_fingerprints_of_tasks_and_named_sets(tmp_path):
+    assert source_fingerprint("vartrack", seed=3) == {"task": "vartrack", "seed": 3}
+    assert source_fingerprint("hf:org/set@train") == {"hub": "org/set", "config": None, "split": "train"}
+    (tmp_path / "math500").mkdir()
+    (tmp_path / "math500" / "test.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
+    named = source_fingerprint("math500", data_dir=tmp_path)
+    assert named["file"] == str((tmp_path / "math500" / "test.jsonl").resolve()) and named["size"] == 34

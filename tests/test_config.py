@@ -175,11 +175,40 @@ def test_batches_must_divide_over_ranks():
     cfg = cpu("optim.micro_batch_size=16", world_size=4)  # 16 x 8 / 4 = 32 rollouts per rank
     assert cfg.optim.micro_batch_size == 16
     with pytest.raises(ValueError, match=r"optim\.micro_batch_size=32: must divide the 16 rollouts per rank"):
-        cpu(world_size=8)
+        cpu("optim.micro_batch_size=32", world_size=8)
     with pytest.raises(ValueError, match=r"algorithm\.dapo\.gen_batch_size=6: does not divide over 4 ranks"):
         cpu("algorithm.name=dapo", "algorithm.dapo.gen_batch_size=6", "optim.micro_batch_size=8", world_size=4)
     with pytest.raises(ValueError, match=r"rollout\.tensor_parallel_size=3"):
         load_config(PAPER_PRESETS[0], ["rollout.tensor_parallel_size=3"], **GPU8)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "world", "expected"),
+    [
+        ([], 1, 32),  # 16 x 8 = 128 rollouts
+        ([], 8, 16),  # 16 per rank: the old fixed default of 32 refused this run
+        (["data.batch_size=4", "algorithm.m=4"], 1, 16),
+        (["data.batch_size=3", "algorithm.m=4"], 1, 12),
+        (["data.batch_size=5", "algorithm.m=7"], 1, 7),
+        (["data.batch_size=16", "algorithm.m=6"], 2, 24),
+        (["optim.micro_batch_size=auto", "data.batch_size=2"], 1, 16),
+        (["optim.micro_batch_size=4"], 1, 4),
+    ],
+)
+def test_micro_batch_size_defaults_to_a_divisor_of_the_rollouts_per_rank(overrides, world, expected):
+    assert cpu(*overrides, world_size=world).optim.micro_batch_size == expected
+    assert (
+        load_config(CONFIG_DIR / "cpu_default.yaml", overrides, **{**CPU, "world_size": world}).optim.micro_batch_size
+        == expected
+    )
+
+
+def test_explicit_micro_batch_size_that_does_not_divide_is_one_error():
+    with pytest.raises(ValueError, match=r"^optim\.micro_batch_size=5: must divide the 16 rollouts per rank") as err:
+        cpu("optim.micro_batch_size=5", "data.batch_size=4", "algorithm.m=4")
+    assert "\n" not in str(err.value)
+    with pytest.raises(TypeError, match=r"optim\.micro_batch_size"):
+        cpu("optim.micro_batch_size=big")
 
 
 def test_algorithm_names_imply_their_values():

@@ -121,6 +121,19 @@ def test_logger_resume_drops_rows_after_the_checkpoint(tmp_path):
     assert rows(tmp_path / mx.METRICS_FILE) == [{"step": 1, "x": -1}]
 
 
+def test_a_run_started_over_at_step_0_shows_each_tensorboard_step_once(tmp_path):
+    # A resume before the first checkpoint logs step 0 again: TensorBoard must not show the first try's points.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for value in (1.0, 2.0):
+        with mx.MetricsLogger(tmp_path, tensorboard=True) as log:
+            log.log(0, {"eval/x": value})
+            log.log(1, {"eval/x": value})
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("eval/x")] == [(0, 2.0), (1, 2.0)]
+
+
 def test_logger_disabled_and_wandb_missing(tmp_path):
     log = mx.MetricsLogger(tmp_path / "r1", enabled=False)
     log.log(1, {"x": 1})
@@ -145,6 +158,22 @@ def test_console_helpers(capsys):
     table = mx.format_table(["stage", "seconds"], [["generate", 1.23456], ["update", 2]])
     assert table.splitlines() == ["stage     seconds", "--------  -------", "generate  1.235  ", "update    2      "]
     assert math.isfinite(len(mx.format_table(["a"], [])))
+
+
+def test_progress_rate_leaves_out_the_warmup_step(monkeypatch) -> None:
+    # A 100 s first step then 1 s steps: the ETA must follow the 1 s steps (it predicted ~100 s per step).
+    now = [0.0]
+    with mx.Progress(10, enabled=True) as bar:
+        monkeypatch.setattr(bar._bar, "_time", lambda: now[0])
+        bar._bar.start_t = bar._bar.last_print_t = 0.0
+        now[0] = 100.0
+        bar.update(1, {"time/step": 100.0})
+        for step in range(2, 5):
+            now[0] += 1.0
+            bar.update(step, {"time/step": 1.0})
+        fmt = bar._bar.format_dict
+        rate = (fmt["n"] - fmt["initial"]) / fmt["elapsed"] if fmt["rate"] is None else fmt["rate"]
+        assert rate == pytest.approx(1.0)
 
 
 def test_batch_counts():
@@ -176,3 +205,25 @@ def test_loss_meter_sums_shares_and_weights_token_means():
     assert got["loss/kl"] == pytest.approx((0.1 * 3 + 0.5 * 1) / 4)  # token-weighted, not (0.1 + 0.5) / 2
     assert got["entropy"] == 3.0 and got["loss/clipfrac_low"] == 0.0
     assert mx.LossMeter().metrics()["loss/kl"] == 0.0  # no tokens: zero means, as before
+
+
+def test_transfer_meter_summarizes_every_micro_batch_and_rank():
+    from lens import algos
+
+    torch.manual_seed(0)
+    logp, old = -torch.rand(6, 5), -torch.rand(6, 5)
+    adv, w = torch.tensor([1.0, -1.0, 0.5, 2.0, -0.5, 1.0]), torch.rand(6)
+    mask = torch.rand(6, 5) > 0.3
+    moved = torch.tensor([1, 0, 1, 1, 0, 0]).bool()
+    whole = algos.transfer_summary(**algos.transfer_terms(logp, old, adv, w, mask, moved))
+    ranks = [mx.TransferMeter(), mx.TransferMeter()]
+    for rows in (slice(0, 2), slice(2, 3), slice(3, 6)):  # micro-batches, the last one on the second rank
+        meter = ranks[0] if rows.start < 3 else ranks[1]
+        meter.add(algos.transfer_terms(logp[rows], old[rows], adv[rows], w[rows], mask[rows], moved[rows]))
+    locals_ = [r.local() for r in ranks]
+    got = ranks[0].metrics(lambda _: locals_)
+    assert got.keys() == whole.keys() and whole["transfer/rows"] == 3.0
+    for key, value in whole.items():
+        assert got[key] == pytest.approx(value) or (math.isnan(value) and math.isnan(got[key])), key
+    empty = mx.TransferMeter().metrics(lambda local: [local])
+    assert empty["transfer/rows"] == 0.0 and math.isnan(empty["transfer/ratio_p50"])

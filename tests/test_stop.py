@@ -1,5 +1,5 @@
 """Tests of lens.stop: `python -m lens.stop RUN_DIR` writes a request only into a run's directory, a run
-removes a stale one when it claims its directory, and StopFlag honours and consumes a request once.
+removes one from before its launch, and StopFlag honours and consumes a request once.
 (The trainer under torchrun, 1 and 2 ranks: tests/test_train_processes.py.)
 
 Run: `OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_stop.py -q`.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lens import checkpoint, dist, stop
+from lens import checkpoint, dist, runlock, stop
 from lens.config import load_config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 def run_dir(tmp_path):
     """A directory claimed by a fresh run, as the trainer claims it before its first step."""
     root = tmp_path / "run"
-    checkpoint.claim_run_dir(root, load_config(None, [], cuda_available=False).to_dict(), "none")
+    checkpoint.claim_run_dir(root, load_config(None, [], cuda_available=False).to_dict())
     return root
 
 
@@ -56,22 +56,35 @@ def test_no_run_is_a_one_line_error(tmp_path, capsys, make, message):
     assert not (target / "STOP").exists()
 
 
-@pytest.mark.parametrize("resume", ["none", "auto"])
-def test_a_request_found_when_a_run_claims_its_dir_is_removed_with_a_warning(tmp_path, resume):
+def test_a_request_from_before_the_launch_is_removed_and_a_later_one_kept(tmp_path):
+    # Issue 28.9: the trainer compares a request with its launch time (torchrun's start), so a request sent while
+    # the ranks start or a resume verifies its checkpoint is this run's, and only an older one is stale.
     root = tmp_path / "run"
     root.mkdir()
-    stop.request_path(root).write_text("left by a run that was killed\n")
-    cfg = load_config(None, [], cuda_available=False).to_dict()
+    request = stop.request_path(root)
+    request.write_text("left by a run that was killed\n")
+    written = request.stat().st_mtime
+    assert not stop.discard_stale_request(root, launched=written)  # sent as the run launched: kept
+    assert request.exists()
     with pytest.warns(UserWarning, match=r"removed .*STOP: a stop request left from before this run started"):
-        checkpoint.claim_run_dir(root, cfg, resume)
-    assert not stop.request_path(root).exists()
-    assert not stop.discard_stale_request(root)  # nothing left to remove
+        assert stop.discard_stale_request(root, launched=written + 1.0)
+    assert not request.exists()
+    assert not stop.discard_stale_request(root, launched=written + 1.0)  # nothing left to remove
+
+
+def test_a_run_that_is_setting_up_accepts_a_request(tmp_path):
+    # The run claims its directory (config.yaml) once its setup succeeded; before that its lock names it.
+    lock = runlock.RunLock.acquire(tmp_path / "run")
+    try:
+        assert stop.request_stop(tmp_path / "run") == tmp_path / "run" / "STOP"
+    finally:
+        lock.release()
 
 
 def test_a_used_run_dir_keeps_its_request_when_a_fresh_run_is_refused(run_dir):
     stop.request_stop(run_dir)  # the request of the run that owns the directory, perhaps still running
     with pytest.raises(ValueError, match="already holds a run"):
-        checkpoint.claim_run_dir(run_dir, load_config(None, [], cuda_available=False).to_dict(), "none")
+        checkpoint.check_run_dir(run_dir, load_config(None, [], cuda_available=False).to_dict(), "none")
     assert stop.request_path(run_dir).exists()
 
 

@@ -61,7 +61,11 @@ struct KlTerm {
 };
 
 // y = ref_logp - logp. k1 = -y and k2 = y^2 / 2, unclamped (as verl); k3 = min(exp(d) - d - 1, 10) with
-// d = clamp(y, -20, 20), the only estimator whose exp needs the guard.
+// d = clamp(y, -20, 20), the only estimator whose exp needs the guard. Near d = 0, exp(d) - d - 1 cancels
+// to the rounding error of exp (about 1e-7, of either sign), so a policy equal to the reference logged a
+// negative KL; there k3 is its Taylor series, accurate and >= 0 (its truncation error is < 2e-9 at |d| = 0.1).
+constexpr float kKlSeriesBound = 0.1f;
+
 template <KlKind K>
 LENS_HD KlTerm kl_term(float logp, float ref_logp) {
   const float y = ref_logp - logp;
@@ -73,8 +77,12 @@ LENS_HD KlTerm kl_term(float logp, float ref_logp) {
     return {0.5f * y * y, -y};
   } else if constexpr (K == KlKind::k3) {
     const float e = lens_exp(d);
-    const float q = e - d - 1.0f;
-    const float g = q <= kKlClamp ? 1.0f - e : 0.0f;
+    const bool near = (d > -kKlSeriesBound) & (d < kKlSeriesBound);
+    const float series = d * d * (0.5f + d * (1.0f / 6.0f + d * (1.0f / 24.0f + d * (1.0f / 120.0f))));
+    const float q = near ? series : e - d - 1.0f;
+    // d q / d d = exp(d) - 1, its series near 0; d d / d logp = -1.
+    const float dq = near ? d * (1.0f + d * (0.5f + d * (1.0f / 6.0f + d * (1.0f / 24.0f)))) : e - 1.0f;
+    const float g = q <= kKlClamp ? -dq : 0.0f;
     return {q < kKlClamp ? q : kKlClamp, d_live ? g : 0.0f};
   } else {
     return {0.0f, 0.0f};

@@ -8,7 +8,9 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "../checks.h"
@@ -62,6 +64,32 @@ cpu::RowInputs<T, M> row_inputs(const CrpoInputs& in, int64_t i) {
           in.weights.const_data_ptr<float>()[i]};
 }
 
+// A bf16 row as raw bits, for the blocked bf16 kernels (c10::BFloat16 is one uint16_t of those bits).
+static_assert(sizeof(c10::BFloat16) == sizeof(uint16_t));
+template <typename M>
+cpu::RowInputs<uint16_t, M> bits_row(const cpu::RowInputs<c10::BFloat16, M>& r) {
+  auto bits = [](const c10::BFloat16* p) { return reinterpret_cast<const uint16_t*>(p); };
+  return {bits(r.logp), bits(r.old_logp), bits(r.ref_logp), r.mask, r.len, r.adv, r.weight};
+}
+
+template <KlKind K, typename T, typename M>
+RowPartials row_forward(const CrpoInputs& in, int64_t i) {
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    return cpu::crpo_row_forward_bf16<K>(bits_row(row_inputs<T, M>(in, i)), in.hyper);
+  } else {
+    return cpu::crpo_row_forward<K>(row_inputs<T, M>(in, i), in.hyper);
+  }
+}
+
+template <KlKind K, typename T, typename M>
+void row_backward(const cpu::RowInputs<T, M>& row, const CrpoHyper& h, float scale, T* grad) {
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    cpu::crpo_row_backward_bf16<K>(bits_row(row), h, scale, reinterpret_cast<uint16_t*>(grad));
+  } else {
+    cpu::crpo_row_backward<K>(row, h, scale, grad);
+  }
+}
+
 std::tuple<at::Tensor, at::Tensor> crpo_loss_fwd_cpu(const at::Tensor& logp, const at::Tensor& old_logp,
                                                      const std::optional<at::Tensor>& ref_logp,
                                                      const at::Tensor& advantages, const at::Tensor& weights,
@@ -80,7 +108,7 @@ std::tuple<at::Tensor, at::Tensor> crpo_loss_fwd_cpu(const at::Tensor& logp, con
     dispatch_kl(in.kl, [&](auto k_tag) {
       constexpr KlKind K = decltype(k_tag)::value;
       at::parallel_for(0, in.rows, row_grain(in.cols), [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) rows[i] = cpu::crpo_row_forward<K>(row_inputs<T, M>(in, i), in.hyper);
+        for (int64_t i = begin; i < end; ++i) rows[i] = row_forward<K, T, M>(in, i);
       });
     });
   });
@@ -119,7 +147,7 @@ at::Tensor crpo_loss_bwd_cpu(const at::Tensor& grad_loss, const at::Tensor& logp
           const cpu::RowInputs<T, M> row = row_inputs<T, M>(in, i);
           const float len = in.agg == Agg::seq_mean_token_mean ? cpu::mask_row_sum(row.mask, in.cols) : 0.0f;
           const float scale = g * row_grad_scale(in.agg, len, in.cols, denom_tokens, denom_seqs);
-          cpu::crpo_row_backward<K>(row, in.hyper, scale, grad.mutable_data_ptr<T>() + i * in.cols);
+          row_backward<K>(row, in.hyper, scale, grad.mutable_data_ptr<T>() + i * in.cols);
         }
       });
     });

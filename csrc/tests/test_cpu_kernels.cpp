@@ -3,9 +3,12 @@
 //   cmake -S . -B build/cmake -DLENS_BUILD_EXTENSION=OFF && cmake --build build/cmake && ctest --test-dir build/cmake
 //
 // Covers each clip branch of LENS Eq. (7), the KL estimators, one masked row, the three
-// aggregations, GRPO and LENS Eq. (6) advantages, and the clamped ratio of Eq. (5).
+// aggregations, GRPO and LENS Eq. (6) advantages, the clamped ratio of Eq. (5), and the bf16 rows
+// widened to fp32 in blocks (bit conversions and block sums against the fp32 kernel).
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "../core/crpo_reduce.h"
@@ -173,6 +176,55 @@ void test_importance_ratio() {
   check_close(ratio[1], std::exp(20.0), "ratio clamped", 1e-6);
 }
 
+uint16_t bf16_bits(float f) {  // truncation: the test values are exact in bf16
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+void test_bf16_blocks() {
+  using lens::KlKind;
+  namespace cpu = lens::cpu;
+  // Conversions: widening is exact, narrowing rounds to nearest even and keeps NaN quiet.
+  const float in[5] = {1.0f + 1.0f / 256.0f, 1.0f + 3.0f / 256.0f, -2.5f, 1.0f + 1.0f / 512.0f, NAN};
+  uint16_t out[5];
+  cpu::float_to_bf16(in, 5, out);
+  check_true(out[0] == 0x3F80 && out[1] == 0x3F82, "bf16 ties round to even");
+  check_true(out[2] == bf16_bits(-2.5f) && out[3] == 0x3F80 && out[4] == 0x7FC0, "bf16 exact, below half, NaN");
+  float back[5];
+  cpu::bf16_to_float(out, 5, back);
+  check_close(back[2], -2.5, "bf16 widening");
+  // A row of 3 blocks + 37 tokens (values exact in bf16) against the fp32 kernel on the same values.
+  const int64_t n = 3 * cpu::kBf16Block + 37;
+  std::vector<float> lp(n), old(n), ref(n);
+  std::vector<uint16_t> lp16(n), old16(n), ref16(n);
+  std::vector<uint8_t> mask(n);
+  for (int64_t t = 0; t < n; ++t) {
+    lp[t] = -0.25f * static_cast<float>(t % 13) / 8.0f;
+    old[t] = lp[t] + 0.125f * static_cast<float>(t % 5 - 2);
+    ref[t] = lp[t] - 0.0625f * static_cast<float>(t % 3);
+    lp16[t] = bf16_bits(lp[t]), old16[t] = bf16_bits(old[t]), ref16[t] = bf16_bits(ref[t]);
+    mask[t] = t % 7 != 0;
+  }
+  const bool* m = reinterpret_cast<const bool*>(mask.data());
+  const lens::CrpoHyper h{0.2f, 0.2f, 3.0f, 0.5f};
+  const cpu::RowInputs<float, bool> f32{lp.data(), old.data(), ref.data(), m, n, 1.5f, 0.75f};
+  const cpu::RowInputs<uint16_t, bool> b16{lp16.data(), old16.data(), ref16.data(), m, n, 1.5f, 0.75f};
+  const lens::RowPartials want = cpu::crpo_row_forward<KlKind::k3>(f32, h);
+  const lens::RowPartials got = cpu::crpo_row_forward_bf16<KlKind::k3>(b16, h);
+  check_close(got.loss, want.loss, "bf16 blocks: loss", 1e-4);
+  check_close(got.kl, want.kl, "bf16 blocks: kl", 1e-4);
+  check_close(got.count, want.count, "bf16 blocks: count");
+  check_close(got.clip_high + got.clip_low, want.clip_high + want.clip_low, "bf16 blocks: clip counts");
+  check_close(got.ratio_max, want.ratio_max, "bf16 blocks: ratio max");
+  std::vector<float> g32(n), gwant(n);
+  std::vector<uint16_t> g16(n), gwant16(n);
+  cpu::crpo_row_backward<KlKind::k3>(f32, h, 0.01f, g32.data());
+  cpu::float_to_bf16(g32.data(), n, gwant16.data());
+  cpu::crpo_row_backward_bf16<KlKind::k3>(b16, h, 0.01f, g16.data());
+  check_true(g16 == gwant16, "bf16 blocks: gradient bits equal the fp32 gradient rounded");
+}
+
 }  // namespace
 
 int main() {
@@ -182,6 +234,7 @@ int main() {
   test_row_and_aggregation();
   test_advantages();
   test_importance_ratio();
+  test_bf16_blocks();
   if (failures) {
     std::printf("%d check(s) failed\n", failures);
     return 1;

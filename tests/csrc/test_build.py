@@ -63,6 +63,15 @@ def test_cuda_sources_compile_for_sm90() -> None:
         list(pool.map(compile_one, cu_files))
 
 
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="readelf not found")
+def test_extension_links_openmp() -> None:
+    # at::parallel_for runs its OpenMP region in the extension's own code: built without -fopenmp the
+    # native ops ran on one thread whatever torch.set_num_threads said. With it, libgomp is NEEDED.
+    lens_c = pytest.importorskip("lens._C")
+    out = run(["readelf", "-d", lens_c.__file__], ROOT)
+    assert "libgomp" in out, "lens._C was built without -fopenmp: its parallel_for loops are serial"
+
+
 @pytest.mark.skipif(CMAKE is None, reason="cmake not found")
 def test_cmake_cpu_kernel_tests_pass(tmp_path: Path) -> None:
     # The torch-free C++ test target alone: configure, build and ctest in a few seconds.

@@ -11,6 +11,8 @@ split invariance; lens.algos dispatch. CUDA variants of every test are marked `g
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -126,6 +128,62 @@ def test_crpo_loss_odd_shapes(device: str, shape: tuple[int, int]) -> None:
     args = [x[:, :t] if x.dim() == 2 else x for x in args]
     args[-1] = torch.ones_like(args[-1])
     assert_loss_matches(tuple(args), agg="seq_mean_token_mean")
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean"])
+def test_crpo_loss_bf16_blocks_equal_fp32_on_the_same_values(agg: str) -> None:
+    # The CPU bf16 path widens rows to fp32 in blocks of 512 (csrc/cpu/crpo_loss_kernel.h) and runs the
+    # fp32 kernel on them: rows of 3 blocks + a remainder give the fp32 path's loss (up to the order of
+    # the block sums) and exactly its gradient rounded to bf16.
+    args = loss_inputs(7, 3 * 512 + 77, seed=11, dtype=torch.bfloat16)
+    widened = tuple(x.float() if x.dtype == torch.bfloat16 else x for x in args)
+    loss, metrics, grad = run_loss(ops.crpo_loss, *args, beta=0.05, agg=agg)
+    loss32, metrics32, grad32 = run_loss(ops.crpo_loss, *widened, beta=0.05, agg=agg)
+    torch.testing.assert_close(loss, loss32, rtol=1e-6, atol=1e-7)
+    for name in metrics:
+        torch.testing.assert_close(metrics[name], metrics32[name], rtol=1e-6, atol=1e-7, msg=name)
+    assert grad.dtype == torch.bfloat16 and torch.equal(grad, grad32.bfloat16())
+
+
+THREAD_PROBE = """
+import os, numpy as np, torch
+from lens import ops
+torch.set_num_threads(2)
+rng = np.random.default_rng(0)
+# Inputs from numpy: no torch op runs (and starts torch's OpenMP pool) before the native loss.
+logp, old = (torch.from_numpy(-3 * rng.random((256, 512), dtype=np.float32)) for _ in range(2))
+adv, w = torch.from_numpy(rng.standard_normal(256).astype(np.float32)), torch.from_numpy(np.ones(256, np.float32))
+mask = torch.from_numpy(rng.random((256, 512)) > 0.2)
+before = len(os.listdir("/proc/self/task"))
+with torch.no_grad():
+    ops.crpo_loss(logp, old, None, adv, w, mask, ops.LossConfig(beta=0.0))
+print(before, len(os.listdir("/proc/self/task")))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+def test_crpo_loss_runs_on_the_threads_torch_is_given() -> None:
+    # Built without -fopenmp, at::parallel_for in the extension ran serially whatever set_num_threads
+    # said (issue 27): no OpenMP worker thread ever started. Now the loss's rows start torch's pool.
+    out = subprocess.run([sys.executable, "-c", THREAD_PROBE], capture_output=True, text=True, check=True)
+    before, after = map(int, out.stdout.split())
+    assert after > before, "the native loss ran on one thread with torch.set_num_threads(2)"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_crpo_loss_does_not_depend_on_the_thread_count(dtype: torch.dtype) -> None:
+    # Rows run in parallel (OpenMP) but their partial sums are reduced in row order: bit-identical results.
+    args = loss_inputs(64, 700, seed=12, dtype=dtype)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = run_loss(ops.crpo_loss, *args, beta=0.05)
+        torch.set_num_threads(3)
+        three = run_loss(ops.crpo_loss, *args, beta=0.05)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one[0], three[0]) and torch.equal(one[2], three[2])
+    assert all(torch.equal(one[1][k], three[1][k]) for k in one[1])
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -136,7 +139,36 @@ def test_invalid_inputs(logits, targets, temperature, err, match) -> None:
             fn(logits, targets, temperature=temperature)
 
 
-def test_chunk_work_compiles_once_for_every_shape() -> None:
+def test_small_chunks_run_eagerly_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No JIT at run time for the default run's chunks (bench/results/cpu_compile.md: compiling cost ~20 s
+    # of the first step and lost per call at V = 36); large chunks compile, LENS_KERNELS_COMPILE forces.
+    env = {k: v for k, v in os.environ.items() if k != "LENS_KERNELS_COMPILE"}
+    probe = "import lens_kernels._common as c; print(c.COMPILE_MODE)"
+    for value, want in ((None, "auto"), ("0", "0"), ("1", "1"), ("AUTO", "auto")):
+        run_env = env if value is None else {**env, "LENS_KERNELS_COMPILE": value}
+        out = subprocess.run([sys.executable, "-c", probe], env=run_env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == want, (value, out.stderr)
+    bad = subprocess.run([sys.executable, "-c", probe], env={**env, "LENS_KERNELS_COMPILE": "yes"}, capture_output=True)
+    assert bad.returncode != 0 and b"LENS_KERNELS_COMPILE must be auto, 0 or 1" in bad.stderr
+
+    small, large = torch.empty(1536, 36), torch.empty(128, 32768)
+    expect = {"auto": (False, True), "0": (False, False), "1": (True, True)}
+    for mode, (want_small, want_large) in expect.items():
+        monkeypatch.setattr(common, "COMPILE_MODE", mode)
+        assert (common.wants_compile(small), common.wants_compile(large)) == (want_small, want_large), mode
+
+    def no_compile(fn, dynamic):
+        raise AssertionError("torch.compile called for a small chunk")
+
+    monkeypatch.setattr(common, "COMPILE_MODE", "auto")
+    monkeypatch.setattr(common.torch, "compile", no_compile)
+    x = torch.randn(5, 40)
+    m, _, _ = common.compiled_or_eager(tlp._max_lse_entropy.__wrapped__)(x, 1.0)
+    assert torch.equal(m, x.amax(dim=1))
+
+
+def test_chunk_work_compiles_once_for_every_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(common, "COMPILE_MODE", "1")
     # dynamic=True: the chunk shapes of every N and the ragged last chunk share one graph, and so do all
     # temperatures, no recompile (a recompile error would make the wrapper fall back with a warning, which
     # is checked too).
@@ -168,6 +200,7 @@ def test_chunk_work_falls_back_to_eager_when_compiling_fails(monkeypatch: pytest
         return run
 
     monkeypatch.setattr(common.torch, "compile", broken_compile)
+    monkeypatch.setattr(common, "COMPILE_MODE", "1")
     run = common.compiled_or_eager(tlp._max_lse_entropy.__wrapped__)
     x = torch.tensor([[0.0, math.log(3.0)], [1.0, float("-inf")]])
     with pytest.warns(UserWarning, match="_max_lse_entropy failed .RuntimeError.; running it eagerly"):

@@ -1,0 +1,194 @@
+"""Tests of lens.gates: the metrics by hand, toy measurements that pass or fail every gate by construction, the
+null perturbations, the oracle deletion, and one end-to-end run of `python -m lens.audit gates` on a tiny sample."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from lens import audit, checkpoint, gates
+from lens.config import load_config
+from lens.tasks import vartrack
+
+REF = str(vartrack.ASSETS_DIR)
+
+
+def test_auc_hand_computed() -> None:
+    def auc(scores: list[float], labels: list[bool]) -> float:
+        return gates.auc(torch.tensor(scores), torch.tensor(labels))
+
+    # positives {0.9, 0.5} vs negatives {0.5, 0.1}: 1 + 1 + 0.5 (tie) + 1 = 3.5 of 4 pairs
+    assert auc([0.9, 0.5, 0.5, 0.1], [True, False, True, False]) == pytest.approx(0.875)
+    assert auc([1.0, 1.0, 1.0], [True, False, False]) == pytest.approx(0.5)
+    assert auc([3.0, 2.0, 1.0], [True, False, False]) == 1.0
+    assert auc([1.0, 2.0, 3.0], [True, False, False]) == 0.0
+    assert math.isnan(auc([1.0, 2.0], [False, False]))
+    with pytest.raises(ValueError, match="auc: scores"):
+        auc([1.0, 2.0], [True])
+
+
+def test_auc_equals_the_pairwise_count_with_ties() -> None:
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randint(0, 6, (300,), generator=gen).float()  # many ties
+    labels = torch.rand(300, generator=gen) < 0.2
+    assert gates.auc(scores, labels) == pytest.approx(audit.roc_auc(scores.tolist(), labels.tolist()), abs=1e-12)
+
+
+def test_matched_auc_hand_computed() -> None:
+    # bins of 0.5 nats: [0, 0.5) holds distractor 0.9 and others 0.1, 0.9 -> 1 + 0.5 (tie) of 2 pairs;
+    # [1.0, 1.5) holds distractor 0.2 and other 0.4 -> 0 of 1 pair; the distractor at 5.2 nats has no match.
+    surprisal = torch.tensor([0.1, 0.2, 0.3, 1.2, 1.3, 5.2])
+    scores = torch.tensor([0.9, 0.1, 0.9, 0.2, 0.4, 9.0])
+    labels = torch.tensor([True, False, False, True, False, True])
+    out = gates.matched_auc(scores, labels, surprisal, width=0.5)
+    assert out["auc"] == pytest.approx(1.5 / 3)
+    assert (out["matched"], out["distractors"]) == (2, 3)
+    assert out["mean_distractor"] == pytest.approx((0.9 + 0.2) / 2)
+    assert out["mean_matched_other"] == pytest.approx((0.5 + 0.4) / 2)  # bin means 0.5 and 0.4, one distractor each
+    assert math.isnan(gates.matched_auc(scores[5:], labels[5:], surprisal[5:])["auc"])
+
+
+def test_bootstrap_ci() -> None:
+    assert gates.bootstrap_ci(10, lambda idx: 3.0) == (3.0, 3.0)
+    assert gates._quantile([0.0, 1.0, 2.0, 3.0, 4.0], 0.025) == pytest.approx(0.1)
+    values = torch.arange(20.0)
+    lo, hi = gates.bootstrap_ci(20, lambda idx: float(values[idx].mean()), seed=1)
+    assert lo < 9.5 < hi
+    assert (lo, hi) == gates.bootstrap_ci(20, lambda idx: float(values[idx].mean()), seed=1)
+    assert all(math.isnan(v) for v in gates.bootstrap_ci(5, lambda idx: math.nan))
+    assert all(math.isnan(v) for v in gates.bootstrap_ci(0, lambda idx: 1.0))
+
+
+def test_deciding_log_ratio_takes_the_largest_change() -> None:
+    logp = torch.tensor([[-0.1, -3.0, -0.2], [-0.5, -0.5, 0.0]])
+    old = torch.tensor([[-0.1, -0.5, -0.3], [-0.6, -0.5, -30.0]])
+    mask = torch.tensor([[True, True, True], [True, True, False]])  # row 1's last token is padding
+    got = gates.deciding_log_ratio(logp, old, mask)
+    assert got.tolist() == pytest.approx([-2.5, 0.1])
+
+
+def _toy(good: bool, prompts: int = 60, tokens: int = 20) -> gates.Measurements:
+    """Measurements that pass (good) or fail every gate G1-G4 by construction."""
+    gen = torch.Generator().manual_seed(0)
+    labels, surprisal, nulls, trained = [], [], [], []
+    for _ in range(prompts):
+        y = torch.zeros(tokens, dtype=torch.bool)
+        y[torch.randperm(tokens, generator=gen)[:2]] = True
+        u = torch.rand(tokens, generator=gen) * 6
+        # good: surprisal says nothing about distractors; bad: distractors sit in the upper half of it
+        s = u if good else torch.where(y, 3 + u / 2, u)
+        labels.append(y)
+        surprisal.append(s)
+        nulls.append(torch.rand(tokens, generator=gen) if good else s * 0.01)
+        # good: training moves exactly the distractors; bad: it moves tokens by their surprisal only
+        trained.append(y.float() + 0.1 * torch.rand(tokens, generator=gen) if good else s * 0.1)
+    n = prompts
+    accuracy = {"clean": torch.ones(n), "noisy": torch.zeros(n), "deleted": torch.ones(n)}
+    if not good:
+        accuracy = {"clean": torch.full((n,), 0.5), "noisy": torch.full((n,), 0.5), "deleted": torch.full((n,), 0.5)}
+    ratios = [[0.5] if good else [0.0] for _ in range(n)]
+    stages = {gates.WARM: gates.Stage(accuracy, ratios), gates.GRPO: gates.Stage(accuracy, ratios)}
+    scores = {name: nulls for name in gates.NULLS} | {gates.GRPO: trained}
+    return gates.Measurements(labels, surprisal, scores, stages)
+
+
+def test_toy_task_passes_every_gate_by_construction() -> None:
+    rows = gates.gate_rows(_toy(good=True))
+    assert gates.verdicts(rows) == {"G1": "PASS", "G2": "PASS", "G3": "PASS", "G4": "PASS"}
+    assert {r.verdict for r in rows if r.gate == "G5" and r.threshold != "-"} == {"met"}
+    judged = [r for r in rows if r.verdict in ("PASS", "FAIL")]
+    assert len(judged) == 3 + 2 + 3 + 2  # G1 at the warm start only, G2, the three nulls, G4
+    assert all(r.ci[0] <= r.value <= r.ci[1] for r in judged)
+
+
+def test_toy_task_fails_every_gate_by_construction() -> None:
+    rows = gates.gate_rows(_toy(good=False))
+    assert gates.verdicts(rows) == {"G1": "FAIL", "G2": "FAIL", "G3": "FAIL", "G4": "FAIL"}
+    by_name = {(r.gate, r.quantity): r for r in rows}
+    # G4 fails where it should: training that follows surprisal finds the distractors overall only through it
+    assert by_name["G4", "Eq. 1 AUC vs matched surprisal"].value < 0.65
+    assert by_name["G2", "precision@k of surprisal / random"].value > 1.5
+    assert {r.verdict for r in rows if r.gate == "G5" and r.threshold != "-"} == {"not met"}
+    md = gates.markdown("toy", rows, {"command": "cmd", "description": "toy.", "train_command": "train"})
+    assert "**G1 FAIL, G2 FAIL, G3 FAIL, G4 FAIL**" in md
+    assert md.count("\n| G") == len(rows)
+
+
+def test_null_policies() -> None:
+    ref, _ = vartrack.load_reference()
+    cfg = load_config("configs/cpu_default.yaml")
+    nulls = gates.null_policies(ref, cfg, seed=0)
+    shrink = 1 - cfg.optim.lr * cfg.optim.weight_decay  # AdamW with a zero gradient: decoupled weight decay only
+    for before, decayed, noisy in zip(
+        ref.parameters(), nulls[gates.NULLS[0]].parameters(), nulls[gates.NULLS[1]].parameters(), strict=True
+    ):
+        torch.testing.assert_close(decayed, before * shrink, rtol=1e-6, atol=1e-9)
+        assert float((noisy - before).detach().std()) == pytest.approx(gates.NOISE_SCALE, rel=0.2)
+    assert not torch.equal(next(ref.parameters()), next(nulls[gates.NULLS[0]].parameters()))
+
+
+def test_deleted_prompt_is_the_clean_prompt_on_vartrack() -> None:
+    tokenizer = audit.load_tokenizer(REF)
+    noisy, clean = gates.task_prompts("vartrack", tokenizer, 20)
+    for p, c in zip(noisy, clean, strict=True):
+        deleted = gates.deleted_prompt(p)
+        assert deleted.ids == c
+        assert len(deleted.ids) == len(p.prompt.ids) - len(p.noise)
+    bad = audit.AuditPrompt("x", noisy[0].prompt, "0", (999,))
+    with pytest.raises(ValueError, match="outside its"):
+        gates.deleted_prompt(bad)
+
+
+def test_grpo_run_config_is_valid(tmp_path: Path) -> None:
+    args = gates.parse_args(["--task", "ledger", "--steps", "3", "optim.lr=1e-4"])
+    overrides = gates.train_overrides("ledger", gates.task_module("ledger"), args, str(tmp_path / "run"))
+    cfg = load_config(args.config, overrides)
+    assert (cfg.algorithm.name, cfg.data.train, cfg.optim.steps, cfg.optim.lr) == ("grpo", "ledger", 3, 1e-4)
+    assert cfg.model.path.endswith("assets/ledger")
+
+
+def test_command_line_names_the_flags_that_change_a_number() -> None:
+    assert gates.command_line(gates.parse_args(["--task", "ledger", "--out", "x"])) == (
+        "python -m lens.audit gates --task ledger"
+    )
+    argv = ["--task", "recall", "--samples", "2", "--config", "configs/cpu_recall.yaml", "optim.lr=1e-4"]
+    assert gates.command_line(gates.parse_args(argv)) == (
+        "python -m lens.audit gates --task recall --samples 2 --config configs/cpu_recall.yaml optim.lr=1e-4"
+    )
+
+
+def test_unknown_task_is_a_user_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        audit.main(["gates", "--task", "nope", "--out", "unused"])
+    assert exit_info.value.code == 2
+    assert "not a registered task" in capsys.readouterr().err
+
+
+def test_gates_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A finished "GRPO run" of 1 step whose policy is the reference slightly perturbed: the command reuses it.
+    hf = tmp_path / "run" / checkpoint.CHECKPOINTS / "step_00000001" / "hf"
+    model, tokenizer = vartrack.load_reference()
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.02)
+    model.save_pretrained(hf)
+    tokenizer.save_pretrained(hf)
+    (hf.parent / checkpoint.META).write_text(json.dumps({"step": 1}))
+    out = tmp_path / "out"
+    argv = ["gates", "--task", "vartrack", "--problems", "6", "--samples", "2", "--steps", "1"]
+    rows, report = audit.main([*argv, "--run-dir", str(tmp_path / "run"), "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert printed.endswith((out / "vartrack.md").read_text())  # after any library's log lines
+    assert "| G3 | Eq. 1 AUC, weight decay step | warm start |" in printed
+    saved = json.loads((out / "vartrack.json").read_text())
+    assert saved["verdicts"] == report["verdicts"] and set(saved["verdicts"]) == {"G1", "G2", "G3", "G4"}
+    assert len(saved["rows"]) == len(rows)
+    assert saved["settings"]["problems"] == 6 and saved["settings"]["deleted_equals_clean"] == 6
+    # the warm start fails noisy vartrack prompts (its trigger) and solves them with the noise deleted
+    acc = {(r["quantity"], r["stage"]): r["value"] for r in saved["rows"]}
+    assert acc["accuracy noisy", gates.WARM] < acc["accuracy noisy, distractors deleted", gates.WARM]
