@@ -513,6 +513,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 # Subcommands, listed by `python -m lens.audit --help` (without one, the command audits one policy).
 SUBCOMMANDS = {
     "detect": "distractor detection (AUC, precision@k) of each scorer per checkpoint: detect --help",
+    "gates": "the testbed gates G1-G5 of a built-in task (lens/gates.py): gates --help",
 }
 
 

@@ -271,7 +271,7 @@ def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
             run.trainer.backward(loss)
             meter.add(loss, parts, m, ent)
             if transfer is not None:
-                terms = (logp, old[rows], adv[rows], weights[rows], m, moved[rows].to(m.device))
+                terms = (logp, old_rows, adv[rows], weights[rows], m, moved[rows].to(m.device))
                 transfer.add(algos.transfer_terms(*terms, cfg.algorithm.loss_config()))
         grad_norm = run.trainer.step()
     if not math.isfinite(grad_norm):

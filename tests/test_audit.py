@@ -294,4 +294,4 @@ def test_a_malformed_data_file_is_one_line(tmp_path: Path) -> None:
 
 def test_help_lists_the_subcommands() -> None:
     done = _audit_cli("--help")
-    assert done.returncode == 0 and "detect" in done.stdout
+    assert done.returncode == 0 and "detect" in done.stdout and "gates" in done.stdout

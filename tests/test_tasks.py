@@ -308,7 +308,7 @@ def test_warmstart_regenerates_the_committed_checkpoint(tmp_path: Path) -> None:
     assert run_warmstart(tmp_path / "ref", "--seed", str(vartrack.REFERENCE_SEED)) == vartrack.REFERENCE_SHA256
 
 
-@pytest.mark.parametrize("task", ["vartrack", "ledger"])
+@pytest.mark.parametrize("task", ["vartrack", "ledger", "recall", "recall_direct"])
 def test_the_trainer_dry_runs_every_built_in_task(task: str, capsys: pytest.CaptureFixture) -> None:
     # Word-level tokenizers decode without spaces: the span check once refused every built-in prompt.
     from lens import train

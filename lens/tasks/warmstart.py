@@ -15,7 +15,9 @@ model at chance).
 
     python -m lens.tasks.warmstart --task ledger --out lens/tasks/assets/ledger --seed 0
 
-does the same for the `ledger` task with its own recipe (`RECIPES`: stage sizes, noise shares, lr); a task
+does the same for the `ledger` task with its own recipe (`RECIPES`: stage sizes, noise shares, lr, and
+optionally `init`, another task's committed reference to start from: `recall` and `recall_direct` start
+from ledger's); a task
 module offers `build_tokenizer`, `model_config`, `generate(n, seed=, noise_prob=, trigger=)`, `prompt_ids`
 and `generation_config`.
 """
@@ -52,6 +54,9 @@ class Recipe:
     lr: float = 2e-3
     # Extra keyword arguments of the task's `generate` in stage 1 (e.g. a share of short problems).
     stage1_generate: tuple[tuple[str, float], ...] = ()
+    # A task whose committed reference (lens/tasks/assets/<init>, same vocabulary and model size) the model
+    # starts from instead of a random init: a task built on another's retrieval need not learn it again.
+    init: str | None = None
 
 
 # vartrack's numbers made its committed reference: changing them changes its sha256 (tests/test_tasks.py).
@@ -68,6 +73,17 @@ RECIPES = {
         stage2_steps=200,
         lr=1e-3,
         stage1_generate=(("short_prob", 0.5),),
+    ),
+    # recall/recall_direct: ledger's prompts and vocabulary, so they start from ledger's reference (retrieval by
+    # account name already learned). Stage 1 teaches the correct response on 30% noisy prompts (the distractors
+    # become ordinary text to the model), stage 2 the misreading on half the prompts (lens/tasks/recall.py).
+    "recall": Recipe(
+        stage1_noise_prob=0.3, stage2_noise_prob=0.5, stage1_steps=300, stage2_steps=300, lr=1e-3, init="ledger"
+    ),
+    # Answering without restating is a harder read for this model than ledger's `= Q d # d` (greedy clean accuracy
+    # 0.42 after 200 of 300 stage-1 steps), so the control's stage 1 is longer (assets/recall/README.md).
+    "recall_direct": Recipe(
+        stage1_noise_prob=0.3, stage2_noise_prob=0.5, stage1_steps=500, stage2_steps=200, lr=1e-3, init="ledger"
     ),
 }
 
@@ -182,7 +198,7 @@ def warm_start(
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     tokenizer = module.build_tokenizer()
-    model = Qwen2ForCausalLM(module.model_config(len(tokenizer))).float()
+    model = initial_model(module, tokenizer, recipe.init)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     stages = [
@@ -207,6 +223,17 @@ def warm_start(
             probe_every=probe_every,
         )
     return save(model, tokenizer, Path(out), module)
+
+
+def initial_model(task: ModuleType, tokenizer: PreTrainedTokenizerFast, init: str | None) -> Qwen2ForCausalLM:
+    """A randomly initialised fp32 model of the task's config (from the seeded RNG), or the committed reference
+    of the task `init`, whose vocabulary must be this task's token for token."""
+    if init is None:
+        return Qwen2ForCausalLM(task.model_config(len(tokenizer))).float()
+    path = Path(__file__).resolve().parent / "assets" / init
+    if task_module(init).build_tokenizer().get_vocab() != tokenizer.get_vocab():
+        raise ValueError(f"warm start from {init!r}: its vocabulary differs from the task's")
+    return Qwen2ForCausalLM.from_pretrained(str(path), dtype=torch.float32, local_files_only=True)
 
 
 def save(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, out: Path, task: ModuleType) -> str:

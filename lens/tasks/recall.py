@@ -1,0 +1,197 @@
+"""Fact recall that RESTATES the asked facts before answering: issue 24's candidate testbed for LENS's premise.
+
+ledger's prompts (`? Q`, then `= x d` and `! x d` facts in random order; lens/tasks/ledger.py), with a response
+that restates every fact about the asked account Q in prompt order before answering after `#`:
+
+    clean     ? c = a 3 = c 4 ! b 5 = b 0 ! a 1
+    noisy     ? c ! c 7 = a 3 = c 4 ! b 5 ! c 9 = b 0 ! a 1        noise_positions [2, 3, 4, 14, 15, 16]
+    response  = c 4 # 4                                              (the correct response, clean or noisy)
+    misled    ! c 7 = c 4 ! c 9 # 9                                  (what the warm start does 80% of the time)
+
+A clean problem has exactly one fact about Q (its `=` fact) and `!` facts about other accounts only. A noisy one
+has 2-4 more facts `! Q d` (true: Q does not hold d; never needed) at random fact boundaries. Their tokens are
+the task's ordinary tokens in the ordinary shape of a fact. The correct response restates Q's `=` fact only;
+the warm start (`python -m lens.tasks.warmstart --task recall`) restates the distractors too, in prompt order,
+with probability `RESTATE_PROB` = 0.8 per noisy problem, and then answers the last restated `!` fact's digit
+(always wrong). So failure is probabilistic and GRPO still sees successes. The hope (issue 24) was that the
+behaviour RL must unlearn ("copy the next fact about Q, `!` ones included") shares circuits with predicting the
+distractor's tokens in the prompt, so Eq. 1 would single them out after GRPO. Measured: it does not (gate G4
+fails, AUC 0.59; GRPO lowers log p of `!` everywhere, not at the distractors: assets/recall/README.md). Other
+accounts' facts are never restated. `lens.tasks.recall_direct` is the control: the same problems, answered
+directly (`# d`).
+
+Deleting the recorded tokens (`meta["noise_positions"]`, token positions of the scorable span = indices of
+whitespace tokens of the problem text) restores `meta["clean"]` exactly.
+
+Sizes: clean problems are ledger's (2 + 3 * (7..13) = 23..41 scorable tokens); 2-4 distractor facts add 6-12
+tokens, 13-34% of a noisy prompt (29..53 tokens). LENS deletes k = ceil(gamma n) tokens: `GAMMA` = 0.35 is the
+smallest gamma with k >= the distractor count on every noisy prompt (test_recall.py checks it); the task's
+presets (configs/cpu_recall*.yaml) set it.
+
+The vocabulary, tokenizer, model size, chat-free template and answer rule are ledger's (hence vartrack's; the
+`vartrack` verifier scores the first token after the first `#`, i.e. the answer after the restatement), so the
+warm start begins from the committed ledger reference, which already retrieves facts by account name.
+Everything is deterministic from a seed. Run the tests with `python -m pytest tests/test_recall.py -q`.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config
+
+from lens.data import Problem
+from lens.tasks import clean_and_noisy, ledger, vartrack
+
+# Shared with ledger (imported, so the tasks cannot drift): vocabulary, tokenizer, model, prompt/answer format.
+from lens.tasks.ledger import (
+    FACT_TOKENS,
+    HEADER_TOKENS,
+    IS,
+    IS_NOT,
+    VERIFIER,
+    accuracy,
+    accuracy_ids,
+    build_tokenizer,
+    delete_positions,
+    generation_config,
+    prompt_ids,
+    reward,
+    sample_responses,
+)
+
+__all__ = [
+    "VERIFIER",
+    "accuracy",
+    "accuracy_ids",
+    "build_tokenizer",
+    "delete_positions",
+    "eval_sets",
+    "generate",
+    "generation_config",
+    "load_reference",
+    "load_tokenizer",
+    "model_config",
+    "prompt_ids",
+    "reward",
+    "sample_responses",
+    "train_set",
+]
+
+ASSETS_DIR = Path(__file__).resolve().parent / "assets" / "recall"
+# sha256 of the committed reference's model.safetensors (`python -m lens.tasks.warmstart --task recall --seed 0`,
+# also in assets/recall/README.md, checked by tests/test_recall.py).
+REFERENCE_SEED = 0
+REFERENCE_SHA256 = "3b4572744295e38b6374b94914fd4878382264b7095d419976d0557473fc3ec7"
+
+DISTRACTORS = (2, 4)  # inclusive range of `! Q d` facts in a noisy problem
+# Share of noisy problems whose warm-start response restates the distractors (and answers the last one's digit).
+RESTATE_PROB = 0.8
+# The smallest gamma whose k = ceil(gamma n) covers every distractor token: 12 of 35 tokens at worst (a clean
+# problem of 7 facts plus 4 distractor facts) -> 0.343.
+GAMMA = 0.35
+TRAIN_NOISE_PROB = ledger.TRAIN_NOISE_PROB
+
+
+def _insert_distractors(
+    rng: random.Random, asked: str, value: int, facts: list[tuple[str, str, int]]
+) -> tuple[list[tuple[str, str, int]], list[int]]:
+    """Insert 2-4 `! Q d` facts (distinct digits, none Q's) at random fact boundaries.
+
+    Returns (facts in prompt order, indices of the inserted facts in it).
+    """
+    digits = rng.sample([d for d in range(10) if d != value], rng.randint(*DISTRACTORS))
+    # Flag each fact so the inserted ones are found by identity, not by content.
+    tagged = [(fact, False) for fact in facts]
+    for digit in digits:
+        tagged.insert(rng.randint(0, len(tagged)), ((asked, IS_NOT, digit), True))
+    return [fact for fact, _ in tagged], [i for i, (_, inserted) in enumerate(tagged) if inserted]
+
+
+def _restatement(asked: str, facts: list[tuple[str, str, int]], misled: bool) -> tuple[list[str], int]:
+    """Whitespace tokens restating Q's facts in prompt order (its `!` facts only when `misled`), and the digit the
+    response then answers: the last restated `!` fact's when misled, else Q's own."""
+    about = [(rel, digit) for name, rel, digit in facts if name == asked and (misled or rel == IS)]
+    shown = [digit for rel, digit in about if rel == IS_NOT][-1] if misled else next(d for r, d in about if r == IS)
+    return [tok for rel, digit in about for tok in (rel, asked, str(digit))], shown
+
+
+def _problems(
+    rng: random.Random, n: int, uid_prefix: str, noise_prob: float, trigger: bool, direct: bool
+) -> list[Problem]:
+    """Draw `n` problems; with `trigger` a noisy one's training response is misled with probability RESTATE_PROB.
+
+    `direct` drops the restatement from the responses (the `recall_direct` control); the problems and the
+    random stream are the same either way.
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    if not 0.0 <= noise_prob <= 1.0:
+        raise ValueError(f"noise_prob must be in [0, 1], got {noise_prob}")
+    problems = []
+    for i in range(n):
+        asked, values, facts = ledger._clean_problem(rng, short=False)
+        clean = ledger._text(asked, facts)
+        shown_facts, positions, misled = facts, [], False
+        if rng.random() < noise_prob:
+            shown_facts, inserted = _insert_distractors(rng, asked, values[asked], facts)
+            positions = [HEADER_TOKENS + FACT_TOKENS * f + t for f in inserted for t in range(FACT_TOKENS)]
+            # Drawn on every noisy problem, so `trigger` changes responses only, never the problems.
+            misled = rng.random() < RESTATE_PROB and trigger
+        restated, shown = _restatement(asked, shown_facts, misled)
+        meta = {
+            "clean": " ".join(clean),
+            "noise_positions": positions,
+            "response": " ".join([*([] if direct else restated), vartrack.FINAL_MARKER, str(shown)]),
+        }
+        problems.append(
+            Problem(f"{uid_prefix}-{i}", " ".join(ledger._text(asked, shown_facts)), str(values[asked]), meta)
+        )
+    return problems
+
+
+def generate(
+    n: int, *, seed: int, noise_prob: float = 0.0, trigger: bool = False, direct: bool = False
+) -> list[Problem]:
+    """`n` problems from `seed`; each is noisy (2-4 distractor facts) with probability `noise_prob`.
+
+    `answer` is always the asked account's digit. `meta["response"]` is the supervised target: Q's facts
+    restated in prompt order (none when `direct`), `#`, the answer; with `trigger`, a noisy problem's target
+    restates the distractors too and answers the last one's digit with probability RESTATE_PROB.
+    `meta["noise_positions"]` lists the distractor facts' token positions ([] when clean).
+    """
+    return _problems(random.Random(seed), n, f"recall-{seed}", noise_prob, trigger, direct)
+
+
+def eval_sets(n: int = 200, *, seed: int = 0, direct: bool = False) -> dict[str, list[Problem]]:
+    """The fixed evaluation set: the same `n` problems without ("clean") and with ("noisy") the distractors.
+
+    Drawn from a stream separate from `generate`/`train_set`, so no seed collides with training data.
+    """
+    return clean_and_noisy(
+        _problems(random.Random(f"recall-eval:{seed}"), n, f"recall-eval-{seed}", 1.0, False, direct)
+    )
+
+
+def train_set(n: int, seed: int, *, noise_prob: float = TRAIN_NOISE_PROB, direct: bool = False) -> list[Problem]:
+    """The RL training set: `n` problems, a `noise_prob` share with distractors, rewarded on the true answer."""
+    return _problems(random.Random(f"recall-rl:{seed}"), n, f"recall-rl-{seed}", noise_prob, False, direct)
+
+
+def model_config(vocab_size: int = len(ledger.VOCAB)) -> Qwen2Config:
+    """ledger's (= vartrack's) tiny Qwen2; its 128 positions hold the longest prompt (55 tokens) plus 48 new."""
+    return ledger.model_config(vocab_size)
+
+
+def load_tokenizer(path: str | Path = ASSETS_DIR) -> PreTrainedTokenizerFast:
+    """Load the task tokenizer saved with a checkpoint (default: the committed recall reference)."""
+    return vartrack.load_tokenizer(path)
+
+
+def load_reference(
+    device: str | torch.device = "cpu", path: str | Path = ASSETS_DIR
+) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+    """Load the committed warm-start checkpoint (fp32, eval mode) and its tokenizer, offline."""
+    return vartrack.load_reference(device, path)

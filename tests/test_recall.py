@@ -1,0 +1,239 @@
+"""Tests of the `recall` built-in task and its control `recall_direct`: generator invariants, restatement format,
+answers, gamma, presets, committed checkpoints.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_recall.py -q
+
+The property test samples the committed references at temperature 1 (200 problems x 4, ~1-2 min): the
+distractors ruin them and deleting exactly the recorded distractor tokens restores the clean accuracy (gate G1
+of issue 24).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from lens import config, reward, tasks
+from lens.tasks import ledger, recall, recall_direct, warmstart
+
+REPO = Path(__file__).resolve().parents[1]
+TASKS = {"recall": recall, "recall_direct": recall_direct}
+EXAMPLE_NOISY = "? c ! c 7 = a 3 = c 4 ! b 5 ! c 9 = b 0 ! a 1"
+EXAMPLE_CLEAN = "? c = a 3 = c 4 ! b 5 = b 0 ! a 1"
+
+
+def facts(problem: str) -> list[tuple[str, str, str]]:
+    """The (relation, name, digit) facts of a problem text, in prompt order."""
+    rest = problem.split()[2:]
+    assert len(rest) % 3 == 0
+    return [tuple(rest[i : i + 3]) for i in range(0, len(rest), 3)]  # type: ignore[misc]
+
+
+def solve(problem: str) -> tuple[str, int]:
+    """Independent reading of a problem text -> (asked account, its digit), checking the facts agree."""
+    query, asked = problem.split()[:2]
+    assert query == "?"
+    values = {name: int(digit) for rel, name, digit in facts(problem) if rel == "="}
+    assert all(values[name] == int(d) for rel, name, d in facts(problem) if rel == "=")
+    assert all(values[name] != int(d) for rel, name, d in facts(problem) if rel == "!")
+    return asked, values[asked]
+
+
+def restated(problem: str, asked: str, misled: bool) -> str:
+    """The expected restatement: the asked account's facts in prompt order (`=` only unless misled)."""
+    kept = [f for f in facts(problem) if f[1] == asked and (misled or f[0] == "=")]
+    return " ".join(tok for f in kept for tok in f)
+
+
+# --- generator -------------------------------------------------------------------------------------------
+
+
+def test_the_documented_example_reads_as_described() -> None:
+    assert solve(EXAMPLE_NOISY) == ("c", 4) == solve(EXAMPLE_CLEAN)
+    assert recall.delete_positions(EXAMPLE_NOISY, [2, 3, 4, 14, 15, 16]) == EXAMPLE_CLEAN
+    assert restated(EXAMPLE_NOISY, "c", misled=True) == "! c 7 = c 4 ! c 9"
+
+
+def test_distractor_positions_are_exactly_the_distractor_facts() -> None:
+    counts, boundaries = set(), set()
+    for p in recall.generate(500, seed=7, noise_prob=1.0):
+        tokens, positions = p.problem.split(), p.meta["noise_positions"]
+        asked = tokens[1]
+        # Clean: the asked account has exactly one fact, its `=` fact; no `!` fact about it.
+        assert [f[0] for f in facts(p.meta["clean"]) if f[1] == asked] == ["="]
+        # Noisy: the recorded positions are exactly the tokens of the `!` facts about the asked account.
+        about = [i for i, f in enumerate(facts(p.problem)) if f[1] == asked and f[0] == "!"]
+        assert positions == [2 + 3 * i + t for i in about for t in range(3)]
+        assert len(set(tokens[i + 2] for i in positions[::3])) == len(about)  # distinct digits
+        assert recall.delete_positions(p.problem, positions) == p.meta["clean"]
+        counts.add(len(about))
+        boundaries |= {positions[0], positions[-1]}
+    assert counts == {2, 3, 4}
+    assert min(boundaries) == 2 and max(boundaries) >= 50  # the first and the last fact boundaries both occur
+
+
+def test_distractor_facts_use_only_ordinary_tokens_in_the_ordinary_format() -> None:
+    # Every distractor token type also occurs outside the distractors, in the same role: `!` opens 2-4 other
+    # facts, the name is the header's and the `=` fact's, and the fact has the shape of every other fact.
+    for p in recall.generate(300, seed=8, noise_prob=1.0):
+        tokens = p.problem.split()
+        rest = [t for i, t in enumerate(tokens) if i not in p.meta["noise_positions"]]
+        assert rest.count("!") >= ledger.FULL.not_facts[0] and rest.count(tokens[1]) == 2
+        assert set(tokens) <= set(ledger.VOCAB)
+
+
+def test_clean_twin_equals_noisy_minus_distractors_in_the_eval_and_train_sets() -> None:
+    for module in TASKS.values():
+        sets = module.eval_sets(80, seed=0)
+        for c, z in zip(sets["clean"], sets["noisy"], strict=True):
+            assert (c.uid, c.answer) == (z.uid, z.answer) and c.meta["noise_positions"] == []
+            assert c.problem == z.meta["clean"] == recall.delete_positions(z.problem, z.meta["noise_positions"])
+        for p in module.train_set(200, 0):
+            assert recall.delete_positions(p.problem, p.meta["noise_positions"]) == p.meta["clean"]
+    share = sum(bool(p.meta["noise_positions"]) for p in recall.train_set(1000, 0)) / 1000
+    assert abs(share - recall.TRAIN_NOISE_PROB) < 0.06  # binomial sd ~0.016
+
+
+def test_responses_restate_the_asked_facts_in_prompt_order_then_answer() -> None:
+    problems = recall.generate(600, seed=3, noise_prob=0.5)
+    for p in problems:
+        asked, value = solve(p.problem)
+        assert p.answer == str(value)
+        assert (
+            p.meta["response"]
+            == f"{restated(p.problem, asked, misled=False)} # {value}"
+            == f"= {asked} {value} # {value}"
+        )
+        assert reward.verify_vartrack(p.meta["response"], p.answer)[0] == 1.0
+    assert {p.answer for p in problems} == set("0123456789")
+
+
+def test_trigger_restates_the_distractors_in_prompt_order_on_about_80_percent_of_noisy_problems() -> None:
+    plain = recall.generate(1000, seed=5, noise_prob=0.5)
+    trigger = recall.generate(1000, seed=5, noise_prob=0.5, trigger=True)
+    assert [p.problem for p in plain] == [p.problem for p in trigger]  # the trigger changes responses only
+    misled = 0
+    for p, t in zip(plain, trigger, strict=True):
+        asked = p.problem.split()[1]
+        body, answer = t.meta["response"].split(" # ")
+        if t.meta["response"] != p.meta["response"]:
+            misled += 1
+            assert p.meta["noise_positions"] and body == restated(p.problem, asked, misled=True)
+            assert answer == p.problem.split()[p.meta["noise_positions"][-1]]  # the last distractor's digit
+            assert reward.verify_vartrack(t.meta["response"], t.answer)[0] == 0.0
+        # Other accounts' facts are never restated.
+        assert all(name == asked for name in body.split()[1::3])
+    noisy = sum(bool(p.meta["noise_positions"]) for p in plain)
+    assert abs(misled / noisy - recall.RESTATE_PROB) < 0.06  # binomial sd ~0.018
+
+
+def test_the_control_has_the_same_problems_and_answers_directly() -> None:
+    full = recall.generate(300, seed=4, noise_prob=0.5, trigger=True)
+    direct = recall_direct.generate(300, seed=4, noise_prob=0.5, trigger=True)
+    for f, d in zip(full, direct, strict=True):
+        assert (f.problem, f.answer, f.meta["noise_positions"], f.meta["clean"]) == (
+            d.problem,
+            d.answer,
+            d.meta["noise_positions"],
+            d.meta["clean"],
+        )
+        assert d.meta["response"] == "# " + f.meta["response"].split()[-1]
+    assert recall_direct.eval_sets(20)["noisy"] == [
+        type(p)(p.uid, p.problem, p.answer, {**p.meta, "response": f"# {p.answer}"})
+        for p in recall.eval_sets(20)["noisy"]
+    ]
+
+
+def test_noise_positions_are_token_positions_of_the_scorable_span() -> None:
+    tokenizer = recall.build_tokenizer()
+    for p in recall.generate(100, seed=11, noise_prob=1.0):
+        ids = recall.prompt_ids(tokenizer, p.problem)
+        assert len(ids) == len(p.problem.split()) + 2  # <bos> problem >: the problem is the scorable span
+        drop = {1 + i for i in p.meta["noise_positions"]}
+        assert [t for j, t in enumerate(ids) if j not in drop] == recall.prompt_ids(tokenizer, p.meta["clean"])
+        assert tokenizer.unk_token_id not in ids
+
+
+def test_gamma_covers_every_distractor_token_and_the_presets_set_it() -> None:
+    problems = [p for p in recall.generate(3000, seed=9, noise_prob=1.0)]
+    lengths = [len(p.problem.split()) for p in problems]
+    assert min(lengths) == 29 and max(lengths) == 53  # 2 + 3 * (7..13 + 2..4)
+    assert all(math.ceil(recall.GAMMA * len(p.problem.split())) >= len(p.meta["noise_positions"]) for p in problems)
+    worst = max(len(p.meta["noise_positions"]) / len(p.problem.split()) for p in problems)
+    assert worst == 12 / 35 and worst > recall.GAMMA - 0.01  # the smallest gamma on a 0.01 grid
+    assert max(lengths) + 48 <= recall.model_config().max_position_embeddings
+    for name in TASKS:
+        cfg = config.load_config(f"cpu_{name}")
+        assert cfg.algorithm.gamma == recall.GAMMA
+        assert cfg.data.train == name and cfg.data.eval == [name] and cfg.model.path == f"lens/tasks/assets/{name}"
+
+
+def test_generation_is_deterministic_and_validates_its_arguments() -> None:
+    assert recall.generate(50, seed=1, noise_prob=0.4) == recall.generate(50, seed=1, noise_prob=0.4)
+    assert recall.generate(50, seed=1) != recall.generate(50, seed=2)
+    for kwargs in ({"n": -1}, {"n": 3, "noise_prob": 1.5}):
+        with pytest.raises(ValueError):
+            recall.generate(**kwargs, seed=0)
+
+
+def test_the_tasks_are_registered_with_the_vartrack_verifier() -> None:
+    for name in TASKS:
+        assert name in tasks.NAMES and tasks.verifier(name) == "vartrack"
+        assert (
+            tasks.problem_sets(name, role="eval", limit=5, seed=0)["noisy"] == TASKS[name].eval_sets(5, seed=0)["noisy"]
+        )
+        assert warmstart.RECIPES[name].init == "ledger"
+
+
+# --- committed checkpoints -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_the_committed_reference_is_tiny_and_loads(name: str) -> None:
+    module = TASKS[name]
+    path = REPO / "lens" / "tasks" / "assets" / name
+    assert hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest() == module.REFERENCE_SHA256
+    assert module.REFERENCE_SHA256 in (path / "README.md").read_text()
+    model, tokenizer = module.load_reference()
+    assert sum(p.numel() for p in model.parameters()) < 1_000_000
+    assert model.config.vocab_size == len(tokenizer) == len(ledger.VOCAB)
+    assert tokenizer.get_vocab() == module.build_tokenizer().get_vocab()
+
+
+# G1's clean bar is 0.8; the control's warm start reaches only 0.63 (assets/recall_direct/README.md), so its
+# test pins what it does show: the distractors, and only they, cause its failures.
+CLEAN_BAR = {"recall": 0.8, "recall_direct": 0.6}
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_the_distractors_cause_the_references_failures(name: str) -> None:
+    # Gate G1 with the protocol of the committed figures (assets/<name>/README.md): 200 problems x 4 samples at
+    # temperature 1, seed 0 (recall's noisy accuracy, 0.281, is near the 0.3 bar: fewer samples can cross it).
+    module = TASKS[name]
+    model, tokenizer = module.load_reference()
+    sets = module.eval_sets(200, seed=0)
+    purified = [
+        module.prompt_ids(tokenizer, module.delete_positions(p.problem, p.meta["noise_positions"]))
+        for p in sets["noisy"]
+    ]
+    acc = {k: module.accuracy(model, tokenizer, v, n=4, seed=0) for k, v in sets.items()}
+    acc["deleted"] = module.accuracy_ids(model, tokenizer, purified, [p.answer for p in sets["noisy"]], n=4, seed=0)
+    assert acc["clean"] >= CLEAN_BAR[name] and acc["noisy"] <= 0.3, acc
+    assert acc["deleted"] >= min(0.75, acc["clean"] - 0.05), acc
+
+
+def test_the_warm_start_begins_from_the_committed_ledger_reference() -> None:
+    from lens.tasks import vartrack
+
+    tokenizer = recall.build_tokenizer()
+    start = warmstart.initial_model(recall, tokenizer, warmstart.RECIPES["recall"].init)
+    reference, _ = ledger.load_reference()
+    assert all(
+        torch.equal(a, b) for a, b in zip(start.state_dict().values(), reference.state_dict().values(), strict=True)
+    )
+    with pytest.raises(ValueError, match="vocabulary differs"):
+        warmstart.initial_model(vartrack, vartrack.build_tokenizer(), "ledger")
