@@ -37,8 +37,9 @@ from typing import Any
 import torch
 from tokenizers.models import WordLevel
 from torch import nn
+from tqdm import tqdm
 
-from lens import checkpoint, data, model, purify, scoring, tasks
+from lens import checkpoint, data, errors, model, preflight, purify, scoring, tasks
 from lens.tasks import vartrack
 
 TOP_TOKENS = 50
@@ -132,11 +133,34 @@ def task_prompts(task: str, tokenizer: Any, limit: int) -> list[AuditPrompt]:
     module = importlib.import_module(f"lens.tasks.{task}")
     out = []
     for p in tasks.problem_sets(task, role="eval", limit=limit, seed=0)["noisy"]:
-        ids = module.prompt_ids(tokenizer, p.problem)
-        out.append(
-            AuditPrompt(p.uid, purify.Prompt(ids, (1, len(ids) - 1)), p.answer, tuple(p.meta["noise_positions"]))
-        )
+        prompt, noise = _task_prompt(tokenizer, p.problem, p.meta["noise_positions"], module.ANSWER_MARKER)
+        out.append(AuditPrompt(p.uid, prompt, p.answer, noise))
     return out
+
+
+def _task_prompt(
+    tokenizer: Any, problem: str, noise_words: Sequence[int], marker: str
+) -> tuple[purify.Prompt, tuple[int, ...]]:
+    """`[start] + problem tokens + marker tokens` (the span: the problem tokens) and the span positions of the
+    distractor words' tokens.
+
+    The task's noise positions index whitespace-separated words, which are single tokens of the task's own
+    tokenizer; a real model's tokenizer (`detect --ref <qwen3>`) may split a word, so the words are encoded
+    one at a time and every token of a distractor word is labeled. Byte-level BPE tokenizers have no BOS
+    (Qwen's bos_token_id is None): their EOS, the document separator, starts the prompt instead.
+    """
+    start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    if start is None:
+        raise ValueError(f"{type(tokenizer).__name__} has neither a BOS nor an EOS token to start a prompt")
+    ids: list[int] = []
+    noise: list[int] = []
+    for i, word in enumerate(problem.split()):
+        pieces = tokenizer.encode(word if i == 0 else " " + word, add_special_tokens=False)
+        if i in noise_words:
+            noise += range(len(ids), len(ids) + len(pieces))
+        ids += pieces
+    marker_ids = tokenizer.encode(" " + marker, add_special_tokens=False)
+    return purify.Prompt([start, *ids, *marker_ids], (1, 1 + len(ids))), tuple(noise)
 
 
 def load_prompts(source: str, tokenizer: Any, limit: int) -> list[AuditPrompt]:
@@ -182,12 +206,22 @@ def per_prompt_accuracy(
     return [sum(vartrack.reward(t, a) for t in group) / n for group, a in zip(texts, answers, strict=True)]
 
 
+def _word_level(tokenizer: Any) -> bool:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return backend is not None and isinstance(backend.model, WordLevel)
+
+
 def span_text(tokenizer: Any, ids: list[int]) -> str:
     """Text of token ids; a word-level tokenizer (the built-in task's) gets its tokens space-joined."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None and isinstance(backend.model, WordLevel):
+    if _word_level(tokenizer):
         return " ".join(tokenizer.convert_ids_to_tokens(ids))
     return tokenizer.decode(ids)
+
+
+def token_texts(tokenizer: Any, ids: list[int]) -> list[str]:
+    """The readable text of each token: a byte-level BPE piece `Ġthe` is ` the`, `Ċ` a newline. A piece
+    holding part of a multi-byte character shows as U+FFFD, as the tokenizer's own decode would."""
+    return [tokenizer.convert_tokens_to_string([t]) for t in tokenizer.convert_ids_to_tokens(ids)]
 
 
 def audit_rows(
@@ -215,7 +249,8 @@ def audit_rows(
         rows.append(
             {
                 "uid": p.uid,
-                "tokens": tokenizer.convert_ids_to_tokens(ids),
+                "tokens": token_texts(tokenizer, ids),
+                "word_level": _word_level(tokenizer),
                 "ids": ids,
                 "scores": [round(float(s), 6) for s in scores[i][start:end]],
                 "selected": deleted,
@@ -243,6 +278,16 @@ def top_tokens_markdown(top: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+LEGEND = (
+    '<div class="legend"><strong>How to read this page.</strong> Each prompt\'s scorable tokens, shaded by score: '
+    '<span class="t" style="background:rgba(220,40,40,1.000)">darkest red</span> is the prompt\'s highest score '
+    '(the most distractor-like token), <span class="t">no shading</span> a score of 0 or below; the shade is the '
+    "token's score divided by the prompt's largest (grad scores, negated norms, are first shifted so the lowest "
+    'is 0). <span class="t" style="outline:2px solid #1040c0">Blue outline</span>: a token purification deleted. '
+    'Hover over a token for its score. "purified" is the prompt text after the deletion.</div>'
+)
+
+
 def _token_span(token: str, score: float, top: float, deleted: bool) -> str:
     alpha = score / top if top > 0 and math.isfinite(score) else 0.0
     style = f"background:rgba(220,40,40,{max(0.0, min(alpha, 1.0)):.3f})"
@@ -261,7 +306,8 @@ def html_report(rows: list[dict[str, Any]], title: str) -> str:
         shifted = [s + shift for s in row["scores"]]
         top = max((s for s in shifted if math.isfinite(s)), default=0.0)
         chosen = set(row["selected"])
-        tokens = " ".join(
+        # Word-level tokens are words; any other token carries its own spaces and newlines.
+        tokens = (" " if row.get("word_level") else "").join(
             _token_span(t, s, top, j in chosen) for j, (t, s) in enumerate(zip(row["tokens"], shifted, strict=True))
         )
         extra = ""
@@ -273,12 +319,13 @@ def html_report(rows: list[dict[str, Any]], title: str) -> str:
         )
     style = (
         "body{font-family:sans-serif;margin:1em;background:#fff;color:#111}"
-        ".t{padding:1px 2px;margin:1px;display:inline-block;font-family:monospace}"
+        ".t{padding:1px 0;font-family:monospace;white-space:pre-wrap}"
         ".p{border-bottom:1px solid #ccc;padding:.5em 0}h2{font-size:1em}.pur{color:#555}"
+        ".legend{border:1px solid #ccc;padding:.5em;max-width:60em}"
     )
     return (
         f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-        f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{''.join(parts)}</body></html>\n"
+        f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{LEGEND}{''.join(parts)}</body></html>\n"
     )
 
 
@@ -286,19 +333,31 @@ def run_audit(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Score, select and purify the prompts of --data; write the audit files into --out."""
     if (args.accuracy or args.scorer == "grad") and args.data not in tasks.NAMES:
         raise ValueError(f"--accuracy and --scorer grad need --data {'|'.join(tasks.NAMES)} (got --data {args.data!r})")
+    preflight.check_model_source(args.policy, "--policy")
+    preflight.check_model_source(args.ref, "--ref")
     tokenizer = load_tokenizer(args.policy)
     prompts = load_prompts(args.data, tokenizer, args.limit)
     if not prompts:
         raise ValueError(f"--data {args.data!r}: no prompts to audit")
-    policy, ref = load_frozen(args.policy), load_frozen(args.ref)
-    scores, min_score = score_prompts(args.scorer, policy, ref, tokenizer, prompts, seed=args.seed)
-    rows, purified = audit_rows(prompts, scores, min_score, tokenizer, gamma=args.gamma, seed=args.seed)
-    if args.accuracy:
-        answers = [p.answer for p in prompts]
-        before = per_prompt_accuracy(policy, tokenizer, [p.prompt.ids for p in prompts], answers, args.n, args.seed)
-        after = per_prompt_accuracy(policy, tokenizer, [p.ids for p in purified], answers, args.n, args.seed)
-        for row, b, a in zip(rows, before, after, strict=True):
-            row["accuracy_before"], row["accuracy_after"] = b, a
+    # The stages take minutes on a real model: a bar over them on stderr (load, score, accuracy before/after).
+    with tqdm(total=4 if args.accuracy else 2, desc="audit", unit="stage") as bar:
+        bar.set_postfix_str("loading the models")
+        policy, ref = load_frozen(args.policy), load_frozen(args.ref)
+        bar.update()
+        bar.set_postfix_str(f"{args.scorer} scores of {len(prompts)} prompts")
+        scores, min_score = score_prompts(args.scorer, policy, ref, tokenizer, prompts, seed=args.seed)
+        rows, purified = audit_rows(prompts, scores, min_score, tokenizer, gamma=args.gamma, seed=args.seed)
+        bar.update()
+        if args.accuracy:
+            answers = [p.answer for p in prompts]
+            bar.set_postfix_str("accuracy before purification")
+            before = per_prompt_accuracy(policy, tokenizer, [p.prompt.ids for p in prompts], answers, args.n, args.seed)
+            bar.update()
+            bar.set_postfix_str("accuracy after purification")
+            after = per_prompt_accuracy(policy, tokenizer, [p.ids for p in purified], answers, args.n, args.seed)
+            bar.update()
+            for row, b, a in zip(rows, before, after, strict=True):
+                row["accuracy_before"], row["accuracy_after"] = b, a
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "prompts.jsonl", "w", encoding="utf-8") as f:
@@ -390,18 +449,27 @@ def run_detect(args: argparse.Namespace) -> dict[str, dict[str, dict[str, float]
     unknown = [s for s in scorers if s not in scoring.SCORERS]
     if unknown or not scorers:
         raise ValueError(f"--scorers {args.scorers!r}: unknown {unknown}; known: {', '.join(scoring.SCORERS)}")
+    preflight.check_model_source(args.ref, "--ref")
+    if args.run and not Path(args.run).is_dir():
+        raise ValueError(f"--run {args.run}: no such run directory")
     policies = run_checkpoints(args.run, args.ref) if args.run else [(path, path) for path in args.policy]
+    for _, path in policies:
+        preflight.check_model_source(path, "--policy")
     # The tokenizer travels with every checkpoint and never changes during a run: the reference's serves all.
     tokenizer = load_tokenizer(args.ref)
     prompts = task_prompts(args.task, tokenizer, args.limit)
     ref = load_frozen(args.ref)
     results: dict[str, dict[str, dict[str, float]]] = {}
-    for label, path in policies:
-        policy = load_frozen(path)
-        results[label] = {}
-        for name in scorers:
-            scores, _ = score_prompts(name, policy, ref, tokenizer, prompts, seed=args.seed)
-            results[label][name] = detection_metrics(prompts, scores)
+    # Scoring a checkpoint takes minutes on a real model: a bar over (checkpoint, scorer) pairs on stderr.
+    with tqdm(total=len(policies) * len(scorers), desc="detect", unit="score") as bar:
+        for label, path in policies:
+            policy = load_frozen(path)
+            results[label] = {}
+            for name in scorers:
+                bar.set_postfix_str(f"{label} {name}")
+                scores, _ = score_prompts(name, policy, ref, tokenizer, prompts, seed=args.seed)
+                results[label][name] = detection_metrics(prompts, scores)
+                bar.update()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = {
@@ -442,9 +510,16 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output directory")
 
 
+# Subcommands, listed by `python -m lens.audit --help` (without one, the command audits one policy).
+SUBCOMMANDS = {
+    "detect": "distractor detection (AUC, precision@k) of each scorer per checkpoint: detect --help",
+    "gates": "the testbed gates G1-G5 of a built-in task (lens/gates.py): gates --help",
+}
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     if argv[:1] == ["detect"]:
-        parser = argparse.ArgumentParser(prog="python -m lens.audit detect", description=run_detect.__doc__)
+        parser = errors.ArgumentParser(prog="python -m lens.audit detect", description=run_detect.__doc__)
         _common(parser)
         which = parser.add_mutually_exclusive_group(required=True)
         which.add_argument("--policy", nargs="+", help="policy checkpoints (HF directories), one table each")
@@ -454,7 +529,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args = parser.parse_args(argv[1:])
         args.command = "detect"
         return args
-    parser = argparse.ArgumentParser(prog="python -m lens.audit", description=run_audit.__doc__)
+    parser = errors.ArgumentParser(
+        prog="python -m lens.audit",
+        description=run_audit.__doc__,
+        epilog="subcommands:\n" + "\n".join(f"  {name:8} {text}" for name, text in SUBCOMMANDS.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _common(parser)
     parser.add_argument("--policy", required=True, help="policy checkpoint (HF directory)")
     parser.add_argument("--data", required=True, help="a built-in task, a benchmark name, or a JSONL/Parquet file")
@@ -467,6 +547,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+@errors.cli_errors
 def main(argv: list[str] | None = None) -> Any:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["gates"]:
@@ -483,5 +564,7 @@ def main(argv: list[str] | None = None) -> Any:
     return rows
 
 
+cli = errors.console_script(main)
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

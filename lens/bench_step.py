@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from lens import config as lens_config
+from lens import errors
 
 STAGES = lens_config.STAGES
 # Benchmark settings forced on every run: time training steps only (no evaluation, no TensorBoard).
@@ -169,7 +170,7 @@ def run_interleaved(args: argparse.Namespace, root: Path) -> dict[str, list[dict
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m lens.bench_step", description=__doc__.split("\n")[0])
+    p = errors.ArgumentParser(prog="python -m lens.bench_step", description=__doc__.split("\n")[0])
     p.add_argument("--config", default=None, help="YAML preset; default: the built-in CPU run")
     p.add_argument("--steps", type=int, default=12, help="training steps per algorithm, warm-up included")
     p.add_argument("--algorithms", default="grpo,lens", help="comma-separated algorithm names")
@@ -185,6 +186,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+@errors.cli_errors
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse(argv)
     cfg = lens_config.load_config(args.config, list(args.overrides))  # fail on a bad flag before any run
@@ -218,5 +220,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return result
 
 
+cli = errors.console_script(main)
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

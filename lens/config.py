@@ -29,6 +29,8 @@ from typing import Any, Literal
 
 import yaml
 
+from lens import errors
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Presets: lens/configs in an installed package (setup.py maps configs/ there), configs/ in a source checkout.
 _CONFIG_DIRS = (Path(__file__).resolve().parent / "configs", REPO_ROOT / "configs")
@@ -294,7 +296,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, argparse.Namespac
     """CLI of lens/train.py: `[--config FILE] [--resume auto|none|DIR] [--dry-run] [key.sub=value ...]`
     (options and overrides in any order). A dry run of a preset that asks for `device: cuda` is validated
     as on a CUDA machine, so GPU presets can be checked where there is none."""
-    parser = argparse.ArgumentParser(prog="lens/train.py", description="GRPO / LENS RL post-training")
+    parser = errors.ArgumentParser(prog="lens/train.py", description="GRPO / LENS RL post-training")
     parser.add_argument("--config", default=None, help="YAML preset (configs/*.yaml or a name); default: CPU run")
     parser.add_argument("--resume", default=None, help="auto (latest checkpoint or fresh), none, or a directory")
     parser.add_argument("--dry-run", action="store_true", help="check config, tokenizer, data and prompts; no training")
@@ -348,7 +350,10 @@ def _find_preset(path: str | os.PathLike) -> Path:
     for cand in candidates:
         if cand.is_file():
             return cand.resolve()
-    raise ValueError(f"--config {path}: no such preset (looked in the current directory and {CONFIG_DIR})")
+    presets = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+    raise ValueError(
+        f"--config {path}: no such preset (looked in the current directory and {CONFIG_DIR}); presets: {presets}"
+    )
 
 
 def parse_override(item: str) -> dict[str, Any]:
@@ -409,7 +414,7 @@ def from_dict(raw: dict[str, Any]) -> Config:
 
 def _build(cls: type, raw: Any, prefix: str) -> Any:
     if not isinstance(raw, dict):
-        raise TypeError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {raw!r}")
+        raise errors.ValueTypeError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {raw!r}")
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}
@@ -444,7 +449,7 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
         return _coerce(value, inner, key)
     if origin is list:
         if not isinstance(value, list | tuple):
-            raise TypeError(f"{key}: expected a list, got {value!r}")
+            raise errors.ValueTypeError(f"{key}: expected a list, got {value!r}")
         return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
     return _coerce_scalar(value, typ, key)
 
@@ -454,12 +459,12 @@ def _coerce_scalar(value: Any, typ: type, key: str) -> Any:
         try:
             value = float(value)
         except ValueError:
-            raise TypeError(f"{key}: expected a number, got {value!r}") from None
+            raise errors.ValueTypeError(f"{key}: expected a number, got {value!r}") from None
     if typ is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, typ) and not (typ is int and isinstance(value, bool)):
         return value
-    raise TypeError(f"{key}: expected {typ.__name__}, got {value!r} ({type(value).__name__})")
+    raise errors.ValueTypeError(f"{key}: expected {typ.__name__}, got {value!r} ({type(value).__name__})")
 
 
 def _flat_items(raw: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:

@@ -271,7 +271,11 @@ def _text_field(row: dict[str, Any], key: str, what: str) -> Any:
     value: Any = row
     for part in key.split("."):
         if not isinstance(value, dict) or value.get(part) is None:
-            raise _BadRow(f"missing_{what}", f"missing {what} field {key!r}")
+            raise _BadRow(
+                f"missing_{what}",
+                f"missing {what} field {key!r} (the row has {', '.join(map(repr, row)) or 'no fields'}; "
+                f"set data.{what}_key to the field that holds the {what})",
+            )
         value = value[part]
     return value
 
@@ -530,7 +534,7 @@ def load_sets(
     if kind is not None:
         sets = [ProblemSet(s.name, kind, PROMPTS.get(kind, s.prompt), s.problems) for s in sets]
     for s in sets:
-        _check_golds(s)
+        _check_golds(s, str(source))
     return sets
 
 
@@ -572,14 +576,21 @@ def _set_name(source: str) -> str:
     return path.name if path.is_dir() else _stem(path)
 
 
-def _check_golds(problem_set: ProblemSet) -> None:
+# Four or more plain words and nothing else ("see the solution above"): a math gold that reads as prose
+# is a reference to a solution, not an answer, and no math verifier can match a response to it.
+_PROSE_GOLD = re.compile(r"[A-Za-z]+(?:\s+[A-Za-z]+){3,}\s*[.!?]?")
+
+
+def _check_golds(problem_set: ProblemSet, source: str) -> None:
     """Every gold of the set must be usable by its verifier kind (the message names file:line)."""
     from lens.reward import validate_gold
 
     if not problem_set.problems:
-        raise ValueError(f"data set {problem_set.name!r}: no problems (empty file?)")
+        raise ValueError(f"{source}: data set {problem_set.name!r} has no problems (an empty file?)")
     for p in problem_set.problems:
         why = validate_gold(problem_set.kind, p.answer)
+        if why is None and problem_set.kind == "math" and _PROSE_GOLD.fullmatch(p.answer.strip()):
+            why = "it reads as prose, not a final answer"
         if why is not None:
             raise ValueError(
                 f"{p.where or p.uid}: gold answer {p.answer!r} is unusable for the {problem_set.kind} verifier: {why}"
@@ -835,4 +846,4 @@ if __name__ == "__main__":
 
     from lens import datahub
 
-    sys.exit(datahub.main())
+    sys.exit(datahub.cli())

@@ -13,17 +13,17 @@ looks. Without network it fails with one line naming the set and the hub id.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lens import data
+from tqdm import tqdm
+
+from lens import data, errors
 
 MANIFEST = "manifest.json"
 # The DAPO-Math-17k hub copy wraps every problem in an instruction that asks for "Answer: X" on the last
@@ -100,7 +100,10 @@ def prepare(names: Sequence[str], out: Path) -> dict[str, dict[str, Any]]:
         raise ValueError(f"prepare: unknown set(s) {unknown}; known: {', '.join(CATALOG)} (or all)")
     manifest = read_manifest(out) if (out / MANIFEST).is_file() else {}
     written = {}
-    for name in names:
+    # A big set takes minutes to download and convert: a bar over the sets on stderr.
+    bar = tqdm(names, desc="prepare", unit="set")
+    for name in bar:
+        bar.set_postfix_str(name)
         rows = _rows_of(name, CATALOG[name])
         rel = data.BENCHMARKS[name].path.removesuffix(".gz")  # written uncompressed: plain JSON Lines
         path = out / rel
@@ -109,16 +112,37 @@ def prepare(names: Sequence[str], out: Path) -> dict[str, dict[str, Any]]:
         tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         tmp.replace(path)  # never a half-written set under the final name
         written[name] = {"file": rel, "rows": len(rows), "sha256": sha256(path), "source": CATALOG[name].spec}
-        print(f"{name}: {len(rows)} rows -> {path}")
+        bar.write(f"{name}: {len(rows)} rows -> {path}")
     manifest.update(written)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return written
 
 
+def write_manifest(root: Path) -> dict[str, dict[str, Any]]:
+    """Writes `root/manifest.json` for the named sets found in `root` (their rows and sha256 as they are now,
+    source "local"), so that later `check`s notice a changed file; returns the entries."""
+    manifest = {}
+    for name, spec in sorted(data.BENCHMARKS.items()):
+        for rel in dict.fromkeys((spec.path, spec.path.removesuffix(".gz"))):
+            path = root / rel
+            if path.is_file():
+                manifest[name] = {"file": rel, "rows": len(data.load(path)), "sha256": sha256(path), "source": "local"}
+                break
+    if not manifest:
+        raise ValueError(f"{root}: no named data set in it (expected e.g. {data.BENCHMARKS['math500'].path})")
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
 def read_manifest(root: Path) -> dict[str, dict[str, Any]]:
     file = root / MANIFEST
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no such data directory")
     if not file.is_file():
-        raise ValueError(f"{root}: no {MANIFEST} (a directory written by `python -m lens.data prepare` has one)")
+        raise ValueError(
+            f"{root}: no {MANIFEST} (`python -m lens.data prepare` writes one); to record the files there as they "
+            f"are now, run `python -m lens.data check {root} --write-manifest`"
+        )
     try:
         manifest = json.loads(file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
@@ -144,24 +168,28 @@ def check(root: Path) -> list[str]:
     return problems
 
 
+@errors.cli_errors
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lens.data", description="Get and verify lens's data sets")
+    parser = errors.ArgumentParser(prog="python -m lens.data", description="Get and verify lens's data sets")
     sub = parser.add_subparsers(dest="command", required=True)
     prep = sub.add_parser("prepare", help="download named sets from the Hugging Face hub")
     prep.add_argument("names", nargs="+", help=f"set names ({', '.join(CATALOG)}) or all")
     prep.add_argument("--out", type=Path, default=data.data_dirs()[-1][1], help="data directory to write")
     chk = sub.add_parser("check", help="verify a data directory against its manifest")
     chk.add_argument("dir", type=Path)
+    chk.add_argument("--write-manifest", action="store_true", help="first write DIR/manifest.json from its files")
     args = parser.parse_args(argv)
-    try:
-        if args.command == "prepare":
-            prepare(list(CATALOG) if args.names == ["all"] else args.names, args.out)
-            return 0
-        failures = check(args.dir)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"lens: error: {e}", file=sys.stderr)
-        return 2
+    if args.command == "prepare":
+        prepare(list(CATALOG) if args.names == ["all"] else args.names, args.out)
+        return 0
+    if args.write_manifest:
+        written = write_manifest(args.dir)
+        print(f"wrote {args.dir / MANIFEST} ({len(written)} sets: {', '.join(written)})")
+    failures = check(args.dir)
     for line in failures:
         print(f"FAIL {line}")
     print(f"{args.dir}: {'ok' if not failures else f'{len(failures)} problem(s)'}")
     return 1 if failures else 0
+
+
+cli = errors.console_script(main)

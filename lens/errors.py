@@ -7,8 +7,11 @@
     for line in read_text_lines("data/train.jsonl"):   # ValueError "file:line: not UTF-8 (...)"
         ...
 
-A user mistake (ValueError, TypeError, FileNotFoundError: a bad flag, a missing file, a bad row)
-becomes `lens: error: <message>` on stderr and exit code 2 (the code argparse uses for bad usage).
+A user mistake (ValueError, FileNotFoundError: a bad flag, a missing file, a bad row) becomes
+`lens: error: <message>` on stderr and exit code 2 (the code argparse uses for bad usage). A bad command
+line is one of them: the entry points build their parsers with `ArgumentParser` below, whose complaints
+raise UsageError instead of printing usage. A TypeError is a bug unless lens raised it for a value the
+user typed (`ValueTypeError`).
 Under torchrun (RANK set) only rank 0 prints, since every rank usually hits the same mistake, and every
 rank writes its line to torchrun's error file (TORCHELASTIC_ERROR_FILE), so a mistake only rank 1 finds
 (a checkpoint file of its own) is not lost: torchrun's failure report shows it, and `lens.launch`
@@ -20,6 +23,7 @@ traceback on every rank. Any other exception is a bug: its traceback is always s
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import gzip
@@ -27,11 +31,23 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import NoReturn, ParamSpec, TypeVar
 
-USER_ERRORS = (ValueError, TypeError, FileNotFoundError)
+
+class UsageError(ValueError):
+    """A bad command line: an unknown flag, a missing argument, a value argparse could not convert."""
+
+
+class ValueTypeError(TypeError, ValueError):
+    """A value the user wrote has the wrong type (`optim.lr=fast`): a TypeError to the code that asked for
+    the value, a user error (ValueError) to `cli_errors`, so a bare TypeError stays a bug with a traceback."""
+
+
+# Only what lens raises for the user's input: a builtin bug type (TypeError, KeyError, ...) keeps its traceback.
+USER_ERRORS = (ValueError, FileNotFoundError)
 EXIT_USER_ERROR = 2
 LAUNCHER_ENV = "LENS_LAUNCHER"  # set by lens.launch for its workers: it prints their user errors itself
 
@@ -45,11 +61,31 @@ def one_line(error: BaseException) -> str:
     return text or type(error).__name__
 
 
+def show_warnings_once() -> None:
+    """Each warning (category and text) at most once per process. Python's filters remember what they
+    showed in a per-module registry that is cleared whenever any library touches the filters (the "once"
+    action included), so DeepSpeed's collective deprecations came back every step; the dedup therefore sits
+    in `warnings.showwarning`, after the filters, which still decide what is shown at all."""
+    if getattr(warnings.showwarning, "lens_once", False):
+        return
+    show, shown = warnings.showwarning, set()
+
+    def once(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> None:
+        key = (category, str(message))
+        if key not in shown:
+            shown.add(key)
+            show(message, category, *args, **kwargs)
+
+    once.lens_once = True  # type: ignore[attr-defined]
+    warnings.showwarning = once
+
+
 def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Wrap a command's entry point: user mistakes exit 2 with `lens: error: ...` (see the module)."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        show_warnings_once()
         try:
             return fn(*args, **kwargs)
         except USER_ERRORS as error:
@@ -72,6 +108,27 @@ def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise SystemExit(EXIT_USER_ERROR) from None
 
     return wrapper
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose complaints are one line: `error` raises UsageError, which `cli_errors` prints as
+    `lens: error: <prog>: <message>` with exit 2, instead of the usage block. Subparsers inherit it."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see --help)")
+
+
+def console_script(main: Callable[[list[str] | None], object]) -> Callable[[], int]:
+    """The `[project.scripts]` / `python -m` entry of a command: runs `main(sys.argv[1:])` under
+    `cli_errors` and returns its exit status (an int that `main` returns, else 0). The console-script
+    wrapper calls `sys.exit` on it, which would print a returned results dict and exit 1."""
+
+    def run() -> int:
+        result = cli_errors(main)(sys.argv[1:])
+        return result if isinstance(result, int) else 0
+
+    run.__doc__ = main.__doc__
+    return run
 
 
 def record_for_launcher(line: str) -> None:

@@ -28,6 +28,7 @@ import datetime
 import html
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -39,7 +40,7 @@ from typing import Any
 
 import torch
 
-from lens import answers, data, reward, tasks
+from lens import answers, data, errors, preflight, reward, tasks
 from lens.reward import REASONS, Verifier
 from lens.rollout import Engine, SamplingParams, make_engine
 
@@ -178,12 +179,16 @@ def evaluate_set(
     n: int,
     sampling: SamplingParams,
     batch_size: int | None = None,
+    progress: str | None = None,
 ) -> EvalResult:
     """Sample `n` responses per prompt (token ids) and score them against the gold `answers`.
 
     batch_size: prompts per generate call (None: all at once). With a seeded `sampling` the samples do not
     depend on it (sample j of prompt i draws from seed + i * n + j); unseeded calls draw a seed per batch.
+    progress: the label of a progress bar over the prompts on stderr (None: no bar, as in training).
     """
+    from tqdm import tqdm
+
     if len(prompts) != len(answers) or not prompts:
         raise ValueError(f"evaluate: need as many answers as prompts (> 0), got {len(prompts)} and {len(answers)}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -197,6 +202,7 @@ def evaluate_set(
     reasons: list[str] = []
     lengths: list[int] = []
     finish: list[str] = []
+    bar = tqdm(total=len(prompts), desc=progress, unit="prompt", disable=progress is None, leave=False)
     for lo in range(0, len(prompts), step):
         chunk = [list(p) for p in prompts[lo : lo + step]]
         out = engine.generate(chunk, n, _chunk_sampling(sampling, lo * n))
@@ -207,6 +213,8 @@ def evaluate_set(
         reasons += scored.item_reasons
         lengths += [len(t) for t in out.tokens]
         finish += out.finish_reasons
+        bar.update(len(chunk))
+    bar.close()
     rows = len(prompts)
     return EvalResult(
         rewards=torch.cat(rewards).view(rows, n),
@@ -343,13 +351,13 @@ def add_common_args(parser: argparse.ArgumentParser, *, default_benchmarks: str)
         action="store_true",
         help="math: no answer unless boxed or marked (the training rule); default: the last number, as benchmarks do",
     )
-    parser.add_argument("--out", default=None, help="output directory")
+    parser.add_argument("--out", default=None, help="output directory (default: runs/<tool>/<run>_step<N>)")
+    parser.add_argument("--overwrite", action="store_true", help="write into an --out that already holds results")
 
 
 def check_common_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Turns bad flag values into `parser.error` (exit 2 with the flag named)."""
-    if not Path(args.model).is_dir():
-        parser.error(f"--model {args.model}: no such checkpoint directory")
+    preflight.check_model_source(args.model, "--model")
     if args.seed < 0:
         parser.error(f"--seed {args.seed}: expected an int >= 0")
     try:
@@ -363,11 +371,26 @@ def check_common_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
 
 
 def model_name(path: str | Path) -> str:
-    """A short name of a checkpoint for output paths: `runs/x/checkpoints/step-40` -> `x-step-40`."""
-    p = Path(path).resolve()
-    if p.parent.name == "checkpoints" and p.parent.parent.name:
-        return f"{p.parent.parent.name}-{p.name}"
+    """A short name of a model for output paths. A trainer checkpoint (`runs/x/checkpoints/step_00000040`
+    or its `hf/` export) -> `x_step40`, the step read from its meta.json: every export is named `hf`, so
+    the directory name alone would send every checkpoint's results to one place. Else the directory's
+    name (a hub id ORG/NAME -> NAME)."""
+    p = Path(os.path.abspath(path))  # not resolve(): a symlinked export keeps its checkpoint's name
+    for checkpoint in (p, p.parent):
+        meta = checkpoint / "meta.json"
+        if meta.is_file() and checkpoint.parent.name == "checkpoints":
+            step = json.loads(meta.read_text(encoding="utf-8"))["step"]
+            return f"{checkpoint.parent.parent.name}_step{step}"
     return p.name
+
+
+def out_dir(args: argparse.Namespace, kind: str) -> Path:
+    """--out, default runs/<kind>/<model_name>; ValueError if it already holds files and --overwrite is not
+    set, so evaluating step 20 after step 40 never replaces step 40's results."""
+    out = Path(args.out) if args.out else Path("runs") / kind / model_name(args.model)
+    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
+        raise ValueError(f"{out} already holds results: give another --out, or --overwrite to replace them")
+    return out
 
 
 def build_engine(args: argparse.Namespace, longest_prompt: int) -> Engine:
@@ -512,7 +535,7 @@ def ks_for(args: argparse.Namespace, n: int) -> list[int]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = errors.ArgumentParser(
         prog="python -m lens.eval",
         description="Evaluate a checkpoint on benchmarks. Known benchmarks: " + ", ".join(known_benchmarks()),
     )
@@ -541,7 +564,9 @@ def evaluate_one(
     n = samples_per_set(args, es.name)
     ids = [r.ids for r in prompts]
     golds = [p.answer for p in problems]
-    result = evaluate_set(engine, tokenizer, verifier, ids, golds, n=n, sampling=sampling, batch_size=args.batch_size)
+    result = evaluate_set(
+        engine, tokenizer, verifier, ids, golds, n=n, sampling=sampling, batch_size=args.batch_size, progress=es.name
+    )
     row = {"kind": es.kind, **summarize(result, ks_for(args, n)), "skipped_too_long": skipped}
     fallback = not args.no_last_number_fallback
     return row, samples_of(es.kind, tokenizer.batch_decode(ids), problems, result, fallback_last_number=fallback)
@@ -560,23 +585,20 @@ def write_report(out: Path, args: argparse.Namespace, sampling: SamplingParams, 
     return results
 
 
+@errors.cli_errors
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Runs the evaluation, writes results.json / results.md / samples/, prints the table; returns the results."""
     from transformers import AutoTokenizer
 
     args = parse_args(argv)
-    out = Path(args.out or Path("runs") / "eval" / model_name(args.model))
+    out = out_dir(args, "eval")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     opts = {"template": args.template, "system_prompt": args.system_prompt, "max_prompt_len": args.max_prompt_len}
-    try:  # every data file is read and rendered before the model loads, so bad data fails fast
-        sets = [
-            s
-            for b in args.benchmarks
-            for s in load_eval_sets(b, data_dir=args.data_dir, limit=args.limit, seed=args.seed)
-        ]
-        rendered = {s.name: render_set(s, tokenizer, **opts) for s in sets}
-    except ValueError as e:
-        sys.exit(f"lens.eval: error: {e}")
+    # every data file is read and rendered before the model loads, so bad data fails fast
+    sets = [
+        s for b in args.benchmarks for s in load_eval_sets(b, data_dir=args.data_dir, limit=args.limit, seed=args.seed)
+    ]
+    rendered = {s.name: render_set(s, tokenizer, **opts) for s in sets}
     longest = max(len(r.ids) for prompts, _, _ in rendered.values() for r in prompts)
     sampling = eval_sampling(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
     engine = build_engine(args, longest)
@@ -596,5 +618,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return write_report(out, args, sampling, rows)
 
 
+cli = errors.console_script(main)
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

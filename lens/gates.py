@@ -74,7 +74,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lens import algos, audit, checkpoint, model, purify, scoring, tasks
+from lens import algos, audit, checkpoint, errors, model, purify, scoring, tasks
 from lens.config import REPO_ROOT, Config, load_config
 from lens.errors import cli_errors
 
@@ -692,7 +692,7 @@ def _positive_int(text: str) -> int:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m lens.audit gates", description=run_gates.__doc__)
+    parser = errors.ArgumentParser(prog="python -m lens.audit gates", description=run_gates.__doc__)
     parser.add_argument("--task", required=True, help=f"a registered task ({', '.join(tasks.NAMES)})")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="directory of TASK.md and TASK.json")
     parser.add_argument(

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
+import socket
 import statistics
+import urllib.parse
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,15 +44,62 @@ class RenderedSet:
     skipped_too_long: int
 
 
+def _path_like(path: str) -> bool:
+    # Hub ids are ORG/NAME or NAME: anything else names a local directory.
+    return Path(path).is_absolute() or path.startswith((".", "~")) or path.count("/") > 1 or path.endswith("/")
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except ValueError:  # not a valid repo id at all: HF would reject it too
+        return False
+
+
+def _hub_reachable() -> bool:
+    """False when HF_HUB_OFFLINE is set or huggingface.co cannot be reached in 3 s. Behind a proxy we
+    cannot tell without HF's own client, so we say yes and let it try."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    host = urllib.parse.urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=3).close()
+    except OSError:
+        return False
+    return True
+
+
+def check_model_source(path: str, key: str) -> None:
+    """ValueError in one line naming `key` unless `path` can be loaded: a local directory that exists, or
+    a hub id that is in the local HF cache or downloadable. Without this, HF reports a missing local
+    directory as a malformed hub id ("Repo id must be in the form ...") and an uncached id on an offline
+    machine as three chained tracebacks after half a minute of retries."""
+    if Path(resolve_path(path)).is_dir():
+        return
+    if _path_like(path) or Path(path).exists():
+        raise ValueError(f"{key}={path}: model path {path} does not exist (or is not a directory)")
+    if _in_hub_cache(path) or _hub_reachable():
+        return
+    from huggingface_hub import constants
+
+    raise ValueError(
+        f"{key}={path}: hub model id not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) and the "
+        f"machine is offline; download it where there is network (`hf download {path}`) or set {key} "
+        "to a local model directory"
+    )
+
+
 def check_model_paths(cfg: Config) -> None:
-    """A model path that names a local directory must exist: otherwise HF reports it as a malformed hub id
-    ("Repo id must be in the form ..."), which hides the typo. Hub ids are ORG/NAME or NAME."""
+    """`check_model_source` for model.path and model.ref_path."""
     for key, path in (("model.path", cfg.model.path), ("model.ref_path", cfg.model.ref_path)):
-        if path is None or Path(resolve_path(path)).is_dir():
-            continue
-        local = Path(path).is_absolute() or path.startswith((".", "~")) or path.count("/") > 1 or path.endswith("/")
-        if local or Path(path).exists():
-            raise ValueError(f"{key}={path}: no such model directory")
+        if path is not None:
+            check_model_source(path, key)
 
 
 def load_tokenizer(cfg: Config) -> Any:
@@ -223,8 +273,8 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
 
     from lens.model import deepspeed_config
 
+    tokenizer = load_tokenizer(cfg)  # checks the model paths before HF reads any
     model_config = AutoConfig.from_pretrained(resolve_path(cfg.model.path))
-    tokenizer = load_tokenizer(cfg)
     train_set, eval_sets = load_data(cfg)
     sets = []
     for problem_set in (train_set, *eval_sets):

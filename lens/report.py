@@ -19,7 +19,6 @@ Library use:
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
 import math
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from lens import errors
 from lens.config import DEFINING, PURIFYING
 from lens.config import STAGES as TRAIN_STAGES
 
@@ -820,9 +820,10 @@ def parse_label(spec: str) -> tuple[str, list[str]]:
     return name.strip(), paths
 
 
+@errors.cli_errors
 def main(argv: Sequence[str] | None = None) -> int:
     """The CLI (see the module docstring); exits with status 2 and a message naming the file on bad input."""
-    parser = argparse.ArgumentParser(prog="python -m lens.report", description=__doc__.split("\n\n")[0])
+    parser = errors.ArgumentParser(prog="python -m lens.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="run directories written by lens/train.py")
     parser.add_argument("--label", action="append", default=[], metavar="NAME=DIR[,DIR...]", help="label runs")
     parser.add_argument("--baseline", help="label of the efficiency baseline (default: grpo, else the first)")
@@ -860,5 +861,7 @@ def _plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+cli = errors.console_script(main)
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

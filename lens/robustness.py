@@ -30,12 +30,11 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from lens import data
+from lens import data, errors
 from lens import eval as ev
 from lens.reward import Verifier
 from lens.rollout import Engine, SamplingParams
@@ -150,7 +149,7 @@ def load_pairs(args: argparse.Namespace) -> list[Pair]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = errors.ArgumentParser(
         prog="python -m lens.robustness",
         description="Accuracy drop under injected distractors. Known benchmarks: " + ", ".join(ev.known_benchmarks()),
     )
@@ -244,28 +243,26 @@ def evaluate_pair(
     keep_i = [i for i, p in enumerate(inj_problems) if p.uid in shared]
     answers = [clean_problems[i].answer for i in keep_c]
     opts = {"n": args.n, "sampling": sampling, "batch_size": args.batch_size}
-    clean = ev.evaluate_set(engine, tokenizer, verifier, [clean_prompts[i].ids for i in keep_c], answers, **opts)
-    injected = ev.evaluate_set(engine, tokenizer, verifier, [inj_prompts[i].ids for i in keep_i], answers, **opts)
+    clean_ids, inj_ids = [clean_prompts[i].ids for i in keep_c], [inj_prompts[i].ids for i in keep_i]
+    clean = ev.evaluate_set(engine, tokenizer, verifier, clean_ids, answers, progress=f"{pair.name} clean", **opts)
+    injected = ev.evaluate_set(engine, tokenizer, verifier, inj_ids, answers, progress=f"{pair.name} injected", **opts)
     problems = ([clean_problems[i] for i in keep_c], [inj_problems[i] for i in keep_i])
     return report_row(pair, clean, injected, args.per_prompt), pair_rows(clean, injected, problems)
 
 
+@errors.cli_errors
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Runs the clean and injected evaluations, writes robustness.json / .md and samples/; returns the results."""
     from transformers import AutoTokenizer
 
     args = parse_args(argv)
-    out = Path(args.out or Path("runs") / "robustness" / ev.model_name(args.model))
+    out = ev.out_dir(args, "robustness")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     opts = {"template": args.template, "system_prompt": args.system_prompt, "max_prompt_len": args.max_prompt_len}
-    try:
-        pairs = load_pairs(args)
-        rendered = {
-            p.name: (ev.render_set(p.clean, tokenizer, **opts), ev.render_set(p.injected, tokenizer, **opts))
-            for p in pairs
-        }
-    except ValueError as e:
-        sys.exit(f"lens.robustness: error: {e}")
+    pairs = load_pairs(args)
+    rendered = {
+        p.name: (ev.render_set(p.clean, tokenizer, **opts), ev.render_set(p.injected, tokenizer, **opts)) for p in pairs
+    }
     longest = max(len(r.ids) for both in rendered.values() for prompts, _, _ in both for r in prompts)
     sampling = ev.eval_sampling(
         temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed
@@ -297,5 +294,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return results
 
 
+cli = errors.console_script(main)
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

@@ -23,13 +23,13 @@ This module imports no torch, so the command answers at once.
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import time
 import warnings
 from pathlib import Path
 
+from lens import errors
 from lens.errors import cli_errors
 from lens.runlock import lock_path
 
@@ -87,7 +87,7 @@ def discard_stale_request(run_dir: str | os.PathLike, launched: float) -> bool:
 @cli_errors
 def main(argv: list[str] | None = None) -> None:
     """`python -m lens.stop RUN_DIR`: write the request and say what happens next."""
-    parser = argparse.ArgumentParser(
+    parser = errors.ArgumentParser(
         prog="python -m lens.stop", description="Stop a training run after its current step (it saves and exits 0)."
     )
     parser.add_argument("run_dir", help="the run's directory (the trainer's run_dir, default runs/<method>_s<seed>)")
@@ -96,5 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"wrote {request}: the run stops after its current step, saves a checkpoint and exits 0")
 
 
+cli = errors.console_script(main)
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli())

@@ -409,12 +409,24 @@ def train_step(run: Run, step: int) -> dict[str, float]:
     return step_metrics(run, sg, stats, upd)
 
 
+def start_line(cfg: Config, start: int) -> str:
+    """The one line a run prints when it starts (the full config is in run_dir/config.yaml, not on screen):
+    what trains on what, where, and for --resume auto the step it resumed from."""
+    line = (
+        f"lens: {cfg.algorithm.name} on {cfg.data.train} with {cfg.model.path}, steps {start + 1}-{cfg.optim.steps}; "
+        f"config in {Path(cfg.run_dir) / checkpoint.CONFIG}"
+    )
+    if cfg.checkpoint.resume not in (None, "none"):
+        line += f"; resumed from step {start}" if start else f"; --resume {cfg.checkpoint.resume}: no checkpoint, fresh"
+    return line
+
+
 def train(cfg: Config, stop: dist.StopFlag) -> dict[str, float]:
     """The run: setup, the evaluation before training, the loop, the summary -> the last step's metrics."""
     run, eval_sets, eval_verifiers, start = setup(cfg)
     rank0 = run.rank == 0
     if rank0:
-        print(cfg.to_yaml())
+        print(start_line(cfg, start), flush=True)
     # Rows through the checkpoint's step stay; without a checkpoint (a fresh run, or a resume before the first
     # checkpoint) the run logs again from step 0, so no earlier row may stay: each step is logged once.
     log = metrics.MetricsLogger(

@@ -7,6 +7,7 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -115,18 +116,24 @@ def test_audit_jsonl_data_is_escaped(policy_dir: str, tmp_path: Path) -> None:
     assert "x&lt;1&gt;" in page and "<b>" not in page
 
 
-def test_audit_rejects_bad_flags(policy_dir: str, tmp_path: Path) -> None:
+def user_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The one line `audit.main(argv)` prints for a user error (exit 2)."""
+    with pytest.raises(SystemExit) as exit_info:
+        audit.main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and err.startswith("lens: error: ")
+    return err
+
+
+def test_audit_rejects_bad_flags(policy_dir: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = ["--policy", policy_dir, "--ref", REF, "--out", str(tmp_path)]
-    with pytest.raises(FileNotFoundError, match=r"nope\.jsonl: no such data file"):
-        audit.main([*base, "--data", "nope.jsonl"])
+    assert "nope.jsonl: no such data file" in user_error([*base, "--data", "nope.jsonl"], capsys)
     src = tmp_path / "p.jsonl"
     src.write_text(json.dumps({"problem": "a = 1 ; ? a", "answer": "1"}) + "\n")
-    with pytest.raises(ValueError, match="--accuracy and --scorer grad need --data vartrack"):
-        audit.main([*base, "--data", str(src), "--accuracy"])
-    with pytest.raises(SystemExit):
-        audit.main([*base, "--data", "vartrack", "--gamma", "1.5"])
-    with pytest.raises(ValueError, match="unknown \\['bogus'\\]"):
-        audit.main(["detect", *base, "--scorers", "interference,bogus"])
+    err = user_error([*base, "--data", str(src), "--accuracy"], capsys)
+    assert "--accuracy and --scorer grad need --data vartrack" in err
+    assert "--gamma" in user_error([*base, "--data", "vartrack", "--gamma", "1.5"], capsys)
+    assert "unknown ['bogus']" in user_error(["detect", *base, "--scorers", "interference,bogus"], capsys)
 
 
 def test_detect_end_to_end(policy_dir: str, tmp_path: Path) -> None:
@@ -207,12 +214,84 @@ def test_detect_reports_a_table_per_checkpoint_of_a_run(policy_dir: str, tmp_pat
     assert "## AUC (pooled) by checkpoint" in page and "| step 0 | 0.500 |" in page
 
 
-def test_detect_takes_several_policies_and_rejects_an_empty_run(policy_dir: str, tmp_path: Path) -> None:
+def test_detect_takes_several_policies_and_rejects_an_empty_run(
+    policy_dir: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     base = ["detect", "--ref", REF, "--limit", "2", "--scorers", "random", "--out", str(tmp_path)]
     results = audit.main([*base, "--policy", REF, policy_dir])
     assert list(results) == [REF, policy_dir]
     (tmp_path / "empty" / "checkpoints").mkdir(parents=True)
-    with pytest.raises(ValueError, match="no complete checkpoint"):
-        audit.main([*base, "--run", str(tmp_path / "empty")])
-    with pytest.raises(SystemExit):  # one source of policies, not both
-        audit.main([*base, "--run", str(tmp_path / "empty"), "--policy", policy_dir])
+    capsys.readouterr()
+    assert "no complete checkpoint" in user_error([*base, "--run", str(tmp_path / "empty")], capsys)
+    # one source of policies, not both
+    assert "not allowed with" in user_error([*base, "--run", str(tmp_path / "empty"), "--policy", policy_dir], capsys)
+
+
+@pytest.fixture(scope="module")
+def family_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    import families
+
+    root = tmp_path_factory.mktemp("families")
+    corpus = families._corpus()
+    return {f: families.build(f, root / f, corpus) for f in families.FAMILIES}
+
+
+def _audit_cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lens.audit", *argv], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("family", ["qwen2.5", "qwen3", "llama3.2"])
+def test_detect_on_a_run_of_every_family(family: str, family_models: dict[str, Path], tmp_path: Path) -> None:
+    """Qwen tokenizers have no BOS (bos_token_id None reached the model as a token id: TypeError), and a
+    byte-level BPE may split the task's words: the distractor labels follow every token of a word."""
+    model = family_models[family]
+    step = tmp_path / "run" / "checkpoints" / "step_00000010"
+    step.mkdir(parents=True)
+    (step / "hf").symlink_to(model, target_is_directory=True)
+    (step / "meta.json").write_text(json.dumps({"step": 10}))
+    argv = ["detect", "--run", str(tmp_path / "run"), "--ref", str(model), "--task", "vartrack", "--limit", "3"]
+    done = _audit_cli(*argv, "--scorers", "interference,random", "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "out" / "detection.json").read_text())
+    metrics = report["checkpoints"][1]["scorers"]["random"]
+    assert "detect: 100%" in done.stderr and "4/4" in done.stderr  # a bar over 2 checkpoints x 2 scorers
+    assert metrics["distractors"] >= 3 and metrics["tokens"] > metrics["distractors"]
+
+
+def test_task_prompts_with_the_task_tokenizer_are_the_task_prompts() -> None:
+    tokenizer = audit.load_tokenizer(REF)
+    for p in audit.task_prompts("vartrack", tokenizer, 5):
+        problem = tokenizer.decode(p.prompt.ids[1:-1])
+        assert p.prompt.ids == vartrack.prompt_ids(tokenizer, problem)
+        assert p.prompt.span == (1, len(p.prompt.ids) - 1)
+
+
+def test_html_shows_readable_text_and_a_legend(family_models: dict[str, Path], tmp_path: Path) -> None:
+    model = str(family_models["qwen3"])
+    src = tmp_path / "p.jsonl"
+    src.write_text(json.dumps({"problem": "What is the sum of 2 and 3?\nPut it in a box.", "answer": "5"}) + "\n")
+    done = _audit_cli("--policy", model, "--ref", model, "--data", str(src), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    assert "audit: 100%" in done.stderr  # the progress bar over the stages
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert "Ġ" not in page and "Ċ" not in page
+    assert '"> the</span>' in page and '">\n</span>' in page
+    assert "How to read this page" in page and "Blue outline" in page and "darkest red" in page
+    rows = [json.loads(line) for line in (tmp_path / "out" / "prompts.jsonl").read_text().splitlines()]
+    assert "".join(rows[0]["tokens"]).startswith("What is the sum of 2 and 3?\n")
+
+
+def test_a_malformed_data_file_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"problem": "a", "answer": "1"}\n{not json\n')
+    done = _audit_cli("--policy", REF, "--ref", REF, "--data", str(bad), "--out", str(tmp_path / "out"))
+    assert (
+        done.returncode == 2
+        and done.stderr
+        == f"lens: error: {bad}:2: invalid JSON (Expecting property name enclosed in double quotes at column 2)\n"
+    )
+
+
+def test_help_lists_the_subcommands() -> None:
+    done = _audit_cli("--help")
+    assert done.returncode == 0 and "detect" in done.stdout and "gates" in done.stdout

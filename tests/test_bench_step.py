@@ -56,9 +56,10 @@ def test_ratio_spread_pairs_steps_hand_computed():
     assert (spread["ratio_p25"], spread["ratio_p75"]) == pytest.approx((1.0, 1.5))  # inclusive quartiles
 
 
-def test_bad_flags_are_named():
-    with pytest.raises(SystemExit):
-        bench_step.parse(["--steps", "1", "--warmup", "1"])
+def test_bad_flags_are_named(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench_step.main(["--steps", "1", "--warmup", "1"])
+    assert exit_info.value.code == 2 and "--steps 1 must exceed --warmup 1" in capsys.readouterr().err
 
 
 def test_end_to_end_tiny(tmp_path, capsys, monkeypatch):

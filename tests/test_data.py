@@ -254,7 +254,7 @@ def test_non_utf8_and_empty_files_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"bad.json:3: not UTF-8 \(byte 0xff"):
         load(bad_json)
     (tmp_path / "empty.jsonl").write_text("")
-    with pytest.raises(ValueError, match="'empty': no problems"):
+    with pytest.raises(ValueError, match=r"empty\.jsonl: data set 'empty' has no problems"):
         data.load_sets(str(tmp_path / "empty.jsonl"))
 
 

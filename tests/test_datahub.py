@@ -15,6 +15,8 @@ import pytest
 
 from lens import data, datahub
 
+REPO = Path(__file__).resolve().parent.parent
+
 HUB = {
     "HuggingFaceH4/MATH-500": [{"problem": "1+1?", "answer": "2", "subject": "x"}, {"problem": "2+2?", "answer": 4}],
     "TIGER-Lab/MMLU-Pro": [{"question": "Pick one", "options": ["yes", "no"], "answer": "B"}],
@@ -48,8 +50,9 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     return calls
 
 
-def test_prepare_writes_the_layout_the_loader_reads(fake_hub: list, tmp_path: Path) -> None:
+def test_prepare_writes_the_layout_the_loader_reads(fake_hub: list, tmp_path: Path, capsys) -> None:
     assert datahub.main(["prepare", "math500", "mmlu_pro", "dapo_math_17k", "--out", str(tmp_path)]) == 0
+    assert "prepare: 100%" in capsys.readouterr().err  # the progress bar over the sets
     assert fake_hub == [
         ("HuggingFaceH4/MATH-500", None, "test"),
         ("TIGER-Lab/MMLU-Pro", None, "test"),
@@ -86,14 +89,35 @@ def test_check_finds_changed_missing_and_short_files(fake_hub: list, tmp_path: P
     assert "4 problem(s)" in capsys.readouterr().out
 
 
+def exit_status(argv: list[str]) -> int:
+    try:
+        return datahub.main(argv)
+    except SystemExit as e:  # a user error: one line, exit 2
+        return int(e.code)
+
+
 def test_without_network_one_clear_line(fake_hub: list, tmp_path: Path, capsys) -> None:
-    assert datahub.main(["prepare", "aime24", "--out", str(tmp_path)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_status(["prepare", "aime24", "--out", str(tmp_path)]) == 2
+    # The progress bar's line (redrawn with carriage returns) comes first; the error is the one other line.
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and not line.startswith("prepare:")]
     assert len(err) == 1 and err[0].startswith("lens: error: hf:HuggingFaceH4/aime_2024@train: could not load")
-    assert datahub.main(["prepare", "nope", "--out", str(tmp_path)]) == 2
+    assert exit_status(["prepare", "nope", "--out", str(tmp_path)]) == 2
     assert "unknown set(s) ['nope']" in capsys.readouterr().err
-    assert datahub.main(["check", str(tmp_path)]) == 2  # nothing was written: no manifest
+    assert exit_status(["check", str(tmp_path)]) == 2  # nothing was written: no manifest
     assert "no manifest.json" in capsys.readouterr().err
+    assert exit_status(["check", str(tmp_path / "nope")]) == 2
+    assert "nope: no such data directory" in capsys.readouterr().err
+
+
+def test_check_without_a_manifest_offers_to_write_one(tmp_path: Path) -> None:
+    (tmp_path / "math500").mkdir()
+    (tmp_path / "math500" / "test.jsonl").write_text('{"problem": "1+1?", "answer": "2"}\n')
+    cmd = [sys.executable, "-m", "lens.data", "check", str(tmp_path)]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 2 and f"python -m lens.data check {tmp_path} --write-manifest" in done.stderr
+    done = subprocess.run([*cmd, "--write-manifest"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0 and "1 sets: math500" in done.stdout and f"{tmp_path}: ok" in done.stdout
+    assert json.loads((tmp_path / "manifest.json").read_text())["math500"]["rows"] == 1
 
 
 def test_every_named_set_has_a_hub_source() -> None:
@@ -104,8 +128,5 @@ def test_module_entry_point(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "lens.data", "check", str(tmp_path)], capture_output=True, text=True, check=False
     )
-    assert (
-        out.returncode == 2
-        and out.stderr.strip()
-        == f"lens: error: {tmp_path}: no manifest.json (a directory written by `python -m lens.data prepare` has one)"
-    )
+    assert out.returncode == 2 and out.stderr.startswith(f"lens: error: {tmp_path}: no manifest.json")
+    assert len(out.stderr.splitlines()) == 1

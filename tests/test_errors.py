@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lens.errors import cli_errors, read_text_lines
+from lens.errors import ValueTypeError, cli_errors, read_text_lines
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -31,7 +31,7 @@ def test_a_user_error_is_one_line_and_exit_2(capsys, monkeypatch):
     assert command(None) == "ok"
     for error in (
         ValueError("data.batch_size=3: must be\n  divisible by 2"),
-        TypeError("x"),
+        ValueTypeError("x"),  # a TypeError lens raises for a value the user typed
         FileNotFoundError(2, "gone"),
     ):
         with pytest.raises(SystemExit) as exit_info:
@@ -76,3 +76,17 @@ def test_read_text_lines_names_file_line_and_column(tmp_path):
     packed.write_bytes(gzip.compress(b"ok\n\x80\n"))
     with pytest.raises(ValueError, match=r"bad\.jsonl\.gz:2: not UTF-8 \(byte 0x80 at column 1\)"):
         list(read_text_lines(packed))
+
+
+def test_a_repeated_library_warning_is_shown_once():
+    # A library that touches the filters (as DeepSpeed and torch do) makes Python's default filter forget
+    # what it showed: the same deprecation then came back every training step.
+    code = (
+        "import warnings\nfrom lens.errors import cli_errors\n@cli_errors\ndef main():\n"
+        "    for _ in range(3):\n"
+        "        warnings.warn('all_gather_into_tensor is deprecated', FutureWarning)\n"
+        "        warnings.filterwarnings('ignore', message='unrelated')\n"
+        "main()"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stderr.count("all_gather_into_tensor is deprecated") == 1

@@ -307,21 +307,64 @@ def test_paper_protocol_and_k_defaults(tmp_path: Path) -> None:
 )
 def test_cli_flag_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        ev.parse_args(["--model", str(tmp_path), *flags])
+        ev.main(["--model", str(tmp_path), *flags])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
 
 
 def test_cli_missing_model_and_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        ev.parse_args(["--model", str(tmp_path / "nope")])
+        ev.main(["--model", str(tmp_path / "nope")])
     err = capsys.readouterr().err
-    assert f"--model {tmp_path / 'nope'}: no such checkpoint directory" in err
+    assert f"--model={tmp_path / 'nope'}: model path {tmp_path / 'nope'} does not exist" in err
     model = str(vartrack.ASSETS_DIR)
     with pytest.raises(SystemExit) as exit_info:
-        ev.main(["--model", model, "--benchmarks", "openr1_math_46k", "--data-dir", str(tmp_path)])
-    message = str(exit_info.value.code)
+        ev.main(
+            ["--model", model, "--benchmarks", "openr1_math_46k", "--data-dir", str(tmp_path), "--out", str(tmp_path)]
+        )
+    message = capsys.readouterr().err
+    assert exit_info.value.code == 2
     assert str(tmp_path / "openr1_math_46k" / "train.jsonl") in message and "LENS_DATA_DIR" in message
     with pytest.raises(SystemExit) as exit_info:
-        ev.main(["--model", model, "--benchmarks", "vartrack", "--limit", "2", "--max-prompt-len", "3"])
-    assert "vartrack_clean: no prompt fits --max-prompt-len=3" in str(exit_info.value.code)
+        ev.main(
+            [
+                "--model",
+                model,
+                "--benchmarks",
+                "vartrack",
+                "--limit",
+                "2",
+                "--max-prompt-len",
+                "3",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+    assert "vartrack_clean: no prompt fits --max-prompt-len=3" in capsys.readouterr().err
+
+
+def test_evaluating_step_20_after_step_40_keeps_both_results(tmp_path: Path) -> None:
+    """Every trainer export is named `hf`: the default output is named by the checkpoint's run and step, and
+    an output that holds results is refused in one line (issue 26.5)."""
+    run = tmp_path / "runs" / "lens_s0" / "checkpoints"
+    for step in (40, 20):
+        (run / f"step_{step:08d}").mkdir(parents=True)
+        (run / f"step_{step:08d}" / "hf").symlink_to(vartrack.ASSETS_DIR, target_is_directory=True)
+        (run / f"step_{step:08d}" / "meta.json").write_text(json.dumps({"step": step}))
+
+    def evaluate(step: int) -> subprocess.CompletedProcess:
+        model = run / f"step_{step:08d}" / "hf"
+        argv = ["--model", str(model), "--benchmarks", "vartrack", "--limit", "2", "--n", "1", "--max-tokens", "4"]
+        cmd = [sys.executable, "-m", "lens.eval", *argv, "--engine", "hf", "--device", "cpu"]
+        return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+
+    first = evaluate(40)
+    assert first.returncode == 0 and evaluate(20).returncode == 0
+    assert "vartrack_clean" in first.stderr and "prompt/s" in first.stderr  # a progress bar per set
+    results = {step: tmp_path / "runs" / "eval" / f"lens_s0_step{step}" / "results.json" for step in (40, 20)}
+    step_40 = results[40].read_text()
+    assert json.loads(results[20].read_text())["benchmarks"] and json.loads(step_40)["benchmarks"]
+    again = evaluate(40)
+    assert again.returncode == 2 and again.stderr.count("\n") == 1
+    assert "lens_s0_step40 already holds results" in again.stderr and "--overwrite" in again.stderr
+    assert results[40].read_text() == step_40

@@ -52,7 +52,10 @@ def _launch(*args: str) -> subprocess.CompletedProcess:
     [
         (["algoritm.tau=0.5"], "lens: error: unknown config key algoritm (did you mean algorithm?)"),
         (["--config", "no_such_preset"], "lens: error: --config no_such_preset: no such preset"),
-        (["model.path=/nonexistent/model"], "lens: error: model.path=/nonexistent/model: no such model directory"),
+        (
+            ["model.path=/nonexistent/model"],
+            "lens: error: model.path=/nonexistent/model: model path /nonexistent/model does not exist",
+        ),
         (["data.train=/nonexistent/train.jsonl"], "lens: error: "),
     ],
     ids=["key", "preset", "model", "data"],

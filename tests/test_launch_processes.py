@@ -133,7 +133,10 @@ def test_a_failed_setup_leaves_the_run_dir_as_it_was_and_the_corrected_command_i
     run_dir.mkdir()
     args = [*BASE, f"run_dir={run_dir}"]
     done = _run([TORCHRUN, "--standalone", "--nproc_per_node=1", TRAIN, *args, "model.path=/nonexistent/model"])
-    assert done.returncode != 0 and "lens: error: model.path=/nonexistent/model: no such model directory" in done.stderr
+    assert (
+        done.returncode != 0
+        and "lens: error: model.path=/nonexistent/model: model path /nonexistent/model does not exist" in done.stderr
+    )
     assert list(run_dir.iterdir()) == []
     check_before_workers(args)  # what lens.launch checks first: the directory is free for the corrected command
 

@@ -140,11 +140,13 @@ def _tiny_model(path: Path) -> Path:
 @pytest.mark.skipif(
     not (data.default_data_dir() / "math500" / "test.jsonl").is_file(), reason="shared data directory not found"
 )
-def test_cli_on_a_data_benchmark_injects_words(tmp_path: Path) -> None:
+def test_cli_on_a_data_benchmark_injects_words(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = _tiny_model(tmp_path / "model")
     out = tmp_path / "out"
     argv = ["--model", str(model), "--benchmarks", "math500,mmlu_pro", "--n", "1", "--limit", "2"]
     rb.main([*argv, "--max-tokens", "4", "--distractors", "!,zzz", "--per-prompt", "3", "--out", str(out)])
+    err = capsys.readouterr().err  # a progress bar per evaluation
+    assert "math500 clean" in err and "mmlu_pro injected" in err and "prompt/s" in err
     results, records = _read(out, "math500")
     assert list(results["benchmarks"]) == ["math500", "mmlu_pro"]
     assert results["config"]["distractors"] == ["!", "zzz"] and results["config"]["per_prompt"] == 3
@@ -163,5 +165,5 @@ def test_cli_flag_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         (["--benchmarks", "nope"], "['nope'] are neither known names nor files"),
     ]:
         with pytest.raises(SystemExit) as exit_info:
-            rb.parse_args(["--model", str(tmp_path), *flags])
+            rb.main(["--model", str(tmp_path), *flags])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err

@@ -12,6 +12,7 @@ Run: `OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_rollout.py -q` (`-
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import pytest
@@ -221,6 +222,15 @@ def test_extra_stop_tokens_and_max_tokens(engine) -> None:
     one = engine.generate(PROMPTS, 2, SamplingParams(max_tokens=1, seed=5))
     assert all(len(t) == 1 for t in one.tokens)
     assert all(f == ("stop" if t == [EOS] else "length") for t, f in zip(one.tokens, one.finish_reasons, strict=True))
+
+
+def test_hf_decoding_uses_the_current_cache_api(hf_engine: HFEngine) -> None:
+    """No deprecation notice about the KV cache (transformers 5.25 warned about `past_key_values` on every
+    decode step of the old code): the engine passes the Cache object it owns to every forward."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hf_engine.generate(PROMPTS, 2, SamplingParams(max_tokens=4, seed=1))
+    assert not [w for w in caught if "past_key_values" in str(w.message) or "cache" in str(w.message).lower()]
 
 
 def test_seed_determinism(engine) -> None:

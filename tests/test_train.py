@@ -293,10 +293,10 @@ def test_seq_mean_token_sum_norm_divides_by_the_fixed_max_tokens():
 
 
 def test_a_missing_model_directory_is_named(tmp_path):
-    with pytest.raises(ValueError, match=r"model\.path=.*/nope/model: no such model directory"):
+    with pytest.raises(ValueError, match=r"model\.path=.*/nope/model: model path .* does not exist"):
         train.main(_args(tmp_path / "nope" / "model", tmp_path / "run", "optim.steps=1"))
     assert not (tmp_path / "run").exists()  # a failed setup claims nothing (issue 26.2): the fix is accepted
-    with pytest.raises(ValueError, match=r"model\.ref_path=\./typo: no such model directory"):
+    with pytest.raises(ValueError, match=r"model\.ref_path=\./typo: model path .* does not exist"):
         train.main(_args(vartrack.ASSETS_DIR, tmp_path / "run2", "optim.steps=1", "model.ref_path=./typo"))
 
 

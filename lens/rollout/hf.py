@@ -193,7 +193,9 @@ class HFEngine:
                 input_ids=token[:, None],
                 attention_mask=mask,
                 position_ids=positions,
-                past_key_values=out.past_key_values,
+                # The Cache object we own, updated in place by every forward: not the output's
+                # `past_key_values` field, which newer transformers releases deprecate.
+                past_key_values=cache,
             )
         return self._trim(torch.stack(sampled, 1).cpu(), torch.stack(sampled_lp, 1).cpu(), stops.cpu())
 

@@ -36,6 +36,7 @@ from types import ModuleType
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
+from lens import errors
 from lens.data import Problem
 
 IGNORE_INDEX = -100
@@ -245,9 +246,12 @@ def save(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, out: Path,
     return hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
 
 
+@errors.cli_errors
 def main(argv: Sequence[str] | None = None) -> None:
     """CLI entry point: parse flags, run `warm_start`, print the sha256 of model.safetensors."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = errors.ArgumentParser(
+        prog="python -m lens.tasks.warmstart", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", required=True, help="output directory for the checkpoint")
     parser.add_argument("--task", default="vartrack", choices=sorted(RECIPES))
     parser.add_argument("--seed", type=int, default=0)
@@ -271,5 +275,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"model.safetensors sha256 {digest}")
 
 
+cli = errors.console_script(main)
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli())
