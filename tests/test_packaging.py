@@ -18,8 +18,7 @@ from pathlib import Path
 
 import families
 import pytest
-
-from lens import data
+from shared_data import DATA_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -82,7 +81,7 @@ def _installed_env(site: Path) -> dict[str, str]:
     return {
         **os.environ,
         "PYTHONPATH": str(site),
-        "LENS_DATA_DIR": str(data.default_data_dir()),
+        "LENS_DATA_DIR": str(DATA_DIR),
         "OMP_NUM_THREADS": "1",
     }
 
