@@ -102,9 +102,10 @@ def native_extensions() -> tuple[list, dict]:
 
 ext_modules, cmdclass = native_extensions()
 setup(
-    # configs/ ships as lens/configs (the presets resolve after a non-editable install), kernels/ as lens_kernels.
+    # configs/ ships as lens/configs (the presets resolve after a non-editable install). kernels/lens_kernels/ is
+    # the package lens_kernels; kernels/ itself is no package, so it never stands in for the hub's `kernels`.
     packages=[*find_packages(include=["lens", "lens.*"]), "lens_kernels", "lens.configs"],
-    package_dir={"lens_kernels": "kernels", "lens.configs": "configs"},
+    package_dir={"lens_kernels": "kernels/lens_kernels", "lens.configs": "configs"},
     ext_modules=ext_modules,
     cmdclass=cmdclass,
     options={"bdist_wheel": {"py_limited_api": "cp310"}} if ext_modules else {},

@@ -1,4 +1,4 @@
-"""Eager vs torch.compile for the chunked CPU paths of lens_kernels (`kernels/_common.py:compiled_or_eager`).
+"""Eager vs torch.compile for the chunked CPU paths of lens_kernels (`_common.py:compiled_or_eager`).
 
     python bench/bench_cpu_compile.py [--pairs 15]   # -> bench/results/cpu_compile.{json,md}
 

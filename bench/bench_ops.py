@@ -3,8 +3,9 @@ both in the same run.
 
 CPU: N=1024 x T=2048 forward + backward of crpo_loss (target: native >= 3x faster than
 lens.algos.crpo_loss_torch, and no [N, T] temporaries beyond the gradient: see the peak column), plus
-the advantages of 128 groups and the importance ratio. CUDA only: N=1024 x T=4096 in bf16 with the
-floor of reading the inputs once and writing the gradient once at the measured copy bandwidth.
+the advantages of 128 groups (the Eq. 5 ratio has no op of its own: the loss computes it inside).
+CUDA only: N=1024 x T=4096 in bf16 with the floor of reading the inputs once and writing the gradient
+once at the measured copy bandwidth.
 Also the native loss's thread scaling and its bf16 path against fp32, interleaved (writes
 bench/results/ops_cpu_scaling.md): `pytest bench/bench_ops.py -k threads_and_bf16`.
 Run: `pytest bench/bench_ops.py --benchmark-only` (rows land in bench/results/results.jsonl).
@@ -104,19 +105,6 @@ def test_weighted_advantages_128_groups(benchmark, provider: str, device: torch.
     args = [x.to(device) for x in (rewards, weights, index)]
     fn = ADVANTAGES[provider]
     run_case(benchmark, "weighted_advantages", provider, {"N": 1024, "G": 128}, lambda: fn(*args), device=device)
-
-
-RATIOS = {
-    "torch": lambda a, b: algos.importance_log_ratio(a, b).exp(),
-    "native": lambda a, b: ops.importance_ratio(a, b)[1],
-}
-
-
-@pytest.mark.parametrize("provider", list(RATIOS))
-def test_importance_ratio(benchmark, provider: str, device: torch.device) -> None:
-    logp, old, *_ = _loss_inputs(1024, 2048, torch.float32, device)
-    fn = RATIOS[provider]
-    run_case(benchmark, "importance_ratio", provider, {"N": 1024, "T": 2048}, lambda: fn(logp, old), device=device)
 
 
 # Thread scaling and the bf16 path of the native CPU loss (issue 27: one thread whatever

@@ -66,7 +66,6 @@ def works() -> list[Work]:
     # csrc ops over N tokens: CRPO loss fwd + bwd reads logp, old logp, ref logp, advantage, weight, mask
     # and writes the loss terms and d logp (fp32).
     out.append(Work("crpo_loss fwd+bwd (csrc)", f"N={n}", n * FP32 * 8, 0, "elementwise; launch-bound"))
-    out.append(Work("importance_ratio (csrc)", f"N={n}", n * FP32 * 3, 0, "elementwise; launch-bound"))
     return out
 
 

@@ -107,15 +107,6 @@ inline CrpoInputs prepare_crpo(const at::Tensor& logp, const at::Tensor& old_log
   return in;
 }
 
-inline void check_ratio_inputs(const at::Tensor& logp, const at::Tensor& old_logp) {
-  check_token_dtype(logp, "lens::importance_ratio", "logp");
-  TORCH_CHECK(old_logp.scalar_type() == logp.scalar_type(), "lens::importance_ratio: old_logp must have logp's dtype ",
-              logp.scalar_type(), ", got ", old_logp.scalar_type());
-  TORCH_CHECK(old_logp.sizes() == logp.sizes(), "lens::importance_ratio: old_logp must have shape ", logp.sizes(),
-              ", got ", old_logp.sizes());
-  check_same_device(logp, old_logp, "lens::importance_ratio", "old_logp");
-}
-
 inline void check_group_inputs(const at::Tensor& rewards, const at::Tensor& group_index, const char* op) {
   TORCH_CHECK(rewards.dim() == 1, op, ": rewards must be 1-D [N], got shape ", rewards.sizes());
   check_token_dtype(rewards, op, "rewards");

@@ -9,11 +9,9 @@
 
 TORCH_LIBRARY(lens, m) {
   // GRPO advantages with verl numerics: rewards [N], group_index [N] int64 -> A [N] fp32.
-  m.def("grpo_advantages(Tensor rewards, Tensor group_index, float eps, bool std_normalize) -> Tensor");
+  m.def("grpo_advantages(Tensor rewards, Tensor group_index, float eps) -> Tensor");
   // LENS Eq. (6): weighted group advantages -> A [N] fp32.
   m.def("weighted_group_advantages(Tensor rewards, Tensor weights, Tensor group_index, float eps) -> Tensor");
-  // LENS Eq. (5): (clamped log-ratio, ratio), both fp32 and shaped like logp.
-  m.def("importance_ratio(Tensor logp, Tensor old_logp) -> (Tensor, Tensor)");
   // LENS Eq. (7): (loss 0-dim fp32, stats [9] fp32: 7 metrics then the denominators D and S).
   m.def(
       "crpo_loss_fwd(Tensor logp, Tensor old_logp, Tensor? ref_logp, Tensor advantages, Tensor weights, "

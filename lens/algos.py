@@ -52,9 +52,7 @@ def _use_native(*tensors: torch.Tensor) -> bool:
 # ----------------------------------------------------------------------------------------------
 
 
-def grpo_advantages_torch(
-    rewards: torch.Tensor, group_index: torch.Tensor, *, eps: float = 1e-6, std_normalize: bool = True
-) -> torch.Tensor:
+def grpo_advantages_torch(rewards: torch.Tensor, group_index: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
     """GRPO group-relative advantages with verl's numerics. Reference of `grpo_advantages`.
 
     rewards [N], group_index [N] (group id per rollout, any order, any group sizes) -> A [N] fp32.
@@ -77,17 +75,15 @@ def grpo_advantages_torch(
     mean = torch.where(single, torch.zeros_like(mean), mean)
     std = torch.where(single, torch.ones_like(std), std)
     centered = r - mean[idx]
-    return centered / (std[idx] + eps) if std_normalize else centered
+    return centered / (std[idx] + eps)
 
 
-def grpo_advantages(
-    rewards: torch.Tensor, group_index: torch.Tensor, *, eps: float = 1e-6, std_normalize: bool = True
-) -> torch.Tensor:
+def grpo_advantages(rewards: torch.Tensor, group_index: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
     """GRPO advantages (see `grpo_advantages_torch`); runs the native op when it is loaded."""
     if _use_native(rewards, group_index):
         _check_group_index(rewards, group_index, "rewards")
-        return ops.grpo_advantages(rewards, group_index, eps=eps, std_normalize=std_normalize)
-    return grpo_advantages_torch(rewards, group_index, eps=eps, std_normalize=std_normalize)
+        return ops.grpo_advantages(rewards, group_index, eps=eps)
+    return grpo_advantages_torch(rewards, group_index, eps=eps)
 
 
 def lens_weights(original_success: torch.Tensor, a_bar: torch.Tensor) -> torch.Tensor:

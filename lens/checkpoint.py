@@ -620,11 +620,6 @@ def _diff(saved: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, s
     ]
 
 
-def config_changes(saved: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """Differences between two config trees, one "algorithm.m: 8 -> 4" line per changed key."""
-    return [line for _, line in _diff(saved, new)]
-
-
 def check_resume_config(saved: Mapping[str, Any], new: Mapping[str, Any], allow_change: bool) -> list[str]:
     """Check a resumed run's config against the one it was saved with -> every change (for the log).
 

@@ -408,12 +408,6 @@ def data_dirs(configured: str | os.PathLike[str] | None = None) -> list[tuple[st
     return out
 
 
-def default_data_dir() -> Path:
-    """The first existing place of `data_dirs()` (the first place when none exists yet)."""
-    places = data_dirs()
-    return next((p for _, p in places if p.is_dir()), places[0][1])
-
-
 MATH_PROMPT = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{}."
 CHOICE_PROMPT = "{problem}\nPlease reason step by step, and put the letter of your final answer within \\boxed{}."
 PROMPTS = {"math": MATH_PROMPT, "choice": CHOICE_PROMPT, "text": MATH_PROMPT, "exact": MATH_PROMPT}
@@ -475,9 +469,6 @@ class ProblemSet:
     kind: str
     prompt: str
     problems: list[Problem]
-
-
-Benchmark = ProblemSet  # the name lens.eval and older code use for a named set
 
 
 def load_benchmark(

@@ -4,9 +4,6 @@
     def main(argv: list[str] | None = None) -> ...:
         ...
 
-    for line in read_text_lines("data/train.jsonl"):   # ValueError "file:line: not UTF-8 (...)"
-        ...
-
 A user mistake (ValueError, FileNotFoundError: a bad flag, a missing file, a bad row) becomes
 `lens: error: <message>` on stderr and exit code 2 (the code argparse uses for bad usage). A bad command
 line is one of them: the entry points build their parsers with `ArgumentParser` below, whose complaints
@@ -26,13 +23,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import gzip
 import json
 import os
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn, ParamSpec, TypeVar
 
@@ -158,21 +154,3 @@ def peer_user_error() -> str | None:
         if file != Path(mine) and isinstance(line, str) and line.startswith("lens: error:"):
             return line
     return None
-
-
-def read_text_lines(path: str | os.PathLike) -> Iterator[str]:
-    """The lines of a UTF-8 text file (`.gz` decompressed), without line endings, one at a time.
-
-    A byte that is not UTF-8 raises ValueError `<path>:<line>: not UTF-8 (byte 0x.. at column N)`
-    (N counts characters from 1), where Python's own error names neither the file nor the line.
-    """
-    path = Path(path)
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        for line_no, raw in enumerate(f, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                column = len(raw[: e.start].decode("utf-8")) + 1  # the bytes before the bad one are valid
-                raise ValueError(f"{path}:{line_no}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {column})") from e
-            yield text.rstrip("\r\n")

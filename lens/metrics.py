@@ -176,12 +176,6 @@ class TransferMeter:
         return algos.transfer_summary(**merged)
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
-    """Mean of values [R, T] over mask [R, T] (e.g. token entropy over response tokens); 0 if empty."""
-    count = int(mask.sum())
-    return float((values.detach().float() * mask).sum()) / count if count else 0.0
-
-
 def throughput(num_tokens: int, seconds: float) -> float:
     """Tokens per second (0 when no time elapsed)."""
     return num_tokens / seconds if seconds > 0 else 0.0

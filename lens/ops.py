@@ -9,7 +9,8 @@ exactly the signature of its torch reference in `lens.algos` and returns the sam
         loss, metrics = ops.crpo_loss(logp, old_logp, ref_logp, advantages, weights, mask)
 
 Fake (meta) functions make the ops traceable by torch.compile(fullgraph=True) and torch.library.opcheck;
-`crpo_loss` and `importance_ratio` are differentiable w.r.t. logp (and old_logp for the ratio).
+`crpo_loss` is differentiable w.r.t. logp. LENS Eq. (5), the token-level importance ratio, has no op of
+its own: the fused loss computes it per token inside its one pass (csrc/README.md).
 This module must not import lens.algos: lens.algos imports it to dispatch here.
 """
 
@@ -25,7 +26,6 @@ __all__ = [
     "METRIC_NAMES",
     "crpo_loss",
     "grpo_advantages",
-    "importance_ratio",
     "native_available",
     "native_devices",
     "weighted_group_advantages",
@@ -138,18 +138,14 @@ def _token_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
 # ----------------------------------------------------------------------------------------------
 
 
-def grpo_advantages(
-    rewards: torch.Tensor, group_index: torch.Tensor, *, eps: float = 1e-6, std_normalize: bool = True
-) -> torch.Tensor:
+def grpo_advantages(rewards: torch.Tensor, group_index: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
     """GRPO advantages (verl numerics), native. rewards [N], group_index [N] -> A [N] fp32.
 
     Same contract as lens.algos.grpo_advantages_torch: A = (r - mean) / (unbiased std + eps) per group;
     a group of one has mean 0 and std 1. One CUDA block per group, no host synchronization.
     """
     _require_native("grpo_advantages")
-    return torch.ops.lens.grpo_advantages(
-        _float_values(rewards), _long_index(group_index), float(eps), bool(std_normalize)
-    )
+    return torch.ops.lens.grpo_advantages(_float_values(rewards), _long_index(group_index), float(eps))
 
 
 def weighted_group_advantages(
@@ -170,21 +166,8 @@ def weighted_group_advantages(
 
 
 # ----------------------------------------------------------------------------------------------
-# Importance ratio and CRPO loss
+# CRPO loss
 # ----------------------------------------------------------------------------------------------
-
-
-def importance_ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """LENS Eq. (5), native: (log_ratio = clamp(logp - old_logp, -20, 20), ratio = exp(log_ratio)).
-
-    logp, old_logp: any equal shapes -> two fp32 tensors of that shape; differentiable (the clamp
-    passes gradient inside [-20, 20], inclusive, like torch.clamp).
-    """
-    _require_native("importance_ratio")
-    if logp.shape != old_logp.shape:
-        raise ValueError(f"logp {tuple(logp.shape)} and old_logp {tuple(old_logp.shape)} must match")
-    dtype = _token_dtype(logp, old_logp)
-    return torch.ops.lens.importance_ratio(logp.to(dtype), old_logp.to(dtype))
 
 
 def _check_loss_args(
@@ -249,11 +232,6 @@ def _advantages_fake(rewards: torch.Tensor, *args: object) -> torch.Tensor:
     return torch.empty(rewards.shape, dtype=torch.float32, device=rewards.device)
 
 
-def _importance_ratio_fake(logp: torch.Tensor, old_logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    out = torch.empty(logp.shape, dtype=torch.float32, device=logp.device)
-    return out, torch.empty_like(out)
-
-
 def _crpo_fwd_fake(logp: torch.Tensor, *args: object) -> tuple[torch.Tensor, torch.Tensor]:
     loss = torch.empty((), dtype=torch.float32, device=logp.device)
     return loss, torch.empty((NUM_STATS,), dtype=torch.float32, device=logp.device)
@@ -261,22 +239,6 @@ def _crpo_fwd_fake(logp: torch.Tensor, *args: object) -> tuple[torch.Tensor, tor
 
 def _crpo_bwd_fake(grad_loss: torch.Tensor, logp: torch.Tensor, *args: object) -> torch.Tensor:
     return torch.empty(logp.shape, dtype=logp.dtype, device=logp.device)
-
-
-def _ratio_setup_context(ctx, inputs: tuple, output: tuple) -> None:
-    logp, old_logp = inputs
-    ctx.save_for_backward(logp, old_logp, output[1])
-
-
-def _ratio_backward(ctx, grad_log_ratio: torch.Tensor, grad_ratio: torch.Tensor) -> tuple:
-    # d log_ratio / d logp = 1 and d ratio / d logp = ratio where the clamp is not saturated.
-    logp, old_logp, ratio = ctx.saved_tensors
-    x = logp.float() - old_logp.float()
-    live = (x >= -20.0) & (x <= 20.0)
-    g = torch.where(live, grad_log_ratio + grad_ratio * ratio, torch.zeros_like(ratio))
-    grad_logp = g.to(logp.dtype) if ctx.needs_input_grad[0] else None
-    grad_old = (-g).to(old_logp.dtype) if ctx.needs_input_grad[1] else None
-    return grad_logp, grad_old
 
 
 def _crpo_setup_context(ctx, inputs: tuple, output: tuple) -> None:
@@ -300,10 +262,8 @@ def _crpo_backward(ctx, grad_loss: torch.Tensor, grad_stats: torch.Tensor | None
 def _register() -> None:
     for name in ("grpo_advantages", "weighted_group_advantages"):
         torch.library.register_fake(f"lens::{name}", _advantages_fake)
-    torch.library.register_fake("lens::importance_ratio", _importance_ratio_fake)
     torch.library.register_fake("lens::crpo_loss_fwd", _crpo_fwd_fake)
     torch.library.register_fake("lens::crpo_loss_bwd", _crpo_bwd_fake)
-    torch.library.register_autograd("lens::importance_ratio", _ratio_backward, setup_context=_ratio_setup_context)
     torch.library.register_autograd("lens::crpo_loss_fwd", _crpo_backward, setup_context=_crpo_setup_context)
 
 

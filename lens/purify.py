@@ -74,11 +74,6 @@ def pad_scores(scores: list[torch.Tensor], width: int) -> torch.Tensor:
     return out
 
 
-def random_scores(mask: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Scores of the random-pruning ablation: uniform in (0, 1] on the mask, so k random tokens go."""
-    return torch.rand(mask.shape, generator=generator).clamp_min(1e-12) * mask
-
-
 def select_tokens(
     scores: torch.Tensor,
     mask: torch.Tensor,

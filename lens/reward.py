@@ -82,7 +82,6 @@ from typing import TYPE_CHECKING, Any
 
 from lens.answers import (
     MAX_ANSWER_CHARS,
-    _after_answer_marker,  # noqa: F401 (lens.eval reads the text verifier's fallback through this module)
     additive_terms,
     as_number,
     extract_boxed,

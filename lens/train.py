@@ -24,9 +24,6 @@ import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-if __package__ in (None, ""):  # `torchrun lens/train.py` runs this file as a script with lens/ on sys.path
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
-
 from lens import lifeline
 
 # First: a worker whose torchrun is SIGKILLed dies with it, also while it imports torch and loads models.

@@ -507,17 +507,19 @@ def test_resume_auto_continues_and_checks_the_config(tmp_path):
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["algorithm"]["m"] == 4
 
 
-def test_config_changes_and_the_rule():
+def test_resume_config_lists_changes_and_guards_the_rule():
     saved = {"seed": 0, "algorithm": {"m": 8, "dapo": {"max_gen_batches": 10}}, "data": {"eval": ["a"]}}
     new = {"seed": 1, "algorithm": {"m": 4, "dapo": {}}, "data": {"eval": ["a", "b"]}, "extra": None}
-    assert ck.config_changes(saved, new) == [
+    with pytest.warns(UserWarning, match="changed config"):
+        changes = ck.check_resume_config(saved, new, allow_change=True)
+    assert changes == [
         "algorithm.dapo.max_gen_batches: 10 -> (absent)",
         "algorithm.m: 8 -> 4",
         "data.eval: ['a'] -> ['a', 'b']",
         "extra: (absent) -> None",
         "seed: 0 -> 1",
     ]
-    assert ck.config_changes(saved, saved) == []
+    assert ck.check_resume_config(saved, saved, allow_change=False) == []
     base = load_config(None, [], cuda_available=False).to_dict()
     for override in ["seed=1", "data.batch_size=32", "model.path=x", "rollout.temperature=0.7", "optim.lr=0.1"]:
         new = load_config(None, [override], cuda_available=False).to_dict()

@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from shared_data import DATA_DIR
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
@@ -32,7 +33,6 @@ from lens.data import (
     render_all,
 )
 
-DATA_DIR = data.default_data_dir()
 needs_data = pytest.mark.skipif(not (DATA_DIR / "README.md").is_file(), reason=f"no shared data at {DATA_DIR}")
 
 
@@ -120,7 +120,6 @@ def test_data_dir_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
         (tmp_path / where / "aime24").mkdir(parents=True)
         (tmp_path / where / "aime24" / "test.jsonl").write_text(f'{{"problem": "{where}", "answer": "1"}}\n')
     monkeypatch.setenv("LENS_DATA_DIR", str(tmp_path / "env"))
-    assert data.default_data_dir() == tmp_path / "env"
     assert load_benchmark("aime24").problems == [Problem("test-1", "env", "1")]
     assert load_benchmark("aime24", tmp_path / "cfg").problems[0].problem == "cfg"
     assert load_benchmark("dapo_math_17k", tmp_path / "cfg", limit=1).problems[0].uid == "dapo_math_17k-0"

@@ -6,14 +6,13 @@ Run: `.venv/bin/python -m pytest tests/test_errors.py -q`.
 
 from __future__ import annotations
 
-import gzip
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from lens.errors import ValueTypeError, cli_errors, read_text_lines
+from lens.errors import ValueTypeError, cli_errors
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -62,20 +61,6 @@ def test_no_traceback_reaches_the_terminal():
     code = "from lens.errors import cli_errors\n@cli_errors\ndef main():\n    raise ValueError('bad flag')\nmain()"
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env={"RANK": "0"})
     assert (done.returncode, done.stderr) == (2, "lens: error: bad flag\n")
-
-
-def test_read_text_lines_names_file_line_and_column(tmp_path):
-    good = tmp_path / "good.jsonl"
-    good.write_bytes('{"a": "café"}\r\n\n{"b": 2}'.encode())
-    assert list(read_text_lines(good)) == ['{"a": "café"}', "", '{"b": 2}']
-    bad = tmp_path / "bad.jsonl"
-    bad.write_bytes(b'{"a": 1}\n{"a": 2}\n{"q": "caf\xc3\xa9 \xff"}\n')
-    with pytest.raises(ValueError, match=r"^.*bad\.jsonl:3: not UTF-8 \(byte 0xff at column 13\)$"):
-        list(read_text_lines(bad))
-    packed = tmp_path / "bad.jsonl.gz"
-    packed.write_bytes(gzip.compress(b"ok\n\x80\n"))
-    with pytest.raises(ValueError, match=r"bad\.jsonl\.gz:2: not UTF-8 \(byte 0x80 at column 1\)"):
-        list(read_text_lines(packed))
 
 
 def test_a_repeated_library_warning_is_shown_once():

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from shared_data import DATA_DIR
 from tiny_models import word_level_llama
 
 from lens import data
@@ -33,7 +34,7 @@ ALL_BENCHMARKS = "math500,aime24,aime25,amc23,minerva_math,olympiadbench,gaokao2
 # Words the random model can emit, so some samples carry an answer each verifier can extract.
 ANSWER_WORDS = ["\\boxed{A}", "\\boxed{7}", "\\boxed{yes}", "answer", "is", "B", "7", "#", "3", "the"]
 needs_data = pytest.mark.skipif(
-    not (data.default_data_dir() / "math500" / "test.jsonl").is_file(), reason="shared data directory not found"
+    not (DATA_DIR / "math500" / "test.jsonl").is_file(), reason="shared data directory not found"
 )
 
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import zipfile
 from pathlib import Path
 
 import families
 import pytest
-
-from lens import data
+from shared_data import DATA_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -82,7 +82,7 @@ def _installed_env(site: Path) -> dict[str, str]:
     return {
         **os.environ,
         "PYTHONPATH": str(site),
-        "LENS_DATA_DIR": str(data.default_data_dir()),
+        "LENS_DATA_DIR": str(DATA_DIR),
         "OMP_NUM_THREADS": "1",
     }
 
@@ -109,21 +109,73 @@ def test_installed_package_trains_and_warns_once_without_native_ops(installed: P
     assert (tmp_path / "run" / "metrics.jsonl").is_file()
 
 
-def test_a_checkout_does_not_shadow_the_hub_kernels_package(tmp_path: Path) -> None:
-    # transformers 5.25 requires Hugging Face's `kernels` package and imports it. Run from a checkout (`python -m`,
-    # `torchrun lens/train.py`), the repo root comes first on sys.path, so its kernels/ was imported in its place and
-    # transformers failed: README command (a) broke on a fresh machine. A stand-in for the hub package:
+def test_the_wheel_ships_lens_kernels_and_no_kernels_package(installed: Path) -> None:
+    assert (installed / "lens_kernels" / "__init__.py").is_file()
+    assert not (installed / "kernels").exists()
+
+
+def _hub_stand_in(tmp_path: Path) -> Path:
+    """A stand-in for Hugging Face's `kernels` package (transformers 5.25 requires it and imports it)."""
     hub = tmp_path / "site" / "kernels"
     hub.mkdir(parents=True)
     (hub / "__init__.py").write_text("HUB = True\n")
     (hub / "layer.py").write_text("")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(hub.parent), os.environ.get("PYTHONPATH")]))}
-    code = "import kernels, kernels.layer, lens_kernels as k; print(kernels.HUB, kernels.layer.__file__, k.__file__)"
-    flag, layer, ours = _run([sys.executable, "-c", code], cwd=REPO, env=env).stdout.split()
-    assert flag == "True" and Path(layer) == hub / "layer.py" and Path(ours) == REPO / "kernels" / "__init__.py"
-    # Without the stand-in: this environment's own hub package when it has one (transformers >= 5.25 installs it),
-    # else the checkout's kernels/ as itself, which is what transformers <= 5.24 imports while it looks for the hub's.
+    return hub.parent
+
+
+def test_kernels_folder_is_no_package() -> None:
+    # kernels/ must stay a plain folder: as a package it would be found as `kernels` wherever a checkout's root
+    # is on sys.path (`python -m` run from it) and stand in for the hub's package.
+    assert not (REPO / "kernels" / "__init__.py").exists()
+    assert (REPO / "kernels" / "lens_kernels" / "__init__.py").is_file()
+
+
+def test_a_checkout_does_not_shadow_the_hub_kernels_package(tmp_path: Path) -> None:
+    # The checkout's root first on sys.path, as `python -m` from it puts it, then the hub's package: the hub's wins.
+    site = _hub_stand_in(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(site)])}
+    code = "import kernels, kernels.layer; print(kernels.HUB, kernels.layer.__file__)"
+    flag, layer = _run([sys.executable, "-c", code], cwd=REPO, env=env).stdout.split()
+    assert flag == "True" and Path(layer) == site / "kernels" / "layer.py"
+    # Without it: this environment's hub package when it has one (transformers >= 5.25 installs it), else an empty
+    # namespace that runs no lens code and that transformers' availability check reports as absent.
     where = "import importlib.util as u; s = u.find_spec('kernels'); print(s.origin if s else '')"
     installed = _run([sys.executable, "-c", where], cwd=tmp_path).stdout.strip()  # away from any checkout
-    out = _run([sys.executable, "-c", "import kernels; print(kernels.__file__)"], cwd=REPO)
-    assert Path(out.stdout.strip()) == Path(installed or REPO / "kernels" / "__init__.py")
+    code = (
+        "import kernels; from transformers.utils import is_kernels_available; "
+        "print(kernels.__file__, sorted(vars(kernels)) == sorted(['__doc__', '__file__', '__loader__', "
+        "'__name__', '__package__', '__path__', '__spec__']), is_kernels_available())"
+    )
+    out = _run([sys.executable, "-c", code], cwd=REPO).stdout.split()
+    if installed:
+        assert Path(out[0]) == Path(installed)
+    else:
+        assert out == ["None", "True", "False"]
+
+
+def test_the_tests_import_the_checkouts_lens_kernels() -> None:
+    # pyproject's pytest `pythonpath` puts kernels/ first, so the suite tests this tree, not an installed copy.
+    import lens_kernels
+
+    assert Path(lens_kernels.__file__) == REPO / "kernels" / "lens_kernels" / "__init__.py"
+
+
+def test_an_editable_install_maps_lens_kernels_and_nothing_named_kernels(tmp_path: Path) -> None:
+    # The PEP 660 wheel that `pip install -e .` installs, built and unpacked here (installing it would replace the
+    # dev environment's own editable install). -S: site-packages are added by hand, this install's first, so its
+    # finder is the one imported (the dev venv's finder module has the same name).
+    wheels, site = tmp_path / "wheels", tmp_path / "site"
+    wheels.mkdir()
+    env = {**os.environ, "LENS_BUILD_NATIVE": "0"}
+    build = f"from setuptools import build_meta; print(build_meta.build_editable({str(wheels)!r}))"
+    name = _run([sys.executable, "-c", build], cwd=REPO, env=env).stdout.strip().splitlines()[-1]
+    zipfile.ZipFile(wheels / name).extractall(site)
+    code = (
+        f"import site; site.addsitedir({str(site)!r}); site.addsitedir({sysconfig.get_paths()['purelib']!r}); "
+        "import importlib.util as u, lens_kernels; s = u.find_spec('kernels'); "
+        "print(lens_kernels.__file__, s.origin if s else None)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    ours, hub = _run([sys.executable, "-S", "-c", code], cwd=tmp_path, env=env).stdout.split()
+    assert Path(ours) == REPO / "kernels" / "lens_kernels" / "__init__.py"
+    assert hub == "None" or REPO not in Path(hub).parents

@@ -61,12 +61,6 @@ def test_select_tokens_breaks_ties_at_random_but_reproducibly():
     assert len(picks) > 5 and picks != {0}  # not by position
 
 
-def test_random_scores_stay_on_the_mask():
-    mask = purify.scorable_mask([_prompt(1, 3, 1)])
-    s = purify.random_scores(mask, torch.Generator().manual_seed(0))
-    assert torch.all(s[~mask] == 0) and torch.all(s[mask] > 0)
-
-
 def test_purify_prompts_keeps_order_and_template():
     p = Prompt([1, 2, 10, 11, 12, 13, 3], (2, 6))
     mask = torch.zeros(1, 7, dtype=torch.bool)

@@ -14,12 +14,13 @@ from pathlib import Path
 import families
 import pytest
 import yaml
+from shared_data import DATA_DIR
 
-from lens import data, preflight, train
+from lens import preflight, train
 from lens.config import CONFIG_DIR, load_config
 
 needs_data = pytest.mark.skipif(
-    not (data.default_data_dir() / "dapo_math_17k" / "train.jsonl").is_file(), reason="shared data not found"
+    not (DATA_DIR / "dapo_math_17k" / "train.jsonl").is_file(), reason="shared data not found"
 )
 METHODS = ("grpo", "grpo_ext", "dapo", "greso", "lens", "resample", "random_prune", "grad_prune")
 PURIFYING = ("lens", "random_prune", "grad_prune")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from shared_data import DATA_DIR
 from tiny_models import word_level_llama
 
 from lens import data
@@ -137,9 +138,7 @@ def _tiny_model(path: Path) -> Path:
     return word_level_llama(path, ["!", "\\boxed{7}", "7"], hidden_size=16)
 
 
-@pytest.mark.skipif(
-    not (data.default_data_dir() / "math500" / "test.jsonl").is_file(), reason="shared data directory not found"
-)
+@pytest.mark.skipif(not (DATA_DIR / "math500" / "test.jsonl").is_file(), reason="shared data directory not found")
 def test_cli_on_a_data_benchmark_injects_words(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = _tiny_model(tmp_path / "model")
     out = tmp_path / "out"

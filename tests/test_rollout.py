@@ -152,18 +152,7 @@ def test_left_pad_positions() -> None:
     assert positions.tolist() == [[0, 1, 2], [0, 0, 0]]
 
 
-def test_rollouts_padded_and_validation() -> None:
-    rollouts = Rollouts(
-        prompt_index=torch.tensor([0, 0]),
-        tokens=[[3, 1], [4]],
-        logprobs=[torch.tensor([-0.5, -1.0]), torch.tensor([-2.0])],
-        finish_reasons=["stop", "length"],
-    )
-    padded = rollouts.padded(pad_token_id=9)
-    assert padded.tokens.tolist() == [[3, 1], [4, 9]]
-    assert padded.logprobs.tolist() == [[-0.5, -1.0], [-2.0, 0.0]]
-    assert padded.mask.tolist() == [[True, True], [True, False]]
-    assert padded.lengths.tolist() == [2, 1]
+def test_rollouts_validation() -> None:
     with pytest.raises(ValueError, match="disagree"):
         Rollouts(torch.tensor([0]), [[1], [2]], [torch.zeros(1)], ["stop"])
 

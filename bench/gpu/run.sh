@@ -109,7 +109,7 @@ machine() {
 }
 
 build() {
-  # Without the editable install `lens_kernels` (kernels/) is not importable: if the CUDA build fails,
+  # Without the editable install `lens_kernels` (kernels/lens_kernels/) is not importable: if the CUDA build fails,
   # install the pure-Python packages so that the Triton tests, benchmarks and training still run.
   if LENS_BUILD_CUDA=1 TORCH_CUDA_ARCH_LIST=9.0 $py -m pip install -q --disable-pip-version-check \
     --no-build-isolation --no-deps -e . >"$raw/build.log" 2>&1; then

@@ -10,11 +10,10 @@
 
 namespace lens::cpu {
 
-// A[n] = (r - mean_g) / (std_g + eps) with the unbiased std (or r - mean_g without std_normalize);
-// a group of one has mean 0 and std 1 (verl). group ids must lie in [0, num_groups).
+// A[n] = (r - mean_g) / (std_g + eps) with the unbiased std; a group of one has mean 0 and std 1 (verl). group ids must lie in [0, num_groups).
 template <typename T>
 void grpo_advantages(const T* rewards, const int64_t* group, int64_t n, int64_t num_groups, float eps,
-                     bool std_normalize, float* out) {
+                     float* out) {
   std::vector<double> count(num_groups, 0.0), sum(num_groups, 0.0), sq(num_groups, 0.0);
   for (int64_t i = 0; i < n; ++i) {
     count[group[i]] += 1.0;
@@ -29,7 +28,7 @@ void grpo_advantages(const T* rewards, const int64_t* group, int64_t n, int64_t 
     const int64_t g = group[i];
     const double centered = static_cast<float>(rewards[i]) - sum[g];
     const double std = count[g] > 1.0 ? std::sqrt(sq[g] / (count[g] - 1.0)) : 1.0;
-    out[i] = static_cast<float>(std_normalize ? centered / (std + eps) : centered);
+    out[i] = static_cast<float>(centered / (std + eps));
   }
 }
 

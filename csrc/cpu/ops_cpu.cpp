@@ -16,7 +16,6 @@
 #include "../checks.h"
 #include "advantages_kernel.h"
 #include "crpo_loss_kernel.h"
-#include "importance_ratio_kernel.h"
 
 namespace lens {
 namespace {
@@ -155,22 +154,6 @@ at::Tensor crpo_loss_bwd_cpu(const at::Tensor& grad_loss, const at::Tensor& logp
   return grad;
 }
 
-std::tuple<at::Tensor, at::Tensor> importance_ratio_cpu(const at::Tensor& logp, const at::Tensor& old_logp) {
-  check_ratio_inputs(logp, old_logp);
-  const at::Tensor a = logp.contiguous();
-  const at::Tensor b = old_logp.contiguous();
-  at::Tensor log_ratio = at::empty(a.sizes(), a.options().dtype(at::kFloat));
-  at::Tensor ratio = at::empty(a.sizes(), a.options().dtype(at::kFloat));
-  dispatch_dtype(a.scalar_type(), [&](auto t_tag) {
-    using T = decltype(t_tag);
-    at::parallel_for(0, a.numel(), 16384, [&](int64_t begin, int64_t end) {
-      cpu::importance_ratio_range(a.const_data_ptr<T>(), b.const_data_ptr<T>(), begin, end,
-                                  log_ratio.mutable_data_ptr<float>(), ratio.mutable_data_ptr<float>());
-    });
-  });
-  return {log_ratio, ratio};
-}
-
 // Group ids index per-group accumulators on the CPU, so they must lie in [0, N]; returns max id + 1.
 int64_t checked_num_groups(const at::Tensor& group_index, const char* op) {
   const int64_t* g = group_index.const_data_ptr<int64_t>();
@@ -184,8 +167,7 @@ int64_t checked_num_groups(const at::Tensor& group_index, const char* op) {
   return hi + 1;
 }
 
-at::Tensor grpo_advantages_cpu(const at::Tensor& rewards, const at::Tensor& group_index, double eps,
-                               bool std_normalize) {
+at::Tensor grpo_advantages_cpu(const at::Tensor& rewards, const at::Tensor& group_index, double eps) {
   const char* op = "lens::grpo_advantages";
   check_group_inputs(rewards, group_index, op);
   const at::Tensor r = rewards.contiguous();
@@ -195,7 +177,7 @@ at::Tensor grpo_advantages_cpu(const at::Tensor& rewards, const at::Tensor& grou
   dispatch_dtype(r.scalar_type(), [&](auto t_tag) {
     using T = decltype(t_tag);
     cpu::grpo_advantages(r.const_data_ptr<T>(), g.const_data_ptr<int64_t>(), r.numel(), num_groups,
-                         static_cast<float>(eps), std_normalize, out.mutable_data_ptr<float>());
+                         static_cast<float>(eps), out.mutable_data_ptr<float>());
   });
   return out;
 }
@@ -225,7 +207,6 @@ at::Tensor weighted_group_advantages_cpu(const at::Tensor& rewards, const at::Te
 TORCH_LIBRARY_IMPL(lens, CPU, m) {
   m.impl("grpo_advantages", &grpo_advantages_cpu);
   m.impl("weighted_group_advantages", &weighted_group_advantages_cpu);
-  m.impl("importance_ratio", &importance_ratio_cpu);
   m.impl("crpo_loss_fwd", &crpo_loss_fwd_cpu);
   m.impl("crpo_loss_bwd", &crpo_loss_bwd_cpu);
 }

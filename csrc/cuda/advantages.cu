@@ -23,7 +23,7 @@ __device__ bool has_earlier_member(const int64_t* group, int64_t b) {
 
 template <typename T>
 __global__ void __launch_bounds__(kBlock) grpo_kernel(const T* rewards, const int64_t* group, int64_t n, float eps,
-                                                      bool std_normalize, float* out) {
+                                                      float* out) {
   const int64_t b = blockIdx.x;
   if (has_earlier_member(group, b)) return;
   const int64_t id = group[b];
@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(kBlock) grpo_kernel(const T* rewards, const in
   for (int64_t i = threadIdx.x; i < n; i += kBlock) {
     if (group[i] != id) continue;
     const double centered = to_float(rewards[i]) - mean;
-    out[i] = static_cast<float>(std_normalize ? centered / (std + eps) : centered);
+    out[i] = static_cast<float>(centered / (std + eps));
   }
 }
 
@@ -96,12 +96,12 @@ __global__ void __launch_bounds__(kBlock) weighted_kernel(const T* rewards, cons
 }  // namespace
 
 cudaError_t grpo_advantages(const void* rewards, Dtype dtype, const int64_t* group, int64_t n, float eps,
-                            bool std_normalize, float* out, cudaStream_t stream) {
+                            float* out, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   return dispatch_dtype(dtype, [&](auto t_tag) {
     using T = decltype(t_tag);
     grpo_kernel<T><<<static_cast<unsigned int>(n), kBlock, 0, stream>>>(static_cast<const T*>(rewards), group, n,
-                                                                         eps, std_normalize, out);
+                                                                         eps, out);
     return cudaGetLastError();
   });
 }

@@ -42,14 +42,10 @@ cudaError_t crpo_loss_fwd(const CrpoArgs& a, double num_tokens, double num_seqs,
 cudaError_t crpo_loss_bwd(const CrpoArgs& a, const float* grad_loss, const float* stats, void* grad,
                           cudaStream_t stream);
 
-// Elementwise over n contiguous values: fp32 log_ratio and ratio (LENS Eq. 5).
-cudaError_t importance_ratio(const void* logp, const void* old_logp, Dtype dtype, int64_t n, float* log_ratio,
-                             float* ratio, cudaStream_t stream);
-
 // One block per group (the block of a group's first member does the work; ids are labels, any
 // values). All groups in one launch.
 cudaError_t grpo_advantages(const void* rewards, Dtype dtype, const int64_t* group, int64_t n, float eps,
-                            bool std_normalize, float* out, cudaStream_t stream);
+                            float* out, cudaStream_t stream);
 cudaError_t weighted_group_advantages(const void* rewards, Dtype dtype, const float* weights, const int64_t* group,
                                       int64_t n, float eps, float* out, cudaStream_t stream);
 

@@ -99,22 +99,7 @@ at::Tensor crpo_loss_bwd_cuda(const at::Tensor& grad_loss, const at::Tensor& log
   return grad;
 }
 
-std::tuple<at::Tensor, at::Tensor> importance_ratio_cuda(const at::Tensor& logp, const at::Tensor& old_logp) {
-  check_ratio_inputs(logp, old_logp);
-  check_cuda(logp, "lens::importance_ratio", "logp");
-  const c10::cuda::CUDAGuard guard(logp.device());
-  const at::Tensor a = logp.contiguous();
-  const at::Tensor b = old_logp.contiguous();
-  at::Tensor log_ratio = at::empty(a.sizes(), a.options().dtype(at::kFloat));
-  at::Tensor ratio = at::empty(a.sizes(), a.options().dtype(at::kFloat));
-  C10_CUDA_CHECK(cuda::importance_ratio(a.const_data_ptr(), b.const_data_ptr(), cuda_dtype(a.scalar_type()), a.numel(),
-                                        log_ratio.mutable_data_ptr<float>(), ratio.mutable_data_ptr<float>(),
-                                        c10::cuda::getCurrentCUDAStream()));
-  return {log_ratio, ratio};
-}
-
-at::Tensor grpo_advantages_cuda(const at::Tensor& rewards, const at::Tensor& group_index, double eps,
-                                bool std_normalize) {
+at::Tensor grpo_advantages_cuda(const at::Tensor& rewards, const at::Tensor& group_index, double eps) {
   const char* op = "lens::grpo_advantages";
   check_group_inputs(rewards, group_index, op);
   check_cuda(rewards, op, "rewards");
@@ -123,7 +108,7 @@ at::Tensor grpo_advantages_cuda(const at::Tensor& rewards, const at::Tensor& gro
   const at::Tensor g = group_index.contiguous();
   at::Tensor out = at::empty(r.sizes(), r.options().dtype(at::kFloat));
   C10_CUDA_CHECK(cuda::grpo_advantages(r.const_data_ptr(), cuda_dtype(r.scalar_type()), g.const_data_ptr<int64_t>(),
-                                       r.numel(), static_cast<float>(eps), std_normalize,
+                                       r.numel(), static_cast<float>(eps),
                                        out.mutable_data_ptr<float>(), c10::cuda::getCurrentCUDAStream()));
   return out;
 }
@@ -151,7 +136,6 @@ at::Tensor weighted_group_advantages_cuda(const at::Tensor& rewards, const at::T
 TORCH_LIBRARY_IMPL(lens, CUDA, m) {
   m.impl("grpo_advantages", &grpo_advantages_cuda);
   m.impl("weighted_group_advantages", &weighted_group_advantages_cuda);
-  m.impl("importance_ratio", &importance_ratio_cuda);
   m.impl("crpo_loss_fwd", &crpo_loss_fwd_cuda);
   m.impl("crpo_loss_bwd", &crpo_loss_bwd_cuda);
 }

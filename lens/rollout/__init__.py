@@ -5,13 +5,12 @@ CPU) lives in lens/rollout/hf.py, `VLLMEngine` in lens/rollout/vllm_engine.py (i
 an optional dependency).
 """
 
-from lens.rollout.base import Engine, PaddedResponses, Rollouts, SamplingParams, default_stop_ids, make_engine
+from lens.rollout.base import Engine, Rollouts, SamplingParams, default_stop_ids, make_engine
 from lens.rollout.hf import HFEngine
 
 __all__ = [
     "Engine",
     "HFEngine",
-    "PaddedResponses",
     "Rollouts",
     "SamplingParams",
     "default_stop_ids",

@@ -65,16 +65,6 @@ class SamplingParams:
 
 
 @dataclass
-class PaddedResponses:
-    """Responses right-padded into tensors (R rollouts, T = longest response)."""
-
-    tokens: torch.Tensor  # [R, T] int64, pad_token_id after the end of each response
-    logprobs: torch.Tensor  # [R, T] fp32, 0 at padding
-    mask: torch.Tensor  # [R, T] bool, True on real response tokens
-    lengths: torch.Tensor  # [R] int64
-
-
-@dataclass
 class Rollouts:
     """Responses of one `generate` call. R = len(prompts) * n, prompt-major: prompt i -> rows i*n .. i*n+n-1."""
 
@@ -94,18 +84,6 @@ class Rollouts:
 
     def __len__(self) -> int:
         return len(self.tokens)
-
-    def padded(self, pad_token_id: int = 0) -> PaddedResponses:
-        """Right-pad the responses into [R, T] tensors (T >= 1 so empty batches still have a time axis)."""
-        lengths = torch.tensor([len(t) for t in self.tokens], dtype=torch.int64)
-        width = max(1, int(lengths.max())) if len(self) else 1
-        tokens = torch.full((len(self), width), pad_token_id, dtype=torch.int64)
-        logprobs = torch.zeros((len(self), width), dtype=torch.float32)
-        for r, (toks, lps) in enumerate(zip(self.tokens, self.logprobs, strict=True)):
-            tokens[r, : len(toks)] = torch.tensor(toks, dtype=torch.int64)
-            logprobs[r, : len(toks)] = lps
-        mask = torch.arange(width)[None, :] < lengths[:, None]
-        return PaddedResponses(tokens=tokens, logprobs=logprobs, mask=mask, lengths=lengths)
 
 
 @runtime_checkable

@@ -104,7 +104,7 @@ def test_cmake_builds_the_extension(tmp_path: Path) -> None:
     assert "100% tests passed" in run(["ctest", "--test-dir", str(build)], ROOT)
     probe = (
         f"import torch; torch.ops.load_library({str(build / '_C.abi3.so')!r}); "
-        "print(torch.ops.lens.grpo_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), 0.0, True).tolist())"
+        "print(torch.ops.lens.grpo_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), 0.0).tolist())"
     )
     assert run([sys.executable, "-c", probe], ROOT).strip() == "[0.7071067690849304, -0.7071067690849304]"
 
