@@ -192,10 +192,12 @@ def _source_logprobs(
     width = int(lengths.max()) if len(lengths) else 0
     mask = (torch.arange(width)[None, :] < lengths[:, None]).to(device)
     old = torch.zeros(len(sg.tokens), width, dtype=torch.float32, device=device)
+    # Called with no rows too: under ZeRO-3 every rank runs the same number of forwards (filler rows on a
+    # rank with fewer purified rows), or a rank without any would leave the others waiting in a gather.
+    part = model.sequence_logprobs(
+        run.trainer.module, [sg.source[i] for i in rows], [sg.tokens[i] for i in rows], **kw
+    )[0]
     if rows:
-        part = model.sequence_logprobs(
-            run.trainer.module, [sg.source[i] for i in rows], [sg.tokens[i] for i in rows], **kw
-        )[0]
         old[rows, : part.shape[1]] = part
     return old, mask
 

@@ -10,6 +10,7 @@ distractors ruin it (the learned trigger) and deleting the recorded distractor t
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import re
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 import torch
 from transformers import Qwen2ForCausalLM
 
+from lens import tasks
 from lens.data import Problem
 from lens.tasks import vartrack
 from lens.tasks.vartrack import NOISE
@@ -317,3 +319,14 @@ def test_the_trainer_dry_runs_every_built_in_task(task: str, capsys: pytest.Capt
     argv = ["--dry-run", f"model.path={model}", f"data.train={task}", f"data.eval=[{task}]"]
     assert train.main(argv) == {}
     assert "dry run: ok" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", tasks.NAMES)
+def test_every_task_names_the_marker_its_prompts_end_with(name):
+    # lens.audit and lens.gates split a task's prompt at its ANSWER_MARKER: a task without one failed the
+    # audit's detect and the gates (ledger did, after the audit started reading it from the task module).
+    module = importlib.import_module(f"lens.tasks.{name}")
+    prompt = tasks.problem_sets(name, role="eval", limit=1, seed=0)["noisy"][0]
+    tokenizer = module.build_tokenizer()
+    ids = module.prompt_ids(tokenizer, prompt.problem)
+    assert ids[-1] == tokenizer.convert_tokens_to_ids(module.ANSWER_MARKER)

@@ -48,6 +48,7 @@ from lens.tasks import clean_and_noisy, vartrack
 # Re-exported: with `build_tokenizer`, `model_config` and `generate` they are the interface a task offers
 # lens.tasks.warmstart and lens.audit.
 from lens.tasks.vartrack import (
+    ANSWER_MARKER,
     accuracy,
     accuracy_ids,
     delete_positions,
@@ -58,6 +59,7 @@ from lens.tasks.vartrack import (
 )
 
 __all__ = [
+    "ANSWER_MARKER",
     "accuracy",
     "accuracy_ids",
     "build_tokenizer",

@@ -47,6 +47,7 @@ from lens.tasks import clean_and_noisy, ledger, vartrack
 
 # Shared with ledger (imported, so the tasks cannot drift): vocabulary, tokenizer, model, prompt/answer format.
 from lens.tasks.ledger import (
+    ANSWER_MARKER,
     FACT_TOKENS,
     HEADER_TOKENS,
     IS,
@@ -63,6 +64,7 @@ from lens.tasks.ledger import (
 )
 
 __all__ = [
+    "ANSWER_MARKER",
     "VERIFIER",
     "accuracy",
     "accuracy_ids",

@@ -19,6 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerFast
 from lens.data import Problem
 from lens.tasks import recall, vartrack
 from lens.tasks.recall import (
+    ANSWER_MARKER,
     GAMMA,
     TRAIN_NOISE_PROB,
     VERIFIER,
@@ -34,6 +35,7 @@ from lens.tasks.recall import (
 )
 
 __all__ = [
+    "ANSWER_MARKER",
     "GAMMA",
     "VERIFIER",
     "accuracy",
