@@ -2,7 +2,7 @@
 both in the same run.
 
 CPU: N=1024 x T=2048 forward + backward of crpo_loss (target: native >= 3x faster than
-lens.algos.crpo_loss_torch, and no [N, T] temporaries beyond the gradient: see the peak column), plus
+lens.algos.crpo_loss(impl="torch"), and no [N, T] temporaries beyond the gradient: see the peak column), plus
 the advantages of 128 groups (the Eq. 5 ratio has no op of its own: the loss computes it inside).
 CUDA only: N=1024 x T=4096 in bf16 with the floor of reading the inputs once and writing the gradient
 once at the measured copy bandwidth.
@@ -13,6 +13,7 @@ Run: `pytest bench/bench_ops.py --benchmark-only` (rows land in bench/results/re
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import statistics
@@ -27,7 +28,7 @@ from lens import algos, ops
 CUDA = torch.cuda.is_available()
 pytestmark = pytest.mark.skipif(not ops.native_available(), reason="lens._C is not built")
 gpu_only = pytest.mark.skipif(not CUDA, reason="GPU shapes run only on CUDA")
-LOSSES = {"torch": algos.crpo_loss_torch, "native": ops.crpo_loss}
+LOSSES = {impl: functools.partial(algos.crpo_loss, impl=impl) for impl in ("torch", "native")}
 
 
 def _loss_inputs(n: int, t: int, dtype: torch.dtype, device: torch.device) -> tuple:
@@ -124,7 +125,7 @@ def test_crpo_loss_cpu_threads_and_bf16(rounds: int = 9) -> None:
     n, t = SCALING_SHAPE
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     cpu = torch.device("cpu")
-    runs = {cfg: _fwd_bwd(ops.crpo_loss, *_loss_inputs(n, t, dtypes[cfg[0]], cpu)) for cfg in SCALING_CONFIGS}
+    runs = {cfg: _fwd_bwd(LOSSES["native"], *_loss_inputs(n, t, dtypes[cfg[0]], cpu)) for cfg in SCALING_CONFIGS}
     times: dict[tuple[str, int], list[float]] = {cfg: [] for cfg in SCALING_CONFIGS}
     # Process CPU seconds per wall second of each call: > 1 shows the threads at work even where a
     # loaded machine gives them no spare core to finish sooner.
@@ -166,7 +167,7 @@ def _write_scaling(
     lines = [
         "# Native CRPO loss on CPU: threads and bf16 (bench/bench_ops.py::test_crpo_loss_cpu_threads_and_bf16)",
         "",
-        f"Forward + backward of `lens.ops.crpo_loss`, N {SCALING_SHAPE[0]} x T {SCALING_SHAPE[1]}, "
+        f"Forward + backward of `lens.algos.crpo_loss(impl='native')`, N {SCALING_SHAPE[0]} x T {SCALING_SHAPE[1]}, "
         f"{rounds} interleaved rounds, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
         f"(a shared machine: the 2-thread figures need 2 idle cores), commit {git_commit()}.",
         "",

@@ -1,5 +1,5 @@
 // Boundary validation shared by the CPU and CUDA implementations of the lens ops: named TORCH_CHECKs
-// for shapes, dtypes and devices, and the parsing of the string arguments (kl kind, aggregation).
+// for shapes, dtypes and devices, and the range checks of the enum arguments (kl kind, aggregation).
 // Inputs are normalized here (inner dimension contiguous, [N] vectors fp32, uncommon mask dtypes
 // to fp32) so that every kernel sees the same few layouts.
 #pragma once
@@ -7,8 +7,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <cstdint>
 #include <optional>
-#include <string>
 
 #include "core/crpo_reduce.h"
 
@@ -33,21 +33,17 @@ inline at::Tensor rows_contiguous(const at::Tensor& t) {
   return (t.size(1) <= 1 || t.stride(1) == 1) ? t : t.contiguous();
 }
 
-inline KlKind parse_kl(const std::string& kl, bool has_ref) {
-  if (!has_ref) return KlKind::none;
-  if (kl == "k1") return KlKind::k1;
-  if (kl == "k2") return KlKind::k2;
-  TORCH_CHECK(kl == "k3", "lens::crpo_loss: kl must be one of k1, k2, k3, got '", kl, "'");
-  return KlKind::k3;
+// kl and agg arrive as indices into lens.variants.KL_KINDS ("k1", "k2", "k3") and LOSS_AGGS ("token_mean",
+// "seq_mean_token_mean", "seq_mean_token_sum_norm"), which lens.ops passes: the names are spelled once, in
+// Python, and only their order is mirrored by the enums of core/token_math.h (KlKind counts `none` first).
+inline KlKind parse_kl(int64_t kl, bool has_ref) {
+  TORCH_CHECK(kl >= 0 && kl <= 2, "lens::crpo_loss: kl must index lens.variants.KL_KINDS (0..2), got ", kl);
+  return has_ref ? static_cast<KlKind>(kl + 1) : KlKind::none;
 }
 
-inline Agg parse_agg(const std::string& agg) {
-  if (agg == "token_mean") return Agg::token_mean;
-  if (agg == "seq_mean_token_mean") return Agg::seq_mean_token_mean;
-  TORCH_CHECK(agg == "seq_mean_token_sum_norm",
-              "lens::crpo_loss: agg must be one of token_mean, seq_mean_token_mean, seq_mean_token_sum_norm, got '",
-              agg, "'");
-  return Agg::seq_mean_token_sum_norm;
+inline Agg parse_agg(int64_t agg) {
+  TORCH_CHECK(agg >= 0 && agg <= 2, "lens::crpo_loss: agg must index lens.variants.LOSS_AGGS (0..2), got ", agg);
+  return static_cast<Agg>(agg);
 }
 
 // The validated, normalized inputs of lens::crpo_loss_fwd / _bwd.
@@ -80,7 +76,7 @@ inline at::Tensor token_tensor(const at::Tensor& t, const at::Tensor& logp, cons
 inline CrpoInputs prepare_crpo(const at::Tensor& logp, const at::Tensor& old_logp,
                                const std::optional<at::Tensor>& ref_logp, const at::Tensor& advantages,
                                const at::Tensor& weights, const at::Tensor& mask, double clip_low, double clip_high,
-                               double clip_c, double beta, const std::string& kl, const std::string& agg) {
+                               double clip_c, double beta, int64_t kl, int64_t agg) {
   TORCH_CHECK(logp.dim() == 2, "lens::crpo_loss: logp must be [N, T], got shape ", logp.sizes());
   check_token_dtype(logp, "lens::crpo_loss", "logp");
   const bool has_ref = ref_logp.has_value() && ref_logp->defined();

@@ -12,16 +12,17 @@ TORCH_LIBRARY(lens, m) {
   m.def("grpo_advantages(Tensor rewards, Tensor group_index, float eps) -> Tensor");
   // LENS Eq. (6): weighted group advantages -> A [N] fp32.
   m.def("weighted_group_advantages(Tensor rewards, Tensor weights, Tensor group_index, float eps) -> Tensor");
+  // kl / agg: indices into lens.variants.KL_KINDS / LOSS_AGGS (csrc/checks.h maps them to the enums).
   // LENS Eq. (7): (loss 0-dim fp32, stats [9] fp32: 7 metrics then the denominators D and S).
   m.def(
       "crpo_loss_fwd(Tensor logp, Tensor old_logp, Tensor? ref_logp, Tensor advantages, Tensor weights, "
-      "Tensor mask, float clip_low, float clip_high, float clip_c, float beta, str kl, str agg, "
+      "Tensor mask, float clip_low, float clip_high, float clip_c, float beta, int kl, int agg, "
       "float? num_tokens, float? num_seqs) -> (Tensor, Tensor)");
   // d loss / d logp [N, T] in logp's dtype, given d out / d loss and the stats of the forward.
   m.def(
       "crpo_loss_bwd(Tensor grad_loss, Tensor logp, Tensor old_logp, Tensor? ref_logp, Tensor advantages, "
       "Tensor weights, Tensor mask, Tensor stats, float clip_low, float clip_high, float clip_c, float beta, "
-      "str kl, str agg) -> Tensor");
+      "int kl, int agg) -> Tensor");
 }
 
 extern "C" {

@@ -13,17 +13,22 @@ paper or fixes what it leaves open:
 
 `grpo_advantages`, `weighted_group_advantages` and `crpo_loss` dispatch to the native ops of
 `lens.ops` when the extension is loaded; the `*_torch` functions are the references they are tested
-against (and the fallback).
+against (and the fallback). `crpo_loss` is the one face of the loss: it checks its inputs once and then
+runs one implementation (`impl`: auto, native or torch). `ADVANTAGES` names the advantage estimators that
+lens.variants' method specs choose from.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
 from lens import ops
-from lens.ops import DEFAULT_LOSS, KL_KINDS, LOSS_AGGS, LossConfig
+from lens.variants import KL_KINDS, LOSS_AGGS, LossConfig
+
+DEFAULT_LOSS = LossConfig()
 
 LOG_RATIO_CLAMP = 20.0
 KL_CLAMP = 10.0
@@ -146,6 +151,20 @@ def weighted_group_advantages(
     return weighted_group_advantages_torch(rewards, weights, group_index, eps=eps)
 
 
+def _grpo_estimator(rewards: torch.Tensor, weights: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
+    del weights  # GRPO's advantages ignore the weights; they still scale the loss (Eq. 7)
+    return grpo_advantages(rewards, group_index)
+
+
+# Advantage estimator name (lens.variants.ADVANTAGE_ESTIMATORS) -> fn(rewards [N], weights [N], group [N]) -> A [N].
+# A new estimator is one function here and its name in lens.variants.
+AdvantageFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+ADVANTAGES: dict[str, AdvantageFn] = {
+    "grpo": _grpo_estimator,
+    "weighted": weighted_group_advantages,  # LENS Eq. (6)
+}
+
+
 # ----------------------------------------------------------------------------------------------
 # Ratios, KL, loss
 # ----------------------------------------------------------------------------------------------
@@ -218,7 +237,19 @@ def aggregate_loss(
     return (loss_mat * m).sum() / (seqs * loss_mat.shape[-1])
 
 
-def _check_loss_inputs(logp, old_logp, ref_logp, advantages, weights, mask, loss: LossConfig) -> None:
+def _check_loss_inputs(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+    advantages: torch.Tensor,
+    weights: torch.Tensor,
+    mask: torch.Tensor,
+    loss: LossConfig,
+    num_tokens: float | None,
+    num_seqs: float | None,
+) -> None:
+    """The one check of crpo_loss's arguments, for both implementations (the knobs were checked when the
+    LossConfig was made). Shape-only: no device synchronization, so it also runs under torch.compile."""
     if logp.dim() != 2:
         raise ValueError(f"logp must be [N, T], got shape {tuple(logp.shape)}")
     for name, t in (("old_logp", old_logp), ("mask", mask), ("ref_logp", ref_logp)):
@@ -228,10 +259,13 @@ def _check_loss_inputs(logp, old_logp, ref_logp, advantages, weights, mask, loss
         if t.shape != logp.shape[:1]:
             raise ValueError(f"{name} must have shape [{logp.shape[0]}], got {tuple(t.shape)}")
     if loss.beta != 0 and ref_logp is None:
-        raise ValueError("beta != 0 needs ref_logp")
+        raise ValueError("crpo_loss: beta != 0 needs ref_logp")
+    for name, count in (("num_tokens", num_tokens), ("num_seqs", num_seqs)):
+        if count is not None and not float(count) > 0:
+            raise ValueError(f"crpo_loss: {name} must be > 0 when given, got {count}")
 
 
-def crpo_loss_torch(
+def _crpo_loss_torch(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     ref_logp: torch.Tensor | None,
@@ -243,7 +277,7 @@ def crpo_loss_torch(
     num_tokens: float | None = None,
     num_seqs: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The CRPO objective (LENS Eq. 7) in eager torch. Reference of `crpo_loss`.
+    """The CRPO objective (LENS Eq. 7) in eager torch: `crpo_loss(impl="torch")`, the reference of the native op.
 
     logp [N, T] (grad flows here; conditioned on the ORIGINAL prompt), old_logp [N, T] (on the prompt
     that sampled each rollout), ref_logp [N, T] or None (reference on the original prompt),
@@ -252,7 +286,6 @@ def crpo_loss_torch(
     p = min(p, -clip_c A) for A < 0, l = w~ p + beta kl. Reduced by `aggregate_loss`.
     Metrics (detached, over this call's tokens): pg_loss, kl, clipfrac_low/high/dual, ratio_mean/max.
     """
-    _check_loss_inputs(logp, old_logp, ref_logp, advantages, weights, mask, loss)
     # Padding may hold anything (NaN, -inf): select it away before any arithmetic, as the native op skips
     # it; a multiply by the mask would turn NaN * 0 into NaN and poison the whole loss and gradient.
     live = mask != 0
@@ -289,6 +322,9 @@ def crpo_loss_torch(
     return value, {k: v.detach().float() for k, v in metrics.items()}
 
 
+LOSS_IMPLS = ("auto", "native", "torch")
+
+
 def crpo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -300,13 +336,25 @@ def crpo_loss(
     *,
     num_tokens: float | None = None,
     num_seqs: float | None = None,
+    impl: str = "auto",
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """CRPO / GRPO loss (LENS Eq. 7); see `crpo_loss_torch`. Fused native op when it is loaded."""
-    args = (logp, old_logp, ref_logp, advantages, weights, mask, loss)
-    if _use_native(*(t for t in args[:6] if t is not None)):
-        _check_loss_inputs(*args)
-        return ops.crpo_loss(*args, num_tokens=num_tokens, num_seqs=num_seqs)
-    return crpo_loss_torch(*args, num_tokens=num_tokens, num_seqs=num_seqs)
+    """CRPO / GRPO loss (LENS Eq. 7): the one public face of both implementations.
+
+    logp [N, T] (grad flows here; conditioned on the ORIGINAL prompt), old_logp [N, T] (on the prompt that
+    sampled each rollout), ref_logp [N, T] or None (the reference on the original prompt), advantages [N]
+    (Eq. 6), weights [N] (w~ of Eq. 4; all ones gives GRPO), mask [N, T] (response tokens, bool or 0/1).
+    num_tokens / num_seqs: global counts of the optimizer step, so that micro-batch losses add up to the
+    full-batch loss. Returns (loss 0-dim fp32, detached metrics: pg_loss, kl, clipfrac_low/high/dual,
+    ratio_mean/max). impl: `native` (the fused op of lens.ops; raises when it is not built), `torch`
+    (`_crpo_loss_torch`, the reference) or `auto` (native when loaded and on a device it has kernels for).
+    """
+    if impl not in LOSS_IMPLS:
+        raise ValueError(f"crpo_loss: impl must be one of {LOSS_IMPLS}, got {impl!r}")
+    _check_loss_inputs(logp, old_logp, ref_logp, advantages, weights, mask, loss, num_tokens, num_seqs)
+    tensors = [t for t in (logp, old_logp, ref_logp, advantages, weights, mask) if t is not None]
+    native = impl == "native" or (impl == "auto" and _use_native(*tensors))
+    run = ops.crpo_loss_native if native else _crpo_loss_torch
+    return run(logp, old_logp, ref_logp, advantages, weights, mask, loss, num_tokens=num_tokens, num_seqs=num_seqs)
 
 
 # ----------------------------------------------------------------------------------------------

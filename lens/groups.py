@@ -20,11 +20,12 @@ from typing import TypeVar
 
 import torch
 
+from lens import variants
 from lens.algos import lens_weights
 from lens.purify import success_rates
 
 REPLACE_POLICIES = ("paper", "one_to_one", "keep_failure")
-WEIGHTINGS = ("lens", "uniform")
+WEIGHTINGS = variants.WEIGHTINGS
 T = TypeVar("T")
 
 
@@ -100,6 +101,19 @@ def plan_group(
     return GroupPlan(keep, joined, guard_passed=True, replaced=n_replace)
 
 
+def group_weights(weighting: str, original_success: torch.Tensor, a_bar: torch.Tensor) -> torch.Tensor:
+    """w~ of every row [N] fp32: LENS Eq. (4) (`lens`) or all ones (`uniform`, GRPO).
+
+    original_success [N] bool (the row is an ORIGINAL success, Y+); a_bar [N]: its group's first-sampling
+    success rate. Shared by the second-sampling methods and grpo_weighted (one sampling, Eq. 4 weights).
+    """
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+    if weighting == "lens":
+        return lens_weights(original_success, a_bar)  # LENS Eq. (4)
+    return torch.ones(original_success.shape, device=original_success.device)
+
+
 def build_groups(
     first_rewards: torch.Tensor,
     second_rewards: torch.Tensor,
@@ -117,8 +131,6 @@ def build_groups(
     second_of [B] int64: row of second_rewards for each prompt, -1 when it was not sampled again.
     Weights follow LENS Eq. 4 for every group (`weighting=lens`) or are all 1 (`uniform`).
     """
-    if weighting not in WEIGHTINGS:
-        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
     batch, m = first_rewards.shape
     if second_of.shape != (batch,):
         raise ValueError(f"second_of must have shape [{batch}], got {tuple(second_of.shape)}")
@@ -153,10 +165,7 @@ def build_groups(
             )
         )
     group, second, rollout, rewards, original_success = (torch.cat(col) for col in zip(*rows, strict=True))
-    if weighting == "lens":
-        weights = lens_weights(original_success, a_bar[group])  # LENS Eq. (4)
-    else:
-        weights = torch.ones_like(rewards)
+    weights = group_weights(weighting, original_success, a_bar[group])
     sampled = second_of >= 0
     second_acc = success_rates(second_rewards, success_threshold) if m2 else torch.zeros(0)
     counters = {

@@ -1,20 +1,19 @@
-"""Every RL method in one registry: the ONLY place that reads `algorithm.name` (besides lens/config.py).
+"""Every RL method, built from its spec in lens.variants: the ONLY place that acts on `algorithm.name`.
 
 A method turns a step into training rows: `method.sample(run, step, stats) -> StepGroups` (groups.py), and
-chooses the advantage estimator the update applies to them. Stateful methods (GRESO) add `after_step`,
-`state_dict` and `load_state_dict`; the trainer calls those for every method.
+applies its advantage estimator to them. A spec (lens.variants.MethodSpec) picks the parts:
 
-    grpo, grpo_ext      Method            one sampling of m rollouts, uniform weights, GRPO advantages
-    dapo                Dynamic           + drop zero-variance groups and refill, overlong shaping
-    greso               Greso             + GRESO's pre-rollout skipping (keep / record / adapt)
-    lens, random_prune,
-    grad_prune          SecondSampling(Purify())    groups with a_bar < tau are purified by the configured
-                                                    scorer and sampled again; guard, replacement, weights
-    resample            SecondSampling(Identity())  the same, sampled again from the unchanged prompt
+    sampling   SAMPLERS: Method (one sampling), Dynamic (DAPO: drop zero-variance groups and refill,
+               overlong shaping), Greso (DAPO + GRESO's pre-rollout skipping)
+    rewrite    REWRITES: none, Identity (resample) or Purify (LENS and the pruning ablations): groups with
+               a_bar < tau are sampled again from the rewritten prompt; guard, replacement (Eq. 2-3)
+    weighting  Eq. (4) weights or uniform; advantage: lens.algos.ADVANTAGES (GRPO's or Eq. 6)
 
-Adding a method is one class (or one composition) and one `REGISTRY` entry. The run-side helpers every
-method shares are here too: `Run` (what a step can use), `sampling_params` (the seed rule that makes a
-step's samples independent of the number of ranks) and `generate` (sample and reward).
+Stateful samplers (GRESO) add `after_step`, `state_dict` and `load_state_dict`; the trainer calls those for
+every method. A new method is one spec entry; a new class only if it samples differently (one SAMPLERS
+entry). The run-side helpers every method shares are here too: `Run` (what a step can use),
+`sampling_params` (the seed rule that makes a step's samples independent of the number of ranks) and
+`generate` (sample and reward).
 Legend: B prompts of this rank, m rollouts per prompt, K prompts sampled a second time.
 """
 
@@ -27,7 +26,7 @@ from typing import Any
 
 import torch
 
-from lens import algos, data, dist, groups, metrics, purify, scoring
+from lens import algos, data, dist, groups, metrics, purify, scoring, variants
 from lens.config import Config
 from lens.purify import Prompt
 from lens.reward import Verifier
@@ -166,13 +165,23 @@ def _concat(parts: list[Part], want: int, m: int) -> Part:
 
 
 class Method:
-    """GRPO (and grpo_ext, which differs only by its implied m = 16): every rollout of one sampling trains,
-    with uniform weights and GRPO's advantages (std-normalised within each group)."""
+    """One sampling of m rollouts per prompt (GRPO's), then the spec's second sampling, weights and advantages.
 
-    def __init__(self, cfg: Config) -> None:
+    Subclasses change only how the first sampling runs (`first_sampling`); everything after it comes from
+    the spec, so any sampler combines with any rewrite, weighting and advantage estimator.
+    """
+
+    def __init__(self, cfg: Config, spec: variants.MethodSpec) -> None:
         self.cfg = cfg
-        self.prompt_logprobs = False  # whether the first sampling also returns pi_theta of prompt tokens
-        self.transfers = False  # whether rows sampled from a rewritten prompt train on the original one
+        self.spec = spec
+        self.rewrite = REWRITES[spec.rewrite](cfg) if spec.rewrite is not None else None
+        # whether the first sampling also returns pi_theta of prompt tokens (the scorer's engine side of Eq. 1)
+        self.prompt_logprobs = self.rewrite is not None and self.rewrite.uses_prompt_logprobs
+        # whether rows sampled from a rewritten prompt train on the original one (their ratio is Eq. 5 across
+        # prompts: the trainer then measures the transfer)
+        self.transfers = self.rewrite is not None and self.rewrite.rewrites
+        self.weighting = spec.weighting if spec.weighting is not None else cfg.algorithm.weighting
+        self.estimator = algos.ADVANTAGES[spec.advantage]
 
     def sample(self, run: Run, step: int, stats: dict[str, float]) -> groups.StepGroups:
         batch = self.first_sampling(run, step, stats)
@@ -191,25 +200,58 @@ class Method:
         return Batch(prompts, answers, out, rewards)
 
     def final_groups(self, run: Run, batch: Batch, step: int, stats: dict[str, float]) -> groups.StepGroups:
+        if self.rewrite is not None:
+            return self.second_sampling(run, batch, step, stats)
         with run.timer("groups"):
             b, m = batch.rewards.shape
+            group = torch.arange(b).repeat_interleave(m)
+            original_success = batch.rewards.flatten() >= self.cfg.algorithm.success_threshold
+            a_bar = purify.success_rates(batch.rewards, self.cfg.algorithm.success_threshold)
             return _step_groups(
                 batch,
                 groups.Groups(
-                    group=torch.arange(b).repeat_interleave(m),
+                    group=group,
                     second=torch.zeros(b * m, dtype=torch.bool),
                     rollout=torch.arange(b * m),
                     rewards=batch.rewards.flatten().float(),
-                    original_success=batch.rewards.flatten() >= self.cfg.algorithm.success_threshold,
-                    weights=torch.ones(b * m),
+                    original_success=original_success,
+                    weights=groups.group_weights(self.weighting, original_success, a_bar[group]),
                 ),
                 [],
                 None,
             )
 
+    def second_sampling(self, run: Run, batch: Batch, step: int, stats: dict[str, float]) -> groups.StepGroups:
+        """Groups with a_bar < tau are sampled a second time from the rewrite's prompts; the successes transfer
+        back to the ORIGINAL prompt through the guard (Eq. 2), replacement (Eq. 3) and weights (Eq. 4)."""
+        assert self.rewrite is not None  # final_groups calls it only for a spec with a rewrite
+        a = self.cfg.algorithm
+        a_bar = purify.success_rates(batch.rewards, a.success_threshold)
+        candidates = purify.needs_purification(a_bar, a.tau).nonzero().flatten().tolist()  # Algorithm 1, line 9
+        second_prompts, second_of = self.rewrite(run, batch, candidates, stats)
+        answers = [batch.answers[b] for b in (second_of >= 0).nonzero().flatten().tolist()]
+        offset = dist.rank_offset(len(second_prompts))  # collective: every rank calls it, with or without prompts
+        second, rewards2 = None, torch.zeros(0, a.m)
+        if second_prompts:
+            params = sampling_params(run, step, SECOND_PHASE, offset)
+            second, rewards2, _ = generate(run, second_prompts, answers, params, stage="purify_")
+        with run.timer("groups"):
+            final = groups.build_groups(
+                batch.rewards,
+                rewards2,
+                second_of,
+                guard=a.guard,
+                replace=a.replace,
+                weighting=self.weighting,
+                success_threshold=a.success_threshold,
+                generator=run.rng,
+            )
+            _add(stats, "lens/", final.counters)
+            return _step_groups(batch, final, second_prompts, second)
+
     def advantages(self, step_groups: groups.StepGroups) -> torch.Tensor:
-        """[N] advantage per row (GRPO: (r - mean) / (std + eps) within each group)."""
-        return algos.grpo_advantages(step_groups.rewards, step_groups.group)
+        """[N] advantage per row, by the spec's estimator (GRPO's, or LENS Eq. (6) on the weights)."""
+        return self.estimator(step_groups.rewards, step_groups.weights, step_groups.group)
 
     def after_step(self, stats: dict[str, float]) -> None:
         """Hook for methods that adapt after each step (none by default)."""
@@ -253,8 +295,8 @@ class Dynamic(Method):
     After `dapo.max_gen_batches` batches the step trains on the informative groups found (verl raises there;
     see the README's methods section)."""
 
-    def __init__(self, cfg: Config) -> None:
-        super().__init__(cfg)
+    def __init__(self, cfg: Config, spec: variants.MethodSpec) -> None:
+        super().__init__(cfg, spec)
         self.warned_short = False
 
     def first_sampling(self, run: Run, step: int, stats: dict[str, float]) -> Batch:
@@ -330,8 +372,8 @@ class Greso(Dynamic):
     """GRESO: DAPO that skips, before rollout, prompts whose recent groups were all-correct or all-wrong,
     with probabilities that adapt toward target zero-variance shares (algos.GresoSkipper)."""
 
-    def __init__(self, cfg: Config) -> None:
-        super().__init__(cfg)
+    def __init__(self, cfg: Config, spec: variants.MethodSpec) -> None:
+        super().__init__(cfg, spec)
         g = cfg.algorithm.greso
         self.skipper = algos.GresoSkipper(
             alpha=g.alpha, p_init=g.p_init, step_size=g.p_step, p_min=g.p_min, p_max=g.p_max
@@ -365,7 +407,7 @@ class Greso(Dynamic):
 
 
 # ----------------------------------------------------------------------------------------------
-# LENS and its ablations: a second sampling for low-success groups
+# Rewrites: what low-success groups (a_bar < tau) are sampled again from
 # ----------------------------------------------------------------------------------------------
 
 
@@ -400,14 +442,16 @@ class Purify(Rewrite):
 
     def __init__(self, cfg: Config) -> None:
         a = cfg.algorithm
+        self.scorer = variants.scorer(a.scorer)
         # The policy side of Eq. 1 can come from the first sampling's prefill instead of a trainer forward.
-        self.uses_prompt_logprobs = a.score_logprobs == "engine" and a.scorer == "interference"
+        self.uses_prompt_logprobs = a.score_logprobs == "engine" and self.scorer.engine_logprobs
 
     def __call__(self, run, batch, candidates, stats):
         a, m = run.cfg.algorithm, run.cfg.algorithm.m
         with run.timer("score"):
             chosen = [batch.prompts[b] for b in candidates]
-            responses = [batch.rollouts.tokens[b * m : (b + 1) * m] for b in candidates] if a.scorer == "grad" else None
+            needs = self.scorer.needs_responses
+            responses = [batch.rollouts.tokens[b * m : (b + 1) * m] for b in candidates] if needs else None
             policy = [batch.rollouts.prompt_logprobs[b] for b in candidates] if self.uses_prompt_logprobs else None
             scores, min_score = scoring.token_scores(  # LENS Eq. (1) for the default `interference` scorer
                 a.scorer,
@@ -431,59 +475,12 @@ class Purify(Rewrite):
         return result.prompts, result.second_of
 
 
-class SecondSampling(Method):
-    """Groups with a_bar < tau are sampled a second time from `rewrite`'s prompts; the successes transfer
-    back to the ORIGINAL prompt through the guard (Eq. 2), replacement (Eq. 3) and weights (Eq. 4), and the
-    update uses the weighted advantages of Eq. 6."""
-
-    def __init__(self, cfg: Config, rewrite: Rewrite) -> None:
-        super().__init__(cfg)
-        self.rewrite = rewrite
-        self.prompt_logprobs = rewrite.uses_prompt_logprobs
-        self.transfers = rewrite.rewrites
-
-    def final_groups(self, run: Run, batch: Batch, step: int, stats: dict[str, float]) -> groups.StepGroups:
-        a = self.cfg.algorithm
-        a_bar = purify.success_rates(batch.rewards, a.success_threshold)
-        candidates = purify.needs_purification(a_bar, a.tau).nonzero().flatten().tolist()  # Algorithm 1, line 9
-        second_prompts, second_of = self.rewrite(run, batch, candidates, stats)
-        answers = [batch.answers[b] for b in (second_of >= 0).nonzero().flatten().tolist()]
-        offset = dist.rank_offset(len(second_prompts))  # collective: every rank calls it, with or without prompts
-        second, rewards2 = None, torch.zeros(0, a.m)
-        if second_prompts:
-            params = sampling_params(run, step, SECOND_PHASE, offset)
-            second, rewards2, _ = generate(run, second_prompts, answers, params, stage="purify_")
-        with run.timer("groups"):
-            final = groups.build_groups(
-                batch.rewards,
-                rewards2,
-                second_of,
-                guard=a.guard,
-                replace=a.replace,
-                weighting=a.weighting,
-                success_threshold=a.success_threshold,
-                generator=run.rng,
-            )
-            _add(stats, "lens/", final.counters)
-            return _step_groups(batch, final, second_prompts, second)
-
-    def advantages(self, step_groups: groups.StepGroups) -> torch.Tensor:
-        # LENS Eq. (6): weighted mean and std of each final group
-        return algos.weighted_group_advantages(step_groups.rewards, step_groups.weights, step_groups.group)
-
-
-REGISTRY: dict[str, Callable[[Config], Method]] = {
-    "grpo": Method,
-    "grpo_ext": Method,  # m = 16 comes from config.IMPLIED
-    "dapo": Dynamic,
-    "greso": Greso,
-    "lens": lambda cfg: SecondSampling(cfg, Purify(cfg)),
-    "random_prune": lambda cfg: SecondSampling(cfg, Purify(cfg)),  # scorer = random (config.DEFINING)
-    "grad_prune": lambda cfg: SecondSampling(cfg, Purify(cfg)),  # scorer = grad (config.DEFINING)
-    "resample": lambda cfg: SecondSampling(cfg, Identity()),
-}
+# The parts a spec names (lens.variants.SAMPLINGS / REWRITES), as classes.
+SAMPLERS: dict[str, type[Method]] = {"once": Method, "dynamic": Dynamic, "greso": Greso}
+REWRITES: dict[str, Callable[[Config], Rewrite]] = {"identity": lambda cfg: Identity(), "purify": Purify}
 
 
 def build(cfg: Config) -> Method:
-    """The method object of `cfg.algorithm.name`."""
-    return REGISTRY[cfg.algorithm.name](cfg)
+    """The method object of `cfg.algorithm.name`, composed from its spec in lens.variants.METHODS."""
+    spec = variants.method(cfg.algorithm.name)
+    return SAMPLERS[spec.sampling](cfg, spec)

@@ -2,11 +2,11 @@
 
 The ops live in the `lens` namespace of the dispatcher (`torch.ops.lens.*`, schemas in
 csrc/lens_ops.cpp) and are loaded by importing the extension module `lens._C`. Every wrapper has
-exactly the signature of its torch reference in `lens.algos` and returns the same values:
+exactly the signature of its torch reference in `lens.algos` and returns the same values. The loss is
+called through lens.algos.crpo_loss, which checks the arguments once for both implementations:
 
-    from lens import ops
-    if ops.native_available():
-        loss, metrics = ops.crpo_loss(logp, old_logp, ref_logp, advantages, weights, mask)
+    from lens import algos
+    loss, metrics = algos.crpo_loss(logp, old_logp, ref_logp, advantages, weights, mask, impl="native")
 
 Fake (meta) functions make the ops traceable by torch.compile(fullgraph=True) and torch.library.opcheck;
 `crpo_loss` is differentiable w.r.t. logp. LENS Eq. (5), the token-level importance ratio, has no op of
@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from dataclasses import dataclass
 
 import torch
 
+from lens.variants import KL_KINDS, LOSS_AGGS, LossConfig
+
 __all__ = [
     "METRIC_NAMES",
-    "crpo_loss",
+    "crpo_loss_native",
     "grpo_advantages",
     "native_available",
     "native_devices",
@@ -35,38 +36,6 @@ __all__ = [
 # the two after them are the loss denominators D and S that the backward pass reuses.
 METRIC_NAMES = ("pg_loss", "kl", "clipfrac_high", "clipfrac_low", "clipfrac_dual", "ratio_mean", "ratio_max")
 NUM_STATS = len(METRIC_NAMES) + 2
-KL_KINDS = ("k1", "k2", "k3")
-LOSS_AGGS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
-
-
-@dataclass(frozen=True)
-class LossConfig:
-    """The knobs of the CRPO loss (LENS Eq. 7), checked once here for both implementations.
-
-    clip_low / clip_high: the ratio clip [1 - clip_low, 1 + clip_high] (DAPO's clip-higher raises the
-    second); clip_c: the dual clip for A < 0; beta: the KL weight (0: no reference pass); kl: its estimator;
-    agg: how token losses reduce (token_mean, seq_mean_token_mean, seq_mean_token_sum_norm).
-    """
-
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    clip_c: float = 3.0
-    beta: float = 0.001
-    kl: str = "k3"
-    agg: str = "token_mean"
-
-    def __post_init__(self) -> None:
-        if self.kl not in KL_KINDS:
-            raise ValueError(f"crpo_loss: kl must be one of {KL_KINDS}, got {self.kl!r}")
-        if self.agg not in LOSS_AGGS:
-            raise ValueError(f"crpo_loss: agg must be one of {LOSS_AGGS}, got {self.agg!r}")
-        if not self.clip_c > 1.0:
-            raise ValueError(f"crpo_loss: clip_c must be > 1, got {self.clip_c}")
-        if not (0.0 <= self.clip_low < 1.0 and self.clip_high >= 0.0 and self.beta >= 0.0):
-            raise ValueError(f"crpo_loss: need 0 <= clip_low < 1, clip_high >= 0, beta >= 0; got {self}")
-
-
-DEFAULT_LOSS = LossConfig()
 _TOKEN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -170,29 +139,20 @@ def weighted_group_advantages(
 # ----------------------------------------------------------------------------------------------
 
 
-def _check_loss_args(
-    ref_logp: torch.Tensor | None, loss: LossConfig, num_tokens: float | None, num_seqs: float | None
-) -> None:
-    if loss.beta != 0 and ref_logp is None:
-        raise ValueError("crpo_loss: beta != 0 needs ref_logp")
-    for name, count in (("num_tokens", num_tokens), ("num_seqs", num_seqs)):
-        if count is not None and not float(count) > 0:
-            raise ValueError(f"crpo_loss: {name} must be > 0 when given, got {count}")
-
-
-def crpo_loss(
+def crpo_loss_native(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     ref_logp: torch.Tensor | None,
     advantages: torch.Tensor,
     weights: torch.Tensor,
     mask: torch.Tensor,
-    loss: LossConfig = DEFAULT_LOSS,
+    loss: LossConfig,
     *,
     num_tokens: float | None = None,
     num_seqs: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The CRPO loss (LENS Eq. 7), fused: a drop-in for lens.algos.crpo_loss_torch.
+    """The CRPO loss (LENS Eq. 7), fused: `lens.algos.crpo_loss(impl="native")`, which has checked the
+    arguments (this only converts them for the kernel).
 
     logp, old_logp, ref_logp (or None) [N, T]; advantages, weights [N]; mask [N, T] (bool or 0/1
     float). Returns (loss 0-dim fp32, metrics: pg_loss, kl, clipfrac_high/low/dual, ratio_mean/max as
@@ -201,7 +161,6 @@ def crpo_loss(
     (Python numbers) that make micro-batch losses add up to the full-batch loss.
     """
     _require_native("crpo_loss")
-    _check_loss_args(ref_logp, loss, num_tokens, num_seqs)
     dtype = _token_dtype(logp, old_logp, ref_logp)
     value, stats = torch.ops.lens.crpo_loss_fwd(
         logp.to(dtype),
@@ -214,8 +173,8 @@ def crpo_loss(
         float(loss.clip_high),
         float(loss.clip_c),
         float(loss.beta),
-        loss.kl,
-        loss.agg,
+        KL_KINDS.index(loss.kl),  # the kernels' KlKind / Agg enums number the names as lens.variants lists them
+        LOSS_AGGS.index(loss.agg),
         None if num_tokens is None else float(num_tokens),
         None if num_seqs is None else float(num_seqs),
     )

@@ -32,8 +32,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from lens import errors
-from lens.config import DEFINING, PURIFYING
+from lens import errors, variants
 from lens.config import STAGES as TRAIN_STAGES
 
 METRICS_FILE = "metrics.jsonl"  # lens.metrics.METRICS_FILE (not imported: that module pulls in torch)
@@ -55,7 +54,6 @@ TRANSFER_COLUMNS = (
     ("transfer/grad_mass_share", "grad. mass share"),
 )
 STAGES = (*TRAIN_STAGES, "eval")  # the order of the stage plots; stages not listed follow alphabetically
-DEFAULT_SCORER = "interference"
 DPI = 150
 RC = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fontsize": 9, "axes.grid": True}
 
@@ -186,8 +184,10 @@ def default_label(config: Mapping[str, Any], fallback: str) -> str:
     name = algo.get("name") if isinstance(algo, Mapping) else None
     if not name:
         return fallback
-    scorer = algo.get("scorer", DEFAULT_SCORER)
-    if name in PURIFYING and name not in DEFINING and scorer != DEFAULT_SCORER:
+    scorer = algo.get("scorer", variants.DEFAULT_SCORER)
+    spec = variants.METHODS.get(str(name))  # None for a run of a method this checkout does not know
+    # A scorer names a real choice only for a purifying method, and only one whose name does not define it.
+    if spec is not None and spec.purifies and "scorer" not in spec.defining and scorer != variants.DEFAULT_SCORER:
         return f"{name}-{scorer}"
     return str(name)
 

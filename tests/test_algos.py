@@ -1,5 +1,6 @@
 """Hand-computed and property tests of lens.algos (the torch references and the dispatching faces)."""
 
+import functools
 import math
 
 import pytest
@@ -8,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lens import algos, ops
-from lens.ops import LossConfig
+from lens.variants import LossConfig
 
 # ---------------------------------------------------------------------------------------------
 # GRPO advantages
@@ -141,13 +142,13 @@ def test_kl_k2_keeps_its_gradient_far_from_the_reference():
 def test_torch_loss_ignores_nan_and_inf_at_padding():
     logp, old, adv, w = _hand_case()
     mask = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
-    clean, _ = algos.crpo_loss_torch(logp, old, None, adv, w, mask, LossConfig(beta=0.0))
+    clean, _ = algos.crpo_loss(logp, old, None, adv, w, mask, LossConfig(beta=0.0), impl="torch")
     poisoned = logp.detach().clone()
     poisoned[0, 1] = float("nan")
     x = poisoned.requires_grad_(True)
     old_bad = old.clone()
     old_bad[0, 1] = -float("inf")
-    loss, _ = algos.crpo_loss_torch(x, old_bad, None, adv, w, mask, LossConfig(beta=0.0))
+    loss, _ = algos.crpo_loss(x, old_bad, None, adv, w, mask, LossConfig(beta=0.0), impl="torch")
     loss.backward()
     assert torch.equal(loss.detach(), clean.detach()) and torch.isfinite(x.grad).all() and x.grad[0, 1] == 0
 
@@ -184,7 +185,7 @@ def test_crpo_kl_metric_and_gradient_near_zero(native):
     logp = (-3 * torch.rand(16, 40)).requires_grad_()
     ref = logp.detach() + 1e-6 * torch.randn(16, 40)
     adv, w, mask = torch.zeros(16), torch.ones(16), torch.ones(16, 40, dtype=torch.bool)
-    fn = algos.crpo_loss if native else algos.crpo_loss_torch
+    fn = functools.partial(algos.crpo_loss, impl="native" if native else "torch")
     loss, metrics = fn(logp, logp.detach(), ref, adv, w, mask, LossConfig(beta=1.0))
     assert metrics["kl"].item() >= 0 and loss.item() >= 0
     _, same = fn(logp, logp.detach(), logp.detach(), adv, w, mask, LossConfig(beta=1.0))
@@ -213,21 +214,28 @@ def test_dual_clip_tie_keeps_the_whole_gradient():
     logp, old = torch.tensor([[1.1]], requires_grad=True), torch.zeros(1, 1)
     ratio = float(torch.exp(logp.detach() - old))
     rest = (torch.tensor([-1.0]), torch.ones(1), torch.ones(1, 1), LossConfig(beta=0.0, clip_c=ratio))
-    loss, metrics = algos.crpo_loss_torch(logp, old, None, *rest)
+    loss, metrics = algos.crpo_loss(logp, old, None, *rest, impl="torch")
     loss.backward()
     assert loss.item() == pytest.approx(ratio) and metrics["clipfrac_dual"].item() == 0.0
     assert logp.grad.item() == pytest.approx(ratio)  # d(ratio)/d logp = ratio, not ratio / 2
     if ops.native_available():
         x = logp.detach().clone().requires_grad_(True)
-        ops.crpo_loss(
-            x, old, None, torch.tensor([-1.0]), torch.ones(1), torch.ones(1, 1), LossConfig(beta=0.0, clip_c=ratio)
+        algos.crpo_loss(
+            x,
+            old,
+            None,
+            torch.tensor([-1.0]),
+            torch.ones(1),
+            torch.ones(1, 1),
+            LossConfig(beta=0.0, clip_c=ratio),
+            impl="native",
         )[0].backward()
         assert x.grad.item() == pytest.approx(logp.grad.item())
 
 
 def test_crpo_loss_hand_computed_token_mean():
     logp, old, adv, w = _hand_case()
-    loss, metrics = algos.crpo_loss_torch(logp, old, None, adv, w, torch.ones(2, 2), LossConfig(beta=0.0))
+    loss, metrics = algos.crpo_loss(logp, old, None, adv, w, torch.ones(2, 2), LossConfig(beta=0.0), impl="torch")
     # per-token losses: [-1.2, -0.5] and 0.5 * [1.0, 3.0]
     assert loss.item() == pytest.approx((-1.2 - 0.5 + 0.5 + 1.5) / 4)
     loss.backward()
@@ -248,7 +256,7 @@ def test_crpo_loss_hand_computed_token_mean():
 def test_crpo_loss_aggregations(agg, expected):
     logp, old, adv, w = _hand_case()
     mask = torch.tensor([[True, True], [True, False]])
-    loss, _ = algos.crpo_loss_torch(logp, old, None, adv, w, mask, LossConfig(beta=0.0, agg=agg))
+    loss, _ = algos.crpo_loss(logp, old, None, adv, w, mask, LossConfig(beta=0.0, agg=agg), impl="torch")
     assert loss.item() == pytest.approx(expected)
 
 
@@ -257,7 +265,7 @@ def test_crpo_loss_low_clip_and_kl_term():
     logp = torch.tensor([[math.log(0.5), 0.0]], requires_grad=True)  # ratio 0.5 with A < 0: clipped low
     ref = torch.tensor([[math.log(0.5) - 1.0, 0.0]])
     adv, w = torch.tensor([-1.0]), torch.ones(1)
-    loss, metrics = algos.crpo_loss_torch(logp, old, ref, adv, w, torch.ones(1, 2), LossConfig(beta=0.1))
+    loss, metrics = algos.crpo_loss(logp, old, ref, adv, w, torch.ones(1, 2), LossConfig(beta=0.1), impl="torch")
     kl0 = math.exp(-1.0)  # k3 with d = -1
     assert metrics["clipfrac_low"].item() == pytest.approx(0.5)
     assert metrics["kl"].item() == pytest.approx(kl0 / 2)
@@ -271,11 +279,11 @@ def test_crpo_loss_validation():
     logp, old, adv, w = _hand_case()
     mask = torch.ones(2, 2)
     with pytest.raises(ValueError, match="needs ref_logp"):
-        algos.crpo_loss_torch(logp, old, None, adv, w, mask, LossConfig(beta=0.1))
+        algos.crpo_loss(logp, old, None, adv, w, mask, LossConfig(beta=0.1), impl="torch")
     with pytest.raises(ValueError, match="clip_c"):
         LossConfig(beta=0.0, clip_c=1.0)
     with pytest.raises(ValueError, match="advantages"):
-        algos.crpo_loss_torch(logp, old, None, adv[:1], w, mask, LossConfig(beta=0.0))
+        algos.crpo_loss(logp, old, None, adv[:1], w, mask, LossConfig(beta=0.0), impl="torch")
     with pytest.raises(ValueError, match="agg must be one of"):  # checked once, when the config is made
         LossConfig(beta=0.0, agg="sum")
     with pytest.raises(ValueError, match="kl must be one of"):
@@ -286,7 +294,7 @@ def test_crpo_loss_validation():
 
 def test_crpo_loss_empty_mask_is_zero():
     logp, old, adv, w = _hand_case()
-    loss, metrics = algos.crpo_loss_torch(logp, old, None, adv, w, torch.zeros(2, 2), LossConfig(beta=0.0))
+    loss, metrics = algos.crpo_loss(logp, old, None, adv, w, torch.zeros(2, 2), LossConfig(beta=0.0), impl="torch")
     loss.backward()
     assert loss.item() == 0.0 and torch.all(logp.grad == 0)
     assert all(v.item() == 0.0 for v in metrics.values())
@@ -313,7 +321,7 @@ def test_crpo_with_unit_weights_is_grpo(n, t, seed):
     ref = old + torch.randn(n, t, generator=g) * 0.1
     adv = torch.randn(n, generator=g)
     mask = (torch.rand(n, t, generator=g) > 0.3).float()
-    loss, _ = algos.crpo_loss_torch(logp, old, ref, adv, torch.ones(n), mask, LossConfig(beta=0.01))
+    loss, _ = algos.crpo_loss(logp, old, ref, adv, torch.ones(n), mask, LossConfig(beta=0.01), impl="torch")
     (grad,) = torch.autograd.grad(loss, logp)
     logp2 = logp.detach().clone().requires_grad_(True)
     oracle = _grpo_loss_independent(logp2, old, ref, adv, mask, 0.2, 3.0, 0.01)
@@ -334,13 +342,13 @@ def test_micro_batches_with_global_counts_match_full_batch(agg, seed, splits):
     adv, w = torch.randn(n, generator=g), torch.rand(n, generator=g)
     mask = torch.rand(n, t, generator=g) > 0.4
     mask[:, 0] = True
-    full, _ = algos.crpo_loss_torch(logp, old, ref, adv, w, mask, LossConfig(agg=agg))
+    full, _ = algos.crpo_loss(logp, old, ref, adv, w, mask, LossConfig(agg=agg), impl="torch")
     (full_grad,) = torch.autograd.grad(full, logp)
     counts = {"num_tokens": float(mask.sum()), "num_seqs": float((mask.sum(-1) > 0).sum())}
     total = torch.zeros(())
     for rows in torch.arange(n).chunk(splits):
-        part, _ = algos.crpo_loss_torch(
-            *(t[rows] for t in (logp, old, ref, adv, w, mask)), LossConfig(agg=agg), **counts
+        part, _ = algos.crpo_loss(
+            *(t[rows] for t in (logp, old, ref, adv, w, mask)), LossConfig(agg=agg), **counts, impl="torch"
         )
         total = total + part
     (split_grad,) = torch.autograd.grad(total, logp)
@@ -372,7 +380,7 @@ def test_dispatch_uses_native_and_matches_torch():
     logp = (old + 0.3 * torch.randn(6, 5, generator=g)).requires_grad_(True)
     args = (old, old + 0.1, torch.randn(6, generator=g), torch.rand(6, generator=g), torch.ones(6, 5))
     native, _ = algos.crpo_loss(logp, *args)
-    reference, _ = algos.crpo_loss_torch(logp, *args)
+    reference, _ = algos.crpo_loss(logp, *args, impl="torch")
     torch.testing.assert_close(native, reference)
 
 

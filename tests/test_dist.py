@@ -20,7 +20,7 @@ import torch.multiprocessing
 
 from lens import algos, dist
 from lens import metrics as mx
-from lens.ops import LossConfig
+from lens.variants import LossConfig
 
 B, M, T = 5, 4, 7  # an odd prompt count: the ranks hold 2 and 3 prompts, so their token counts differ
 

@@ -93,7 +93,7 @@ std::tuple<at::Tensor, at::Tensor> crpo_loss_fwd_cpu(const at::Tensor& logp, con
                                                      const std::optional<at::Tensor>& ref_logp,
                                                      const at::Tensor& advantages, const at::Tensor& weights,
                                                      const at::Tensor& mask, double clip_low, double clip_high,
-                                                     double clip_c, double beta, std::string kl, std::string agg,
+                                                     double clip_c, double beta, int64_t kl, int64_t agg,
                                                      std::optional<double> num_tokens,
                                                      std::optional<double> num_seqs) {
   const CrpoInputs in = prepare_crpo(logp, old_logp, ref_logp, advantages, weights, mask, clip_low, clip_high,
@@ -123,8 +123,8 @@ std::tuple<at::Tensor, at::Tensor> crpo_loss_fwd_cpu(const at::Tensor& logp, con
 at::Tensor crpo_loss_bwd_cpu(const at::Tensor& grad_loss, const at::Tensor& logp, const at::Tensor& old_logp,
                              const std::optional<at::Tensor>& ref_logp, const at::Tensor& advantages,
                              const at::Tensor& weights, const at::Tensor& mask, const at::Tensor& stats,
-                             double clip_low, double clip_high, double clip_c, double beta, std::string kl,
-                             std::string agg) {
+                             double clip_low, double clip_high, double clip_c, double beta, int64_t kl,
+                             int64_t agg) {
   const CrpoInputs in = prepare_crpo(logp, old_logp, ref_logp, advantages, weights, mask, clip_low, clip_high,
                                      clip_c, beta, kl, agg);
   TORCH_CHECK(grad_loss.numel() == 1, "lens::crpo_loss_bwd: grad_loss must be a scalar, got ", grad_loss.sizes());

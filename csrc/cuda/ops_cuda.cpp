@@ -54,7 +54,7 @@ std::tuple<at::Tensor, at::Tensor> crpo_loss_fwd_cuda(const at::Tensor& logp, co
                                                       const std::optional<at::Tensor>& ref_logp,
                                                       const at::Tensor& advantages, const at::Tensor& weights,
                                                       const at::Tensor& mask, double clip_low, double clip_high,
-                                                      double clip_c, double beta, std::string kl, std::string agg,
+                                                      double clip_c, double beta, int64_t kl, int64_t agg,
                                                       std::optional<double> num_tokens,
                                                       std::optional<double> num_seqs) {
   check_cuda(logp, "lens::crpo_loss", "logp");
@@ -78,8 +78,8 @@ std::tuple<at::Tensor, at::Tensor> crpo_loss_fwd_cuda(const at::Tensor& logp, co
 at::Tensor crpo_loss_bwd_cuda(const at::Tensor& grad_loss, const at::Tensor& logp, const at::Tensor& old_logp,
                               const std::optional<at::Tensor>& ref_logp, const at::Tensor& advantages,
                               const at::Tensor& weights, const at::Tensor& mask, const at::Tensor& stats,
-                              double clip_low, double clip_high, double clip_c, double beta, std::string kl,
-                              std::string agg) {
+                              double clip_low, double clip_high, double clip_c, double beta, int64_t kl,
+                              int64_t agg) {
   check_cuda(logp, "lens::crpo_loss_bwd", "logp");
   const c10::cuda::CUDAGuard guard(logp.device());
   const CrpoInputs in = prepare_crpo(logp, old_logp, ref_logp, advantages, weights, mask, clip_low, clip_high,

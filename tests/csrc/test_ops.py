@@ -10,6 +10,7 @@ split invariance; lens.algos dispatch. CUDA variants of every test are marked `g
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -18,12 +19,15 @@ import pytest
 import torch
 
 from lens import algos, ops
-from lens.ops import LossConfig
+from lens.variants import KL_KINDS, LOSS_AGGS, LossConfig
 
 pytestmark = pytest.mark.skipif(not ops.native_available(), reason="lens._C is not built")
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
-AGGS = algos.LOSS_AGGS
-KLS = algos.KL_KINDS
+AGGS = LOSS_AGGS
+KLS = KL_KINDS
+# The one face of the loss, pinned to each implementation (both checked by the same lens.algos code).
+NATIVE = functools.partial(algos.crpo_loss, impl="native")
+TORCH = functools.partial(algos.crpo_loss, impl="torch")
 
 
 def test_native_library_is_built() -> None:
@@ -60,8 +64,8 @@ def run_loss(fn, logp, *rest, **kwargs):
 
 
 def assert_loss_matches(args: tuple, *, grad_tol: float = 1e-6, **kwargs) -> None:
-    loss, metrics, grad = run_loss(ops.crpo_loss, *args, **kwargs)
-    ref_loss, ref_metrics, ref_grad = run_loss(algos.crpo_loss_torch, *args, **kwargs)
+    loss, metrics, grad = run_loss(NATIVE, *args, **kwargs)
+    ref_loss, ref_metrics, ref_grad = run_loss(TORCH, *args, **kwargs)
     torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
     assert metrics.keys() == ref_metrics.keys()
     for name, value in metrics.items():
@@ -105,7 +109,7 @@ def test_crpo_loss_ratios_far_outside_clip(device: str, kl: str) -> None:
 def test_crpo_loss_without_reference(device: str) -> None:
     logp, old, _, adv, w, mask = loss_inputs(5, 11, seed=5, device=device)
     assert_loss_matches((logp, old, None, adv, w, mask), beta=0.0)
-    _, metrics = ops.crpo_loss(logp, old, None, adv, w, mask, LossConfig(beta=0.0))
+    _, metrics = NATIVE(logp, old, None, adv, w, mask, LossConfig(beta=0.0))
     assert float(metrics["kl"]) == 0.0
 
 
@@ -114,7 +118,7 @@ def test_crpo_loss_without_reference(device: str) -> None:
 def test_crpo_loss_empty_mask(device: str, agg: str) -> None:
     logp, old, ref, adv, w, mask = loss_inputs(4, 6, seed=6, device=device)
     assert_loss_matches((logp, old, ref, adv, w, torch.zeros_like(mask)), agg=agg)
-    loss, metrics, grad = run_loss(ops.crpo_loss, logp, old, ref, adv, w, torch.zeros_like(mask), agg=agg)
+    loss, metrics, grad = run_loss(NATIVE, logp, old, ref, adv, w, torch.zeros_like(mask), agg=agg)
     assert float(loss) == 0.0 and all(float(v) == 0.0 for v in metrics.values())
     assert not grad.any()
 
@@ -137,8 +141,8 @@ def test_crpo_loss_bf16_blocks_equal_fp32_on_the_same_values(agg: str) -> None:
     # the block sums) and exactly its gradient rounded to bf16.
     args = loss_inputs(7, 3 * 512 + 77, seed=11, dtype=torch.bfloat16)
     widened = tuple(x.float() if x.dtype == torch.bfloat16 else x for x in args)
-    loss, metrics, grad = run_loss(ops.crpo_loss, *args, beta=0.05, agg=agg)
-    loss32, metrics32, grad32 = run_loss(ops.crpo_loss, *widened, beta=0.05, agg=agg)
+    loss, metrics, grad = run_loss(NATIVE, *args, beta=0.05, agg=agg)
+    loss32, metrics32, grad32 = run_loss(NATIVE, *widened, beta=0.05, agg=agg)
     # Means of ~1,600 O(1) terms per row summed in another order: fp32 rounding of the sums (~1e-7 x sqrt(n)),
     # absolute, not relative to a mean that cancels to a few hundredths.
     torch.testing.assert_close(loss, loss32, rtol=0, atol=5e-6)
@@ -158,7 +162,7 @@ adv, w = torch.from_numpy(rng.standard_normal(256).astype(np.float32)), torch.fr
 mask = torch.from_numpy(rng.random((256, 512)) > 0.2)
 before = len(os.listdir("/proc/self/task"))
 with torch.no_grad():
-    ops.crpo_loss(logp, old, None, adv, w, mask, ops.LossConfig(beta=0.0))
+    NATIVE(logp, old, None, adv, w, mask, ops.LossConfig(beta=0.0))
 print(before, len(os.listdir("/proc/self/task")))
 """
 
@@ -179,9 +183,9 @@ def test_crpo_loss_does_not_depend_on_the_thread_count(dtype: torch.dtype) -> No
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = run_loss(ops.crpo_loss, *args, beta=0.05)
+        one = run_loss(NATIVE, *args, beta=0.05)
         torch.set_num_threads(3)
-        three = run_loss(ops.crpo_loss, *args, beta=0.05)
+        three = run_loss(NATIVE, *args, beta=0.05)
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(one[0], three[0]) and torch.equal(one[2], three[2])
@@ -194,13 +198,13 @@ def test_crpo_loss_low_precision(device: str, dtype: torch.dtype) -> None:
     # Both implementations upcast on load, so loss and metrics agree to fp32 precision. The gradient is
     # rounded to the input dtype: its error against the fp32 gold may be at most 2x the reference's.
     args = loss_inputs(11, 29, seed=8, device=device, dtype=dtype)
-    loss, metrics, grad = run_loss(ops.crpo_loss, *args, beta=0.05)
-    ref_loss, ref_metrics, ref_grad = run_loss(algos.crpo_loss_torch, *args, beta=0.05)
+    loss, metrics, grad = run_loss(NATIVE, *args, beta=0.05)
+    ref_loss, ref_metrics, ref_grad = run_loss(TORCH, *args, beta=0.05)
     torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
     for name in metrics:
         torch.testing.assert_close(metrics[name], ref_metrics[name], rtol=1e-5, atol=1e-6)
     gold = [x.float() if x.is_floating_point() else x for x in args]
-    _, _, gold_grad = run_loss(algos.crpo_loss_torch, *gold, beta=0.05)
+    _, _, gold_grad = run_loss(TORCH, *gold, beta=0.05)
     assert grad.dtype == dtype
     err = (grad.float() - gold_grad).abs().max()
     ref_err = (ref_grad.float() - gold_grad).abs().max()
@@ -236,9 +240,9 @@ def test_crpo_loss_mixed_dtypes_upcast(device: str) -> None:
 def test_crpo_loss_micro_batches_add_up(device: str, agg: str) -> None:
     logp, old, ref, adv, w, mask = loss_inputs(10, 23, seed=13, device=device)
     counts = {"num_tokens": int(mask.sum()), "num_seqs": int((mask.sum(1) > 0).sum())}
-    full_loss, _, full_grad = run_loss(ops.crpo_loss, logp, old, ref, adv, w, mask, agg=agg, **counts)
+    full_loss, _, full_grad = run_loss(NATIVE, logp, old, ref, adv, w, mask, agg=agg, **counts)
     parts = [
-        run_loss(ops.crpo_loss, *(x[s] for x in (logp, old, ref, adv, w, mask)), agg=agg, **counts)
+        run_loss(NATIVE, *(x[s] for x in (logp, old, ref, adv, w, mask)), agg=agg, **counts)
         for s in (slice(0, 3), slice(3, 4), slice(4, 10))
     ]
     torch.testing.assert_close(sum(p[0] for p in parts), full_loss, rtol=1e-5, atol=1e-7)
@@ -248,29 +252,34 @@ def test_crpo_loss_micro_batches_add_up(device: str, agg: str) -> None:
 def test_crpo_loss_grad_loss_scales_gradient() -> None:
     logp, old, ref, adv, w, mask = loss_inputs(3, 7, seed=14)
     x = logp.clone().requires_grad_(True)
-    (3.5 * ops.crpo_loss(x, old, ref, adv, w, mask)[0]).backward()
-    _, _, grad = run_loss(ops.crpo_loss, logp, old, ref, adv, w, mask)
+    (3.5 * NATIVE(x, old, ref, adv, w, mask)[0]).backward()
+    _, _, grad = run_loss(NATIVE, logp, old, ref, adv, w, mask)
     torch.testing.assert_close(x.grad, 3.5 * grad)
 
 
 def test_crpo_loss_user_errors() -> None:
     logp, old, ref, adv, w, mask = loss_inputs(3, 4)
     with pytest.raises(ValueError, match="beta != 0 needs ref_logp"):
-        ops.crpo_loss(logp, old, None, adv, w, mask, LossConfig(beta=0.1))
+        NATIVE(logp, old, None, adv, w, mask, LossConfig(beta=0.1))
     with pytest.raises(ValueError, match="kl must be one of"):
-        ops.crpo_loss(logp, old, ref, adv, w, mask, LossConfig(kl="k4"))
+        NATIVE(logp, old, ref, adv, w, mask, LossConfig(kl="k4"))
     with pytest.raises(ValueError, match="agg must be one of"):
-        ops.crpo_loss(logp, old, ref, adv, w, mask, LossConfig(agg="sum"))
+        NATIVE(logp, old, ref, adv, w, mask, LossConfig(agg="sum"))
     with pytest.raises(ValueError, match="num_tokens must be > 0"):
-        ops.crpo_loss(logp, old, ref, adv, w, mask, num_tokens=0)
-    with pytest.raises(RuntimeError, match="old_logp must have shape"):
-        ops.crpo_loss(logp, old[:, :3], ref, adv, w, mask)
-    with pytest.raises(RuntimeError, match="advantages must have shape"):
-        ops.crpo_loss(logp, old, ref, adv[:2], w, mask)
+        NATIVE(logp, old, ref, adv, w, mask, num_tokens=0)
+    with pytest.raises(ValueError, match="old_logp must have shape"):
+        NATIVE(logp, old[:, :3], ref, adv, w, mask)
+    with pytest.raises(ValueError, match="advantages must have shape"):
+        NATIVE(logp, old, ref, adv[:2], w, mask)
+    # The raw op keeps its own boundary checks (it is reachable as torch.ops.lens.*).
     with pytest.raises(RuntimeError, match="logp must be float32, float16 or bfloat16"):
         torch.ops.lens.crpo_loss_fwd(
-            logp.double(), old.double(), None, adv, w, mask, 0.2, 0.2, 3.0, 0.0, "k3", "token_mean", None, None
+            logp.double(), old.double(), None, adv, w, mask, 0.2, 0.2, 3.0, 0.0, 2, 0, None, None
         )
+    with pytest.raises(RuntimeError, match=r"agg must index lens\.variants\.LOSS_AGGS"):
+        torch.ops.lens.crpo_loss_fwd(logp, old, None, adv, w, mask, 0.2, 0.2, 3.0, 0.0, 2, 3, None, None)
+    with pytest.raises(RuntimeError, match=r"kl must index lens\.variants\.KL_KINDS"):
+        torch.ops.lens.crpo_loss_fwd(logp, old, ref, adv, w, mask, 0.2, 0.2, 3.0, 0.1, -1, 0, None, None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -355,18 +364,19 @@ def test_advantages_user_errors() -> None:
 def opcheck_cases(device: str) -> list[tuple]:
     logp, old, ref, adv, w, mask = loss_inputs(5, 7, seed=16, device=device)
     lp = logp.clone().requires_grad_(True)
-    hyper = (0.2, 0.28, 3.0, 0.01, "k3")
-    _, stats = torch.ops.lens.crpo_loss_fwd(logp, old, ref, adv, w, mask, *hyper, "token_mean", None, None)
+    hyper = (0.2, 0.28, 3.0, 0.01, KLS.index("k3"))
+    token_mean, seq_mean, sum_norm = (AGGS.index(a) for a in AGGS)
+    _, stats = torch.ops.lens.crpo_loss_fwd(logp, old, ref, adv, w, mask, *hyper, token_mean, None, None)
     rewards, index = group_inputs(17, device)
     return [
-        (torch.ops.lens.crpo_loss_fwd.default, (lp, old, ref, adv, w, mask, *hyper, "token_mean", None, None)),
+        (torch.ops.lens.crpo_loss_fwd.default, (lp, old, ref, adv, w, mask, *hyper, token_mean, None, None)),
         (
             torch.ops.lens.crpo_loss_fwd.default,
-            (lp, old, None, adv, w, mask.float(), *hyper[:3], 0.0, "k1", "seq_mean_token_mean", 40.0, 4.0),
+            (lp, old, None, adv, w, mask.float(), *hyper[:3], 0.0, KLS.index("k1"), seq_mean, 40.0, 4.0),
         ),
         (
             torch.ops.lens.crpo_loss_bwd.default,
-            (torch.tensor(1.0, device=device), logp, old, ref, adv, w, mask, stats, *hyper, "seq_mean_token_sum_norm"),
+            (torch.tensor(1.0, device=device), logp, old, ref, adv, w, mask, stats, *hyper, sum_norm),
         ),
         (torch.ops.lens.grpo_advantages.default, (rewards, index, 1e-6)),
         (torch.ops.lens.weighted_group_advantages.default, (rewards, torch.rand_like(rewards), index, 1e-6)),
@@ -387,7 +397,7 @@ def test_torch_compile_fullgraph(device: str) -> None:
 
     def step(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         a = ops.grpo_advantages(rewards, index) + ops.weighted_group_advantages(rewards, rewards + 1, index)
-        loss, metrics = ops.crpo_loss(x, old, ref, adv + a[: adv.numel()], w, mask, LossConfig(beta=0.01))
+        loss, metrics = NATIVE(x, old, ref, adv + a[: adv.numel()], w, mask, LossConfig(beta=0.01))
         return loss, metrics["clipfrac_high"], a
 
     compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
@@ -403,13 +413,13 @@ def test_torch_compile_fullgraph(device: str) -> None:
 def test_algos_dispatches_to_native(monkeypatch: pytest.MonkeyPatch) -> None:
     logp, old, ref, adv, w, mask = loss_inputs(4, 9, seed=20)
     calls = []
-    native = ops.crpo_loss
+    native = ops.crpo_loss_native
 
     def spy(*args, **kwargs):
         calls.append(1)
         return native(*args, **kwargs)
 
-    monkeypatch.setattr(ops, "crpo_loss", spy)
+    monkeypatch.setattr(ops, "crpo_loss_native", spy)
     loss_native, _ = algos.crpo_loss(logp, old, ref, adv, w, mask)
     assert calls == [1]
     monkeypatch.setattr(ops, "native_available", lambda: False)
@@ -423,3 +433,5 @@ def test_unavailable_library_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not ops.native_available() and ops.native_devices() == ()
     with pytest.raises(RuntimeError, match=r"lens\._C is not available"):
         ops.grpo_advantages(torch.zeros(2), torch.zeros(2, dtype=torch.long))
+    with pytest.raises(RuntimeError, match=r"lens\._C is not available"):  # asked for by name: an error, no fallback
+        NATIVE(*loss_inputs(2, 3))
