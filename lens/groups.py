@@ -136,7 +136,10 @@ def build_groups(
         raise ValueError(f"second_of must have shape [{batch}], got {tuple(second_of.shape)}")
     m2 = second_rewards.shape[1] if second_rewards.dim() == 2 else 0
     a_bar = success_rates(first_rewards, success_threshold)
-    rows: list[tuple[torch.Tensor, ...]] = []
+    # One empty row first: a rank whose dynamic sampling found no group (dapo + a second sampling) has B = 0
+    # and still returns (empty) groups instead of failing to concatenate nothing.
+    empty = torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.bool)
+    rows: list[tuple[torch.Tensor, ...]] = [(*empty, empty[0], torch.zeros(0), empty[1])]
     guard_passes = replaced = joined = 0
     for b in range(batch):
         k = int(second_of[b])

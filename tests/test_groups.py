@@ -93,3 +93,12 @@ def test_build_groups_pick_and_counters():
     c = groups.counters
     assert (c["purified"], c["guard_passes"], c["rollouts_replaced"], c["purified_joined"]) == (2, 1, 2, 2)
     assert c["purified_accuracy"] == pytest.approx(0.5)
+
+
+def test_build_groups_of_no_prompts_is_empty():
+    # A rank whose dynamic sampling kept no group reaches the second sampling with B = 0 (a method that
+    # combines dapo's sampler with a rewrite): it raised "not enough values to unpack" instead.
+    out = G.build_groups(torch.zeros(0, 4), torch.zeros(0, 4), torch.zeros(0, dtype=torch.long))
+    assert out.group.numel() == out.weights.numel() == out.rewards.numel() == 0
+    assert out.group.dtype == torch.long and out.original_success.dtype == torch.bool
+    assert out.counters["purified"] == 0.0 and out.pick([], []) == []

@@ -153,7 +153,8 @@ def test_crpo_loss_bf16_blocks_equal_fp32_on_the_same_values(agg: str) -> None:
 
 THREAD_PROBE = """
 import os, numpy as np, torch
-from lens import ops
+from lens import algos
+from lens.variants import LossConfig
 torch.set_num_threads(2)
 rng = np.random.default_rng(0)
 # Inputs from numpy: no torch op runs (and starts torch's OpenMP pool) before the native loss.
@@ -162,7 +163,7 @@ adv, w = torch.from_numpy(rng.standard_normal(256).astype(np.float32)), torch.fr
 mask = torch.from_numpy(rng.random((256, 512)) > 0.2)
 before = len(os.listdir("/proc/self/task"))
 with torch.no_grad():
-    NATIVE(logp, old, None, adv, w, mask, ops.LossConfig(beta=0.0))
+    algos.crpo_loss(logp, old, None, adv, w, mask, LossConfig(beta=0.0), impl="native")
 print(before, len(os.listdir("/proc/self/task")))
 """
 
