@@ -5,7 +5,7 @@ a trainer forward pass over the candidate prompts. What that costs is the extra 
 for prompt log-probs; what it saves is the forward pass. Providers, on the same B prompts (the committed tiny
 model of the built-in task, m = 8 samples of up to 48 tokens each):
 
-- `trainer_forward`: `lens.model.prompt_token_logprobs` on the policy (what `score_logprobs=trainer` runs);
+- `trainer_forward`: `lens.scoring.prompt_token_logprobs` on the policy (what `score_logprobs=trainer` runs);
 - `vllm_generate`, `vllm_generate_plp`: vLLM's generate without and with `prompt_logprobs=0`;
 - `hf_generate`, `hf_generate_plp`: the same on the HF engine, whose prompt log-probs are a forward pass of
   their own (so on HF the engine option moves the cost, it does not remove it).
@@ -24,7 +24,7 @@ import pytest
 import torch
 from harness import run_case
 
-from lens import model
+from lens import scoring
 from lens.rollout import SamplingParams, make_engine
 from lens.tasks import vartrack
 
@@ -71,7 +71,7 @@ def test_prompt_logprobs(benchmark, engines, kind: str, provider: str) -> None:
         policy = vartrack.load_reference(device="cpu")[0]
         with torch.no_grad():
             run_case(benchmark, "prompt_logprobs", provider, shape,
-                     lambda: model.prompt_token_logprobs(policy, prompts), device="cpu")  # fmt: skip
+                     lambda: scoring.prompt_token_logprobs(policy, prompts), device="cpu")  # fmt: skip
         return
     name, plp = provider.split("_")[0], provider.endswith("_plp")
     if name not in engines:

@@ -498,7 +498,7 @@ def detection(
     scores = {}
     for name, policy in (*null_policies(ref, cfg, seed).items(), (GRPO, grpo)):
         scores[name] = _spans(prompts, scoring.token_scores("interference", policy, ref, ids)[0])  # LENS Eq. (1)
-    hot = model.prompt_token_logprobs(ref, ids, temperature=NULL_TEMPERATURE)
+    hot = scoring.prompt_token_logprobs(ref, ids, temperature=NULL_TEMPERATURE)
     scores[NULLS[2]] = _spans(prompts, scoring.token_scores("interference", ref, ref, ids, policy_logprobs=hot)[0])
     return labels, _spans(prompts, surprisal), scores
 

@@ -281,7 +281,7 @@ def unwrap(model: nn.Module) -> nn.Module:
     return getattr(model, "module", model)
 
 
-def _device(model: nn.Module) -> torch.device:
+def model_device(model: nn.Module) -> torch.device:
     return next(unwrap(model).parameters()).device
 
 
@@ -289,7 +289,7 @@ def _device(model: nn.Module) -> torch.device:
 FILLER: tuple[list[int], list[int]] = ([0], [0])  # (prompt ids, response ids)
 
 
-def _partitioned(model: nn.Module) -> bool:
+def is_partitioned(model: nn.Module) -> bool:
     """Whether `model` is ZeRO-3 partitioned over several ranks (its forwards are then collectives)."""
     several = torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
     return several and any(hasattr(p, "ds_id") for p in unwrap(model).parameters())
@@ -298,7 +298,7 @@ def _partitioned(model: nn.Module) -> bool:
 def lockstep_count(model: nn.Module, count: int) -> int:
     """The number of forwards this rank must run for `count` of its own: under ZeRO-3 with several ranks the
     largest count of any rank (a collective: every rank calls it), else `count`."""
-    if not _partitioned(model):
+    if not is_partitioned(model):
         return count
     return int(dist.all_reduce(float(count), "max"))
 
@@ -319,7 +319,7 @@ def micro_batch_starts(model: nn.Module, n: int, size: int) -> list[int]:
     return [rows.start for rows in lockstep_batches(model, n, size)]
 
 
-def _pad_right(seqs: Sequence[Sequence[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_right(seqs: Sequence[Sequence[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     # Right padding keeps positions 0..len-1 for every real token, so no position ids are needed.
     length = max(len(s) for s in seqs)
     ids = torch.zeros(len(seqs), length, dtype=torch.long)
@@ -330,7 +330,7 @@ def _pad_right(seqs: Sequence[Sequence[int]], device: torch.device) -> tuple[tor
     return ids.to(device), attn.to(device)
 
 
-def _as_forward(model: nn.Module, fn: Callable[..., Any], *args: Any) -> Any:
+def as_forward(model: nn.Module, fn: Callable[..., Any], *args: Any) -> Any:
     """fn(hf_model, *args), run as the forward of `model`. Through a DeepSpeed engine its bookkeeping
     runs too: without it ZeRO-3 does not advance its micro-step counter, and the grads of a second
     micro-batch overwrite those of the first instead of adding to them."""
@@ -344,13 +344,13 @@ def _as_forward(model: nn.Module, fn: Callable[..., Any], *args: Any) -> Any:
         del inner.forward
 
 
-def _hidden_at(inner: nn.Module, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor):
+def hidden_at(inner: nn.Module, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor):
     """Last hidden states (final norm applied, no logits) at (rows, pos) -> [n, H]."""
     out = inner.get_decoder()(input_ids=ids, attention_mask=attn, use_cache=False)
     return out.last_hidden_state[rows, pos]
 
 
-def _token_logprobs(
+def token_logprobs(
     inner: nn.Module,
     ids: torch.Tensor,
     attn: torch.Tensor,
@@ -360,12 +360,12 @@ def _token_logprobs(
     return_entropy: bool,
 ) -> Any:
     """log pi(ids[rows, pos + 1] | prefix) [n] (and entropy [n]) through the fused LM head."""
-    hidden = _hidden_at(inner, ids, attn, rows, pos)
-    with _fused_head(_lm_head(inner), temperature, return_entropy) as head:
+    hidden = hidden_at(inner, ids, attn, rows, pos)
+    with fused_head(lm_head(inner), temperature, return_entropy) as head:
         return head(hidden, ids[rows, pos + 1])
 
 
-def _lm_head(model: nn.Module) -> nn.Module:
+def lm_head(model: nn.Module) -> nn.Module:
     head = unwrap(model).get_output_embeddings()
     if getattr(head, "bias", None) is not None:
         raise ValueError("lens log-prob passes support bias-free LM heads only (lm_head.bias is set)")
@@ -373,7 +373,7 @@ def _lm_head(model: nn.Module) -> nn.Module:
 
 
 @contextlib.contextmanager
-def _fused_head(head: nn.Module, temperature: float, return_entropy: bool) -> Iterator[nn.Module]:
+def fused_head(head: nn.Module, temperature: float, return_entropy: bool) -> Iterator[nn.Module]:
     """Make `head(hidden [n, H], targets [n])` return fused log-probs (and entropy) for the duration."""
 
     def forward(hidden: torch.Tensor, targets: torch.Tensor) -> Any:
@@ -389,7 +389,7 @@ def _fused_head(head: nn.Module, temperature: float, return_entropy: bool) -> It
 
 
 @contextlib.contextmanager
-def _gathered(params: list[nn.Parameter]) -> Iterator[None]:
+def gathered(params: list[nn.Parameter]) -> Iterator[None]:
     # ZeRO-3 partitioned parameters carry ds_id; gather them for a read-only use outside a forward.
     if not any(hasattr(p, "ds_id") for p in params):
         yield
@@ -400,13 +400,13 @@ def _gathered(params: list[nn.Parameter]) -> Iterator[None]:
         yield
 
 
-def _check_prompts(prompts: Sequence[Sequence[int]], name: str = "prompts") -> None:
+def check_prompts(prompts: Sequence[Sequence[int]], name: str = "prompts") -> None:
     for i, p in enumerate(prompts):
         if len(p) == 0:
             raise ValueError(f"{name}[{i}] is empty: every sequence needs at least one prompt token")
 
 
-def _response_positions(prompt_lens: list[int], resp_lens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def response_positions(prompt_lens: list[int], resp_lens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """(row, position) of the hidden state predicting each response token, row-major [n] each."""
     rows = [i for i, n in enumerate(resp_lens) for _ in range(n)]
     pos = [p - 1 + t for p, n in zip(prompt_lens, resp_lens, strict=True) for t in range(n)]
@@ -421,23 +421,23 @@ def _micro_batch_logprobs(
     temperature: float,
     return_entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    if sum(len(r) for r in responses) == 0 and _partitioned(model):
+    if sum(len(r) for r in responses) == 0 and is_partitioned(model):
         # Nothing to predict (or a padding micro-batch), but every rank must run this forward: run it with the
         # filler row appended and keep only this batch's rows. Sliced outputs stay in the graph, so a loss on
         # them backpropagates zero gradient through the same collectives as a real micro-batch.
         n, (fp, fr) = len(prompts), FILLER
         out = _micro_batch_logprobs(model, [*prompts, fp], [*responses, fr], max(width, 1), temperature, return_entropy)
         return tuple(t[:n, :width] if t is not None else None for t in out)  # type: ignore[return-value]
-    device = _device(model)
-    ids, attn = _pad_right([list(p) + list(r) for p, r in zip(prompts, responses, strict=True)], device)
+    device = model_device(model)
+    ids, attn = pad_right([list(p) + list(r) for p, r in zip(prompts, responses, strict=True)], device)
     resp_lens = [len(r) for r in responses]
     mask = (torch.arange(width).unsqueeze(0) < torch.tensor(resp_lens).unsqueeze(1)).to(device)  # [b, T]
     logp = torch.zeros(len(prompts), width, dtype=torch.float32, device=device)
     entropy = torch.zeros_like(logp) if return_entropy else None
     if sum(resp_lens) == 0:
         return logp, entropy, mask
-    rows, pos = (t.to(device) for t in _response_positions([len(p) for p in prompts], resp_lens))
-    out = _as_forward(model, _token_logprobs, ids, attn, rows, pos, temperature, return_entropy)
+    rows, pos = (t.to(device) for t in response_positions([len(p) for p in prompts], resp_lens))
+    out = as_forward(model, token_logprobs, ids, attn, rows, pos, temperature, return_entropy)
     flat_logp, flat_ent = out if return_entropy else (out, None)
     logp = logp.masked_scatter(mask, flat_logp.float())
     if entropy is not None:
@@ -464,7 +464,7 @@ def sequence_logprobs(
     """
     if len(prompts) != len(responses):
         raise ValueError(f"prompts ({len(prompts)}) and responses ({len(responses)}) must have equal lengths")
-    _check_prompts(prompts)
+    check_prompts(prompts)
     width = max((len(r) for r in responses), default=0)
     grad = unwrap(model).training and torch.is_grad_enabled()
     parts = []
@@ -480,126 +480,3 @@ def sequence_logprobs(
     if return_entropy:
         return logp, mask, torch.cat([p[1] for p in parts])
     return logp, mask
-
-
-def _prompt_batches(
-    model: nn.Module, prompts: Sequence[Sequence[int]], micro_batch_size: int
-) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """Per micro-batch (in lockstep under ZeRO-3): (lengths, ids, attn, rows, pos) where (rows, pos) index the
-    hidden states that predict prompt tokens 1..P_i-1 (row-major) and ids[rows, pos + 1] are those tokens.
-
-    Under ZeRO-3 a micro-batch with nothing to predict (padding, or one-token prompts only) gets the filler
-    prompt appended, so that it still runs its forwards; its entry comes last in `lengths`: drop it."""
-    _check_prompts(prompts)
-    device, partitioned = _device(model), _partitioned(model)
-    for batch in lockstep_batches(model, len(prompts), micro_batch_size):
-        chunk = list(prompts[batch])
-        if partitioned and all(len(p) < 2 for p in chunk):
-            chunk.append(FILLER[0] + FILLER[1])
-        lens = [len(p) for p in chunk]
-        ids, attn = _pad_right(chunk, device)
-        rows, pos = _response_positions([1] * len(chunk), [n - 1 for n in lens])
-        yield lens, ids, attn, rows.to(device), pos.to(device)
-
-
-def _split_rows(flat: torch.Tensor, lens: list[int], first: float) -> list[torch.Tensor]:
-    """Flat values of positions 1..P_i-1 -> one [P_i] fp32 tensor per prompt, position 0 = first. They stay on
-    the model's device, so LENS's top-k selection runs there too (the Triton kernel on a GPU)."""
-    values = flat.detach().float()
-    head = values.new_full((1,), first)
-    return [torch.cat([head, piece]) for piece in values.split([n - 1 for n in lens])]
-
-
-@torch.no_grad()
-def prompt_token_logprobs(
-    model: nn.Module, prompts: Sequence[Sequence[int]], *, micro_batch_size: int = 8, temperature: float = 1.0
-) -> list[torch.Tensor]:
-    """log pi(x_p | x_<p) of every prompt token -> one [P_i] fp32 CPU tensor per prompt.
-
-    Position 0 has no prefix and holds NaN (never a log-prob; mask it out).
-    """
-    out: list[torch.Tensor] = []
-    for lens, ids, attn, rows, pos in _prompt_batches(model, prompts, micro_batch_size):
-        if rows.numel() == 0:  # only one-token prompts: nothing to predict
-            out += _split_rows(torch.zeros(0), lens, float("nan"))
-            continue
-        flat = _as_forward(model, _token_logprobs, ids, attn, rows, pos, temperature, False)
-        out += _split_rows(flat, lens, float("nan"))
-    return out[: len(prompts)]  # without lockstep fillers (always last)
-
-
-@torch.no_grad()
-def interference_scores(
-    policy: nn.Module,
-    ref: nn.Module,
-    prompts: Sequence[Sequence[int]],
-    *,
-    micro_batch_size: int = 8,
-    temperature: float = 1.0,
-) -> list[torch.Tensor]:
-    """S(x_p) = |log pi_theta(x_p | x_<p) - log pi_ref(x_p | x_<p)| per prompt token (LENS Eq. 1).
-
-    Full-vocabulary log-softmax in fp32, one fused pass over both LM heads. Returns one [P_i] fp32 CPU
-    tensor per prompt; position 0 has no prefix and scores 0.0 (no evidence of interference).
-    """
-    if _device(policy) != _device(ref):
-        raise ValueError(f"policy ({_device(policy)}) and ref ({_device(ref)}) must be on one device")
-    out: list[torch.Tensor] = []
-    for lens, ids, attn, rows, pos in _prompt_batches(policy, prompts, micro_batch_size):
-        if rows.numel() == 0:  # only one-token prompts: nothing to score
-            out += _split_rows(torch.zeros(0), lens, 0.0)
-            continue
-        policy_hidden = _as_forward(policy, _hidden_at, ids, attn, rows, pos)  # [n, H]
-        ref_hidden = _as_forward(ref, _hidden_at, ids, attn, rows, pos)
-        pw, rw = _lm_head(policy).weight, _lm_head(ref).weight
-        with _gathered([pw, rw]):
-            scores = lens_kernels.linear_interference_scores(  # LENS Eq. (1)
-                policy_hidden, pw, ref_hidden, rw, ids[rows, pos + 1], temperature=temperature
-            )
-        out += _split_rows(scores, lens, 0.0)
-    return out[: len(prompts)]  # without lockstep fillers (always last)
-
-
-def _embeds_logprobs(
-    inner: nn.Module,
-    embeds: torch.Tensor,
-    attn: torch.Tensor,
-    targets: torch.Tensor,
-    rows: torch.Tensor,
-    pos: torch.Tensor,
-) -> torch.Tensor:
-    """Like `_token_logprobs`, from input embeddings [b, L, H]; targets [n]."""
-    hidden = inner.get_decoder()(inputs_embeds=embeds, attention_mask=attn, use_cache=False).last_hidden_state
-    with _fused_head(_lm_head(inner), 1.0, False) as head:
-        return head(hidden[rows, pos], targets)
-
-
-def grad_token_scores(
-    model: nn.Module, prompt: Sequence[int], responses: Sequence[Sequence[int]], *, micro_batch_size: int = 8
-) -> torch.Tensor:
-    """|| d/d e_t sum_y log pi(y | x) ||_2 per prompt token t (the grad_prune ablation scorer).
-
-    e_t is the input embedding of prompt token t, shared by all responses of the group; the gradient
-    is taken w.r.t. it alone (parameter .grad is untouched). Returns [P] fp32 on CPU.
-    """
-    _check_prompts([prompt], "prompt")
-    if not responses:
-        raise ValueError("grad_token_scores needs at least one response")
-    device, plen, partitioned = _device(model), len(prompt), _partitioned(model)
-    total = torch.zeros(plen, unwrap(model).config.hidden_size, device=device)
-    with torch.enable_grad():
-        for batch in lockstep_batches(model, len(responses), micro_batch_size):
-            chunk = list(responses[batch])
-            real = sum(len(r) for r in chunk) > 0
-            if not real:
-                if not partitioned:  # empty responses carry no likelihood
-                    continue
-                chunk = [FILLER[1]]  # ZeRO-3: the forward and backward are collectives; the gradient is dropped
-            ids, attn = _pad_right([list(prompt) + list(r) for r in chunk], device)
-            rows, pos = (t.to(device) for t in _response_positions([plen] * len(chunk), [len(r) for r in chunk]))
-            embeds = unwrap(model).get_input_embeddings()(ids).detach().requires_grad_(True)  # [b, L, H]
-            logp = _as_forward(model, _embeds_logprobs, embeds, attn, ids[rows, pos + 1], rows, pos)
-            (grad,) = torch.autograd.grad(logp.sum(), embeds)
-            if real:
-                total += grad[:, :plen].float().sum(0)  # [P, H]: the copies of e_t across responses add up
-    return total.norm(dim=-1).cpu()

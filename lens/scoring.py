@@ -17,12 +17,14 @@ policy pass) and its no-signal bar: a prompt whose best score does not exceed it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
 
-from lens import model, variants
+import lens_kernels
+from lens import model as lm
+from lens import variants
 
 # fn(policy, ref, prompts, *, responses, policy_logprobs, generator, micro_batch_size) -> [P_i] per prompt
 ScorerFn = Callable[..., list[torch.Tensor]]
@@ -40,12 +42,145 @@ def scorer(name: str) -> Callable[[ScorerFn], ScorerFn]:
     return register
 
 
+# ----------------------------------------------------------------------------------------------
+# The model passes of the scorers (on lens.model's fused LM head and ZeRO-3 lockstep machinery)
+# ----------------------------------------------------------------------------------------------
+
+
+def _prompt_batches(
+    model: nn.Module, prompts: Sequence[Sequence[int]], micro_batch_size: int
+) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Per micro-batch (in lockstep under ZeRO-3): (lengths, ids, attn, rows, pos) where (rows, pos) index the
+    hidden states that predict prompt tokens 1..P_i-1 (row-major) and ids[rows, pos + 1] are those tokens.
+
+    Under ZeRO-3 a micro-batch with nothing to predict (padding, or one-token prompts only) gets the filler
+    prompt appended, so that it still runs its forwards; its entry comes last in `lengths`: drop it."""
+    lm.check_prompts(prompts)
+    device, partitioned = lm.model_device(model), lm.is_partitioned(model)
+    for batch in lm.lockstep_batches(model, len(prompts), micro_batch_size):
+        chunk = list(prompts[batch])
+        if partitioned and all(len(p) < 2 for p in chunk):
+            chunk.append(lm.FILLER[0] + lm.FILLER[1])
+        lens = [len(p) for p in chunk]
+        ids, attn = lm.pad_right(chunk, device)
+        rows, pos = lm.response_positions([1] * len(chunk), [n - 1 for n in lens])
+        yield lens, ids, attn, rows.to(device), pos.to(device)
+
+
+def _split_rows(flat: torch.Tensor, lens: list[int], first: float) -> list[torch.Tensor]:
+    """Flat values of positions 1..P_i-1 -> one [P_i] fp32 tensor per prompt, position 0 = first. They stay on
+    the model's device, so LENS's top-k selection runs there too (the Triton kernel on a GPU)."""
+    values = flat.detach().float()
+    head = values.new_full((1,), first)
+    return [torch.cat([head, piece]) for piece in values.split([n - 1 for n in lens])]
+
+
+@torch.no_grad()
+def prompt_token_logprobs(
+    model: nn.Module, prompts: Sequence[Sequence[int]], *, micro_batch_size: int = 8, temperature: float = 1.0
+) -> list[torch.Tensor]:
+    """log pi(x_p | x_<p) of every prompt token -> one [P_i] fp32 CPU tensor per prompt.
+
+    Position 0 has no prefix and holds NaN (never a log-prob; mask it out).
+    """
+    out: list[torch.Tensor] = []
+    for lens, ids, attn, rows, pos in _prompt_batches(model, prompts, micro_batch_size):
+        if rows.numel() == 0:  # only one-token prompts: nothing to predict
+            out += _split_rows(torch.zeros(0), lens, float("nan"))
+            continue
+        flat = lm.as_forward(model, lm.token_logprobs, ids, attn, rows, pos, temperature, False)
+        out += _split_rows(flat, lens, float("nan"))
+    return out[: len(prompts)]  # without lockstep fillers (always last)
+
+
+@torch.no_grad()
+def interference_scores(
+    policy: nn.Module,
+    ref: nn.Module,
+    prompts: Sequence[Sequence[int]],
+    *,
+    micro_batch_size: int = 8,
+    temperature: float = 1.0,
+) -> list[torch.Tensor]:
+    """S(x_p) = |log pi_theta(x_p | x_<p) - log pi_ref(x_p | x_<p)| per prompt token (LENS Eq. 1).
+
+    Full-vocabulary log-softmax in fp32, one fused pass over both LM heads. Returns one [P_i] fp32 CPU
+    tensor per prompt; position 0 has no prefix and scores 0.0 (no evidence of interference).
+    """
+    if lm.model_device(policy) != lm.model_device(ref):
+        raise ValueError(f"policy ({lm.model_device(policy)}) and ref ({lm.model_device(ref)}) must be on one device")
+    out: list[torch.Tensor] = []
+    for lens, ids, attn, rows, pos in _prompt_batches(policy, prompts, micro_batch_size):
+        if rows.numel() == 0:  # only one-token prompts: nothing to score
+            out += _split_rows(torch.zeros(0), lens, 0.0)
+            continue
+        policy_hidden = lm.as_forward(policy, lm.hidden_at, ids, attn, rows, pos)  # [n, H]
+        ref_hidden = lm.as_forward(ref, lm.hidden_at, ids, attn, rows, pos)
+        pw, rw = lm.lm_head(policy).weight, lm.lm_head(ref).weight
+        with lm.gathered([pw, rw]):
+            scores = lens_kernels.linear_interference_scores(  # LENS Eq. (1)
+                policy_hidden, pw, ref_hidden, rw, ids[rows, pos + 1], temperature=temperature
+            )
+        out += _split_rows(scores, lens, 0.0)
+    return out[: len(prompts)]  # without lockstep fillers (always last)
+
+
+def _embeds_logprobs(
+    inner: nn.Module,
+    embeds: torch.Tensor,
+    attn: torch.Tensor,
+    targets: torch.Tensor,
+    rows: torch.Tensor,
+    pos: torch.Tensor,
+) -> torch.Tensor:
+    """Like `lm.token_logprobs`, from input embeddings [b, L, H]; targets [n]."""
+    hidden = inner.get_decoder()(inputs_embeds=embeds, attention_mask=attn, use_cache=False).last_hidden_state
+    with lm.fused_head(lm.lm_head(inner), 1.0, False) as head:
+        return head(hidden[rows, pos], targets)
+
+
+def grad_token_scores(
+    model: nn.Module, prompt: Sequence[int], responses: Sequence[Sequence[int]], *, micro_batch_size: int = 8
+) -> torch.Tensor:
+    """|| d/d e_t sum_y log pi(y | x) ||_2 per prompt token t (the grad_prune ablation scorer).
+
+    e_t is the input embedding of prompt token t, shared by all responses of the group; the gradient
+    is taken w.r.t. it alone (parameter .grad is untouched). Returns [P] fp32 on CPU.
+    """
+    lm.check_prompts([prompt], "prompt")
+    if not responses:
+        raise ValueError("grad_token_scores needs at least one response")
+    device, plen, partitioned = lm.model_device(model), len(prompt), lm.is_partitioned(model)
+    total = torch.zeros(plen, lm.unwrap(model).config.hidden_size, device=device)
+    with torch.enable_grad():
+        for batch in lm.lockstep_batches(model, len(responses), micro_batch_size):
+            chunk = list(responses[batch])
+            real = sum(len(r) for r in chunk) > 0
+            if not real:
+                if not partitioned:  # empty responses carry no likelihood
+                    continue
+                chunk = [lm.FILLER[1]]  # ZeRO-3: the forward and backward are collectives; the gradient is dropped
+            ids, attn = lm.pad_right([list(prompt) + list(r) for r in chunk], device)
+            rows, pos = (t.to(device) for t in lm.response_positions([plen] * len(chunk), [len(r) for r in chunk]))
+            embeds = lm.unwrap(model).get_input_embeddings()(ids).detach().requires_grad_(True)  # [b, L, H]
+            logp = lm.as_forward(model, _embeds_logprobs, embeds, attn, ids[rows, pos + 1], rows, pos)
+            (grad,) = torch.autograd.grad(logp.sum(), embeds)
+            if real:
+                total += grad[:, :plen].float().sum(0)  # [P, H]: the copies of e_t across responses add up
+    return total.norm(dim=-1).cpu()
+
+
+# ----------------------------------------------------------------------------------------------
+# The scorers
+# ----------------------------------------------------------------------------------------------
+
+
 def interference_from_logprobs(
     policy_logprobs: Sequence[torch.Tensor], ref_logprobs: Sequence[torch.Tensor]
 ) -> list[torch.Tensor]:
     """|policy - ref| per prompt token (LENS Eq. 1) from per-prompt log-probs [P_i] each.
 
-    Position 0 has no prefix (NaN log-probs) and scores 0.0, as `model.interference_scores` does.
+    Position 0 has no prefix (NaN log-probs) and scores 0.0, as `interference_scores` does.
     """
     if len(policy_logprobs) != len(ref_logprobs):
         raise ValueError(f"interference: {len(policy_logprobs)} policy rows vs {len(ref_logprobs)} ref rows")
@@ -61,16 +196,16 @@ def interference_from_logprobs(
 @scorer("interference")
 def _interference(policy, ref, prompts, *, policy_logprobs, micro_batch_size, **_) -> list[torch.Tensor]:
     if policy_logprobs is None:  # both models in one fused pass
-        return model.interference_scores(policy, ref, prompts, micro_batch_size=micro_batch_size)
+        return interference_scores(policy, ref, prompts, micro_batch_size=micro_batch_size)
     # the policy side came precomputed (the engine's prefill): only the reference runs
-    ref_logprobs = model.prompt_token_logprobs(ref, prompts, micro_batch_size=micro_batch_size)
+    ref_logprobs = prompt_token_logprobs(ref, prompts, micro_batch_size=micro_batch_size)
     return interference_from_logprobs(policy_logprobs, ref_logprobs)
 
 
 @scorer("surprisal")
 def _surprisal(policy, ref, prompts, *, micro_batch_size, **_) -> list[torch.Tensor]:
     del policy  # the reference's surprise alone: it does not move with training
-    logp = model.prompt_token_logprobs(ref, prompts, micro_batch_size=micro_batch_size)
+    logp = prompt_token_logprobs(ref, prompts, micro_batch_size=micro_batch_size)
     return [torch.nan_to_num(-lp, nan=0.0) for lp in logp]
 
 
@@ -85,12 +220,12 @@ def _random(policy, ref, prompts, *, generator, **_) -> list[torch.Tensor]:
 def _grad(policy, ref, prompts, *, responses, micro_batch_size, **_) -> list[torch.Tensor]:
     del ref
     # Under ZeRO-3 each prompt's passes are collectives: a rank with fewer candidates than another scores
-    # filler prompts (results dropped) until every rank has run as many (model.lockstep_count).
-    count = model.lockstep_count(policy, len(prompts))
-    fillers = [(model.FILLER[0], [model.FILLER[1]])] * (count - len(prompts))
+    # filler prompts (results dropped) until every rank has run as many (lm.lockstep_count).
+    count = lm.lockstep_count(policy, len(prompts))
+    fillers = [(lm.FILLER[0], [lm.FILLER[1]])] * (count - len(prompts))
     scores = [
         # negated: the ablation deletes the tokens the responses depend on LEAST (highest score first)
-        -model.grad_token_scores(policy, p, g, micro_batch_size=micro_batch_size)
+        -grad_token_scores(policy, p, g, micro_batch_size=micro_batch_size)
         for p, g in [*zip(prompts, responses, strict=True), *fillers]
     ]
     return scores[: len(prompts)]

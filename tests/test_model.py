@@ -15,6 +15,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from lens import model as lm
+from lens import scoring
 from lens.config import load_config
 
 VOCAB = 101
@@ -135,7 +136,7 @@ def naive_prompt_logprobs(model, prompt):
 def test_prompt_token_logprobs_match_full_logits(batch):
     model = tiny_qwen2().eval()
     prompts, _ = batch
-    out = lm.prompt_token_logprobs(model, prompts, micro_batch_size=2)
+    out = scoring.prompt_token_logprobs(model, prompts, micro_batch_size=2)
     assert [t.shape[0] for t in out] == PROMPT_LENS
     for t, p in zip(out, prompts, strict=True):
         assert math.isnan(float(t[0])) and t.dtype == torch.float32 and t.device.type == "cpu"
@@ -143,19 +144,19 @@ def test_prompt_token_logprobs_match_full_logits(batch):
 
 
 def test_prompt_token_logprobs_one_token_prompts():
-    out = lm.prompt_token_logprobs(tiny_qwen2().eval(), [[3], [4]])
+    out = scoring.prompt_token_logprobs(tiny_qwen2().eval(), [[3], [4]])
     assert [t.shape[0] for t in out] == [1, 1] and all(math.isnan(float(t[0])) for t in out)
 
 
 def test_interference_scores_equal_abs_logprob_difference(batch):
     policy, ref = tiny_qwen2(seed=0).eval(), tiny_qwen2(seed=0).eval()
     prompts, _ = batch
-    same = lm.interference_scores(policy, ref, prompts, micro_batch_size=2)
+    same = scoring.interference_scores(policy, ref, prompts, micro_batch_size=2)
     assert all(float(s.abs().max()) < 1e-5 for s in same)  # policy == reference: no signal
     with torch.no_grad():
         for p in policy.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
-    scores = lm.interference_scores(policy, ref, prompts, micro_batch_size=2)
+    scores = scoring.interference_scores(policy, ref, prompts, micro_batch_size=2)
     for s, p in zip(scores, prompts, strict=True):
         assert s.shape == (len(p),) and float(s[0]) == 0.0
         want = (naive_prompt_logprobs(policy, p) - naive_prompt_logprobs(ref, p)).abs()
@@ -168,7 +169,7 @@ def test_grad_token_scores_match_autograd_on_embeddings():
     gen = torch.Generator().manual_seed(2)
     (prompt,) = _seqs(gen, [6])
     responses = _seqs(gen, [3, 5, 2])
-    scores = lm.grad_token_scores(model, prompt, responses, micro_batch_size=2)
+    scores = scoring.grad_token_scores(model, prompt, responses, micro_batch_size=2)
     assert all(p.grad is None for p in model.parameters())  # only the embeddings were differentiated
     embeds = model.get_input_embeddings()(torch.tensor(prompt)).detach().requires_grad_(True)  # [P, H]
     total = torch.zeros(())

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from lens import model, scoring
+from lens import scoring
 from lens.tasks import vartrack
 
 
@@ -39,7 +39,7 @@ def test_interference_from_logprobs_rejects_mismatched_rows():
 def test_precomputed_policy_logprobs_give_the_fused_scores(pair):
     policy, ref, prompts = pair
     fused, bar = scoring.token_scores("interference", policy, ref, prompts, min_score=0.25)
-    given = model.prompt_token_logprobs(policy, prompts)
+    given = scoring.prompt_token_logprobs(policy, prompts)
     split, bar2 = scoring.token_scores("interference", policy, ref, prompts, policy_logprobs=given, min_score=0.25)
     assert bar == bar2 == 0.25
     assert max(float(s.max()) for s in fused) > 1e-3
@@ -50,7 +50,7 @@ def test_precomputed_policy_logprobs_give_the_fused_scores(pair):
 def test_surprisal_is_minus_ref_logprob(pair):
     policy, ref, prompts = pair
     scores, _ = scoring.token_scores("surprisal", policy, ref, prompts)
-    logp = model.prompt_token_logprobs(ref, prompts)
+    logp = scoring.prompt_token_logprobs(ref, prompts)
     for s, lp in zip(scores, logp, strict=True):
         assert s[0] == 0.0
         torch.testing.assert_close(s[1:], -lp[1:])

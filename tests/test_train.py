@@ -8,8 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lens import algos, report, train, variants
-from lens import model as lens_model
+from lens import algos, report, scoring, train, variants
 from lens.config import load_config, parse_args
 from lens.tasks import vartrack
 
@@ -148,13 +147,13 @@ def test_engine_log_probs_stand_in_for_the_trainer_forward_passes(tiny_model, tm
     # (Eq. 5's pi_old) are the trainer's own: a run taking both from the engine must match one that
     # recomputes them, while the trainer's forward passes over prompts are really skipped.
     calls = {"interference_scores": 0}
-    real = lens_model.interference_scores
+    real = scoring.interference_scores
 
     def counted(*a, **k):
         calls["interference_scores"] += 1
         return real(*a, **k)
 
-    monkeypatch.setattr(lens_model, "interference_scores", counted)
+    monkeypatch.setattr(scoring, "interference_scores", counted)
     # At step 1 policy == reference: the trainer's scores are exactly 0 (no signal), the engine's are
     # |engine log_softmax - fused head| ~1e-6 of fp32 rounding. A no-signal bar above that keeps the
     # engine run from purifying on rounding noise, which made the comparison hinge on the last bits of
