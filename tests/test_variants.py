@@ -2,13 +2,16 @@
 
 import ast
 import json
+import types
 from pathlib import Path
 
 import pytest
 import torch
 
-from lens import algos, config, methods, report, scoring, train, variants
+from lens import algos, config, methods, metrics, report, scoring, train, variants
 from lens.config import load_config
+from lens.purify import Prompt
+from lens.rollout import Rollouts
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -95,6 +98,20 @@ def test_grpo_weighted_is_grpo_with_the_lens_weights():
     assert method.rewrite is None and method.weighting == "lens" and method.estimator is algos.weighted_group_advantages
     with pytest.warns(UserWarning, match=r"algorithm\.weighting='uniform' is ignored by algorithm\.name=grpo_weighted"):
         load_config(None, ["algorithm.name=grpo_weighted", "algorithm.weighting=uniform"], cuda_available=False)
+
+
+@pytest.mark.parametrize(("name", "weights"), [("grpo", [1.0] * 4), ("grpo_weighted", [0.25, 0.75, 0.75, 0.75])])
+def test_one_sampling_groups_take_the_spec_weighting(name, weights):
+    # One group, one success of four (a_bar = 1/4): Eq. (4) gives the success a_bar, the failures 1 - a_bar.
+    method = methods.build(load_config(None, [f"algorithm.name={name}", "algorithm.m=4"], cuda_available=False))
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
+    rollouts = Rollouts(torch.zeros(4, dtype=torch.long), [[5]] * 4, [torch.zeros(1)] * 4, ["stop"] * 4)
+    batch = methods.Batch([Prompt([1, 2, 3], (1, 3))], ["x"], rollouts, rewards)
+    rows = method.final_groups(types.SimpleNamespace(timer=metrics.Timer()), batch, 1, {})
+    assert rows.weights.tolist() == weights
+    want = algos.weighted_group_advantages if name == "grpo_weighted" else algos.grpo_advantages
+    args = (rows.rewards, rows.weights, rows.group) if name == "grpo_weighted" else (rows.rewards, rows.group)
+    assert torch.equal(method.advantages(rows), want(*args))
 
 
 def test_a_method_registered_from_one_spec_entry_trains_a_step(monkeypatch, tmp_path):
