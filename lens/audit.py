@@ -72,6 +72,7 @@ def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
     neg = [s for s, y in zip(scores, labels, strict=True) if not y]
     if not pos or not neg:
         return math.nan
+    # the pairwise count is O(|pos| |neg|): an audit has hundreds of tokens, so exactness beats a sort
     wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
     return wins / (len(pos) * len(neg))
 
@@ -95,6 +96,7 @@ def precision_at_k(scores: Sequence[float], labels: Sequence[bool]) -> float:
 
 
 def _nanmean(values: Sequence[float]) -> float:
+    # a prompt without distractors (or without clean tokens) has an undefined AUC: left out, not counted as 0
     kept = [v for v in values if not math.isnan(v)]
     return sum(kept) / len(kept) if kept else math.nan
 
@@ -132,6 +134,7 @@ def task_prompts(task: str, tokenizer: Any, limit: int) -> list[AuditPrompt]:
     """
     module = importlib.import_module(f"lens.tasks.{task}")
     out = []
+    # the noisy set: only its prompts carry distractors whose positions the detection metrics score against
     for p in tasks.problem_sets(task, role="eval", limit=limit, seed=0)["noisy"]:
         prompt, noise = _task_prompt(tokenizer, p.problem, p.meta["noise_positions"], module.ANSWER_MARKER)
         out.append(AuditPrompt(p.uid, prompt, p.answer, noise))
@@ -331,6 +334,8 @@ def html_report(rows: list[dict[str, Any]], title: str) -> str:
 
 def run_audit(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Score, select and purify the prompts of --data; write the audit files into --out."""
+    # Accuracy and response-reading scorers sample with the built-in tasks' sampler and answer rule, which
+    # only those tasks have: refuse other data before minutes of model loading.
     if (args.accuracy or variants.scorer(args.scorer).needs_responses) and args.data not in tasks.NAMES:
         raise ValueError(f"--accuracy and --scorer grad need --data {'|'.join(tasks.NAMES)} (got --data {args.data!r})")
     preflight.check_model_source(args.policy, "--policy")
@@ -356,12 +361,13 @@ def run_audit(args: argparse.Namespace) -> list[dict[str, Any]]:
             bar.set_postfix_str("accuracy after purification")
             after = per_prompt_accuracy(policy, tokenizer, [p.ids for p in purified], answers, args.n, args.seed)
             bar.update()
+            # same seed before and after: the two accuracies differ by the deletion, not by the draws
             for row, b, a in zip(rows, before, after, strict=True):
                 row["accuracy_before"], row["accuracy_after"] = b, a
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "prompts.jsonl", "w", encoding="utf-8") as f:
-        for row in rows:
+        for row in rows:  # ensure_ascii=False: the tokens stay readable (CJK, accents) in the JSONL
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     top = top_tokens(rows)
     (out / "top_tokens.json").write_text(json.dumps(top, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -383,10 +389,12 @@ def detection_metrics(prompts: list[AuditPrompt], scores: list[torch.Tensor]) ->
     aucs, precisions = [], []
     for p, s in zip(prompts, scores, strict=True):
         start, end = p.prompt.span
+        # only the scorable span: template tokens are never deleted, so they must not count for or against
         span = [float(v) for v in s[start:end]]
         labels = [j in set(p.noise) for j in range(end - start)]
         pooled_s += span
         pooled_y += labels
+        # per prompt too: pooling lets long prompts dominate, the per-prompt mean weighs every prompt once
         aucs.append(roc_auc(span, labels))
         precisions.append(precision_at_k(span, labels))
     return {
@@ -446,10 +454,12 @@ def run_detect(args: argparse.Namespace) -> dict[str, dict[str, dict[str, float]
     """Score a built-in task's noisy set with each scorer for each policy checkpoint; write detection.json/.md
     into --out. Returns {checkpoint label: {scorer: metrics}}."""
     scorers = [s.strip() for s in args.scorers.split(",") if s.strip()]
+    # checked before any model loads: a typo in the last scorer would otherwise fail after minutes of scoring
     unknown = [s for s in scorers if s not in variants.SCORERS]
     if unknown or not scorers:
         raise ValueError(f"--scorers {args.scorers!r}: unknown {unknown}; known: {', '.join(variants.SCORERS)}")
     preflight.check_model_source(args.ref, "--ref")
+    # a run directory stands for its checkpoints; --policy paths are taken as they are
     if args.run and not Path(args.run).is_dir():
         raise ValueError(f"--run {args.run}: no such run directory")
     policies = run_checkpoints(args.run, args.ref) if args.run else [(path, path) for path in args.policy]
@@ -472,6 +482,7 @@ def run_detect(args: argparse.Namespace) -> dict[str, dict[str, dict[str, float]
                 bar.update()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    # the settings travel with the numbers, so a detection.json read later says what it measured
     report = {
         "task": args.task,
         "ref": args.ref,
@@ -498,6 +509,7 @@ def _positive_int(text: str) -> int:
 
 def _gamma(text: str) -> float:
     value = float(text)
+    # 0 deletes nothing and 1 everything: neither is a purification (training caps gamma at 0.5)
     if not 0.0 < value < 1.0:
         raise argparse.ArgumentTypeError(f"--gamma must be in (0, 1), got {text}")
     return value
@@ -518,6 +530,8 @@ SUBCOMMANDS = {
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    # `detect` has its own flags: its parser is chosen by the first word (argparse subparsers would make the
+    # single-policy audit, the common case, a subcommand too)
     if argv[:1] == ["detect"]:
         parser = errors.ArgumentParser(prog="python -m lens.audit detect", description=run_detect.__doc__)
         _common(parser)

@@ -282,6 +282,7 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 def model_device(model: nn.Module) -> torch.device:
+    # a parameter's device: HF models and DeepSpeed engines both have parameters, not all have `.device`
     return next(unwrap(model).parameters()).device
 
 
@@ -346,6 +347,7 @@ def as_forward(model: nn.Module, fn: Callable[..., Any], *args: Any) -> Any:
 
 def hidden_at(inner: nn.Module, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor):
     """Last hidden states (final norm applied, no logits) at (rows, pos) -> [n, H]."""
+    # The decoder alone: the HF forward would compute [b, L, V] logits that the fused head never needs.
     out = inner.get_decoder()(input_ids=ids, attention_mask=attn, use_cache=False)
     return out.last_hidden_state[rows, pos]
 
@@ -367,6 +369,7 @@ def token_logprobs(
 
 def lm_head(model: nn.Module) -> nn.Module:
     head = unwrap(model).get_output_embeddings()
+    # the fused kernels compute hidden @ W^T only; a bias would be silently dropped
     if getattr(head, "bias", None) is not None:
         raise ValueError("lens log-prob passes support bias-free LM heads only (lm_head.bias is set)")
     return head
@@ -381,6 +384,7 @@ def fused_head(head: nn.Module, temperature: float, return_entropy: bool) -> Ite
             hidden, head.weight, targets, temperature=temperature, return_entropy=return_entropy
         )
 
+    # an instance attribute shadows the class's forward, so ZeRO-3's hooks on the module still fire around it
     head.forward = forward
     try:
         yield head
@@ -401,6 +405,7 @@ def gathered(params: list[nn.Parameter]) -> Iterator[None]:
 
 
 def check_prompts(prompts: Sequence[Sequence[int]], name: str = "prompts") -> None:
+    # an empty prompt has no position to predict the first response token from
     for i, p in enumerate(prompts):
         if len(p) == 0:
             raise ValueError(f"{name}[{i}] is empty: every sequence needs at least one prompt token")
@@ -409,6 +414,7 @@ def check_prompts(prompts: Sequence[Sequence[int]], name: str = "prompts") -> No
 def response_positions(prompt_lens: list[int], resp_lens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """(row, position) of the hidden state predicting each response token, row-major [n] each."""
     rows = [i for i, n in enumerate(resp_lens) for _ in range(n)]
+    # the hidden state at position p - 1 + t predicts response token t (causal shift by one)
     pos = [p - 1 + t for p, n in zip(prompt_lens, resp_lens, strict=True) for t in range(n)]
     return torch.tensor(rows, dtype=torch.long), torch.tensor(pos, dtype=torch.long)
 

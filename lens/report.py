@@ -204,6 +204,7 @@ def load_run(run_dir: str | Path, label: str | None = None) -> Run:
     for lineno, line in enumerate(metrics_path.read_text().splitlines(), start=1):
         if line.strip():
             step, row = _parse_row(line, metrics_path, lineno)
+            # A resumed run re-logs the steps after its checkpoint: the later row is the one that trained on.
             rows[step] = row
     if not rows:
         raise ValueError(f"{metrics_path}: no metrics rows")
@@ -214,6 +215,7 @@ def load_run(run_dir: str | Path, label: str | None = None) -> Run:
 
 def _load_config(path: Path) -> dict[str, Any]:
     if not path.is_file():
+        # A metrics file alone (copied off a cluster, say) still plots: only the label and seed are lost.
         warnings.warn(f"{path}: not found; labelling the run by its directory name", stacklevel=3)
         return {}
     try:
@@ -236,6 +238,7 @@ def _parse_row(line: str, path: Path, lineno: int) -> tuple[int, dict[str, float
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(raw).__name__}")
     step = raw.pop("step", None)
+    # bool is an int in Python: `true` must not pass as step 1
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f"{where}: 'step' must be an integer >= 0, got {step!r}")
     row = {}
@@ -255,6 +258,7 @@ def group_runs(runs: Sequence[Run], by: Mapping[str | Path, str] | Callable[[Run
     if by is None:
         key: Callable[[Run], str] = lambda r: r.label  # noqa: E731
     elif isinstance(by, Mapping):
+        # compared resolved: `runs/x` and `./runs/x/` name the same run
         resolved = {Path(d).resolve(): name for d, name in by.items()}
         key = lambda r: resolved.get(r.path.resolve(), r.label)  # noqa: E731
     else:
@@ -262,6 +266,8 @@ def group_runs(runs: Sequence[Run], by: Mapping[str | Path, str] | Callable[[Run
     groups: dict[str, Group] = {}
     for run in runs:
         groups.setdefault(key(run), Group(key(run), [])).runs.append(run)
+    # Two runs of one label with one seed are usually one run listed twice: it would count double in the
+    # standard errors, so it warns (a deliberate repeat still groups).
     for g in groups.values():
         seeds = [r.seed for r in g.runs if r.seed is not None]
         if len(seeds) != len(set(seeds)):
@@ -301,6 +307,8 @@ def efficiency(groups: Sequence[Group], baseline: str, metric: str) -> dict[str,
     base_curve = base.curve(metric)
     if base_curve is None:
         raise ValueError(f"--metric {metric}: the baseline {baseline!r} logs no such values")
+    # The target is the baseline's best MEAN (across seeds), the paper's efficiency: how much sooner a method
+    # gets where the baseline ends up at its best.
     target = float(base_curve.mean.max())
     base_step = steps_to_reach(base_curve, target)
     assert base_step is not None  # a curve reaches its own maximum
@@ -308,6 +316,7 @@ def efficiency(groups: Sequence[Group], baseline: str, metric: str) -> dict[str,
     for g in groups:
         c = g.curve(metric)
         step = steps_to_reach(c, target) if c is not None else None
+        # step 0 is the evaluation before training: reaching the target there has no finite speed-up
         ratio = base_step / step if step else None
         out[g.label] = Efficiency(g.label, target, base_step, step, ratio)
     return out
@@ -328,6 +337,7 @@ def phase_of(step: int, total: int, phases: int) -> int:
 
 def phase_bounds(total: int, phases: int) -> list[tuple[int, int]]:
     """(first, last) step of each phase, consistent with phase_of (first > last: an empty phase)."""
+    # -(-a // b) is ceil(a / b) in integers: the bounds are exactly the steps phase_of maps to each phase
     return [(-(-i * total // phases) + 1, -(-(i + 1) * total // phases)) for i in range(phases)]
 
 
@@ -345,12 +355,13 @@ def run_phase_shares(run: Run, phases: int, total: int) -> np.ndarray:
     """[phases, 4] mean share of each success bin over the run's steps in each phase (NaN: none)."""
     sums, counts = np.zeros((phases, len(BINS))), np.zeros(phases)
     for step, row in run.rows.items():
+        # step 0 (evaluation only) and rows without the four bins (an eval-only row) have no shares
         if step < 1 or step > total or not all(f"bins/{b}" in row for b in BINS):
             continue
         p = phase_of(step, total, phases)
         sums[p] += [row[f"bins/{b}"] for b in BINS]
         counts[p] += 1
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore"):  # 0 / 0 is the NaN of an empty phase, on purpose
         return sums / counts[:, None]
 
 
@@ -362,11 +373,14 @@ def group_phase_shares(group: Group, phases: int) -> PhaseShares | None:
     ends = [int(r.series("bins/failure")[0].max()) for r in group.runs if len(r.series("bins/failure")[0])]
     if not ends:
         return None
+    # The group's longest run sets the phases, so that a seed stopped early fills the early phases only
+    # instead of stretching its few steps over all of them.
     total = max(ends)
     per_run = np.stack([run_phase_shares(r, phases, total) for r in group.runs])  # [R, N, 4]
     mean, se = np.full(per_run.shape[1:], np.nan), np.full(per_run.shape[1:], np.nan)
     for idx in np.ndindex(*mean.shape):
         values = per_run[(slice(None), *idx)]
+        # seeds without steps in a phase (NaN) are left out rather than counted as zero shares
         mean[idx], se[idx] = mean_se(values[np.isfinite(values)])
     return PhaseShares(phase_bounds(total, phases), mean, se)
 
@@ -398,6 +412,7 @@ def _last_tenth_mean(run: Run, key: str) -> float | None:
     _, values = run.series(key)
     if values.size == 0:
         return None
+    # the end of training, averaged over a tenth of it: one last noisy evaluation would decide otherwise
     k = max(1, math.ceil(0.1 * values.size))
     return float(values[-k:].mean())
 
@@ -434,7 +449,9 @@ def stage_times(run: Run) -> dict[str, float]:
     """Mean seconds per stage over the steady-state training steps (`steady_rows`; a stage missing from
     a step took 0 s there)."""
     rows = steady_rows(run)
+    # time/step is the whole step and time/warmup a flag, not stages: they would double-count in the stack
     stages = {k[5:] for row in rows for k in row if k.startswith("time/") and k not in ("time/step", "time/warmup")}
+    # the trainer's order first (the order a step runs them), then stages of newer logs alphabetically
     order = [s for s in STAGES if s in stages] + sorted(stages - set(STAGES))
     return {s: float(np.mean([row.get(f"time/{s}", 0.0) for row in rows])) for s in order}
 
@@ -466,6 +483,7 @@ def summarize(groups: Sequence[Group], baseline: str, metric: str | None, phases
         for k in evals:
             c = g.curve(k)
             if c is not None:
+                # best of the seed-mean curve, not each seed's best: the max of noisy seeds is biased upward
                 i = int(np.argmax(c.mean))
                 entry["best"][k] = {"value": float(c.mean[i]), "step": int(c.steps[i])}
         labels[g.label] = entry
@@ -500,6 +518,7 @@ def _transfer_stats(group: Group) -> dict[str, Any]:
 
 def _stage_stats(group: Group) -> dict[str, Any]:
     per_run = [stage_times(r) for r in group.runs]
+    # dict.fromkeys keeps the first run's stage order; a stage a run never ran took it 0 s
     stages = list(dict.fromkeys(s for t in per_run for s in t))
     return {s: _stat([t.get(s, 0.0) for t in per_run]) for s in stages}
 
@@ -513,6 +532,7 @@ def _phase_entries(group: Group, phases: int) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {"phase": i + 1, "name": phase_name(i, phases), "steps": [lo, hi]}
         for j, b in enumerate(BINS):
             m, se = shares.mean[i, j], shares.se[i, j]
+            # NaN is not JSON: an empty phase is null in summary.json
             entry[b] = None if math.isnan(m) else {"mean": float(m), "se": None if math.isnan(se) else float(se)}
         out.append(entry)
     return out
@@ -537,6 +557,7 @@ def tables(summary: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
     headers += ["reward (last 10%)", "step time (s, steady: warm-up step left out)", "purified share"]
     final = []
     for label, e in summary["labels"].items():
+        # the step of the best value says whether a run peaked early and then degraded
         best = [f"{e['best'][k]['value']:.4g} ({e['best'][k]['step']})" if k in e["best"] else "—" for k in evals]
         row = [label, str(len(e["runs"])), str(e["last_step"])] + [_pm(e["final"][k]) for k in evals] + best
         final.append([*row, _pm(e["reward_last10"]), _pm(e["step_time"]), _pm(e["purified_share"])])
