@@ -483,7 +483,7 @@ def comparison_lines(rows: list[dict], alpha: float) -> list[str]:
     """The markdown table of one family of comparisons."""
     lines = ["| A − B | pairs | Δ (95 % CI) | p | p Holm | Holm < alpha |", "|---|---|---|---|---|---|"]
     for r in rows:
-        verdict = "yes" if r["p_holm"] < alpha else "no"
+        verdict = "—" if math.isnan(r["p_holm"]) else ("yes" if r["p_holm"] < alpha else "no")
         cells = [f"{r['a']} − {r['b']}", str(r["pairs"]), pm(r["diff"]), pval(r["p"]), pval(r["p_holm"]), verdict]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -496,19 +496,19 @@ def markdown(plan: Plan, task: str, result: dict) -> str:
     lines = [
         f"# Study: `{task}` ({'PRIMARY' if role == 'primary' else 'REPORTED APART'}: {why})",
         "",
-        f"Plan bench/study_plan.yaml sha256 {plan.sha256[:12]}; {plan.steps} steps, evaluation every"
+        f"Plan sha256 {plan.sha256[:12]}; {plan.steps} steps, evaluation every"
         f" {plan.eval_every} on {plan.eval_limit} problems x {plan.eval_n} samples per set; seeds {plan.seeds[0]}-"
         f"{plan.seeds[-1]}. Primary endpoint `{plan.endpoint}`: mean noisy accuracy over the run (trapezoids).",
         f"Mean ± 95 % t-interval over seeds. Costs: {result['costs'].get('params', 0):,} parameters,"
         f" {result['costs'].get('prompt_tokens', math.nan):.1f} prompt tokens per row (estimated, see study.py).",
         "",
-        "| arm | seeds | noisy AUC (primary) | final noisy | clean AUC | rollouts/step | TFLOPs | s/step | wall s |",
+        "| arm | seeds | noisy AUC (primary) | final noisy | clean AUC | rollouts/step | GFLOPs | s/step | wall s |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for arm, e in arms.items():
-        tflops = (e["flops_total"][0] / 1e12, e["flops_total"][1] / 1e12)
+        gflops = (e["flops_total"][0] / 1e9, e["flops_total"][1] / 1e9)
         cells = [str(len(e["seeds"])), pm(e["noisy_auc"]), pm(e["final_noisy"]), pm(e["clean_auc"])]
-        cells += [pm(e["rollouts_per_step"], 0), pm(tflops, 2), pm(e["step_s"], 2), pm(e["wall_s"], 0)]
+        cells += [pm(e["rollouts_per_step"], 0), pm(gflops, 0), pm(e["step_s"], 2), pm(e["wall_s"], 0)]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     family = "all primary tasks together" if role == "primary" else "this task alone"
     lines += ["", f"Primary comparisons (Holm over {family}; sign-flip test, exact; alpha {plan.alpha}):", ""]
@@ -600,6 +600,11 @@ def study_runs(
     ]
 
 
+def shown(cmd: list[str]) -> str:
+    """A command as the dry run prints it: `python -m ...` with paths inside the repository made relative."""
+    return " ".join(["python", *cmd[1:]]).replace(f"{REPO}/", "")
+
+
 def dry_run(plan: Plan, tasks: Sequence[str], arms: Sequence[str], seeds: Sequence[int], runs: Path, out: Path) -> None:
     """Print the plan, each task's role and every command, training nothing."""
     pilots = json.loads((out / "pilot.json").read_text()) if (out / "pilot.json").exists() else {}
@@ -620,9 +625,9 @@ def dry_run(plan: Plan, tasks: Sequence[str], arms: Sequence[str], seeds: Sequen
         elif plan.scaled_arm in arms:
             batch[t] = "<pilot>"
             for cmd, _ in pilot_runs(plan, t, runs):
-                print("  pilot: " + " ".join(cmd[1:]))
+                print("  pilot: " + shown(cmd))
     for cmd, _ in study_runs(plan, tasks, arms, seeds, runs, batch):
-        print(" ".join(cmd[1:]))
+        print(shown(cmd))
 
 
 def main(argv: list[str] | None = None) -> None:

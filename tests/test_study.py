@@ -199,7 +199,7 @@ def test_dry_run_prints_the_plan_and_every_command(tmp_path, capsys):
     study.main(["--plan", str(plan_path), "--tasks", "smoke", "--dry-run", "--out", str(tmp_path / "out")])
     printed = capsys.readouterr().out
     assert "primary comparisons: lens - grpo" in printed and "task smoke: apart (no gate table" in printed
-    assert "pilot: -m lens.train --config configs/cpu_smoke.yaml algorithm.name=lens" in printed
+    assert "pilot: python -m lens.train --config configs/cpu_smoke.yaml algorithm.name=lens" in printed
     assert printed.count("seed=") == 1 + 3 * 2 and "data.batch_size=<pilot>" in printed
 
 
