@@ -1,6 +1,6 @@
 """The pre-registered LENS study (issue 24): arms x paired seeds x tasks, as declared in bench/study_plan.yaml.
 
-    python bench/study.py --dry-run                  # the plan, each task's role and every command; trains nothing
+    python bench/study.py --tasks stutter --dry-run  # the plan, each task's role and every command; trains nothing
     python bench/study.py --tasks stutter            # pilot (if not yet fixed), 8 arms x 20 seeds, tables, figures
     python bench/study.py --tasks stutter --pilot    # only the pilot that fixes grpo_scaled's batch size
     python bench/study.py --tasks stutter --table-only   # re-aggregate the finished runs
@@ -34,9 +34,16 @@ the mean rendered prompt length of 256 training problems of the task), the secon
 (no counter: `response/len_mean` of the step) and the prompts scored (no counter: `lens/below_tau` -
 `lens/skipped_short`); updated rows are `tokens` / `response/len_mean`.
 
-Budget (measured on recall, seed 0, 2 runs at a time on the shared 2 cores, see BUDGET below): 8 arms x 20
-seeds x 1 task take about 90 minutes with the plan's 12 steps and 5 evaluations of 48 problems x 2 samples per
-set, 2 runs at a time.
+Budget. One run of each arm on recall, seed 0, 2 runs at a time, `nice -n 5`, OMP_NUM_THREADS=1, 16 steps and 9
+evaluations of 64 problems x 2 samples per set (the previous schedule), on the 2 cores shared with other jobs
+(load average 7.5-13.7, so wall times of 198-266 s say little): CPU seconds (user + sys) per run, which is the
+wall time of a run on an idle core when 2 run at a time: grpo 38.1, lens 39.4, resample 36.4, random_prune
+36.8, lens_uniform 42.4, grpo_lensw 38.2, dapo 56.0 (528 rollouts a step), grpo_scaled at batch 24 54.6 (the
+pilot rule gives 18 on recall, LENS generating 143 rollouts a step: about 42). About 330 s a seed, 55 minutes
+for 20 seeds on 2 idle cores; the plan's evaluation (9 x 64 x 1 sample: half the samples) saves about 4.6 s a
+run, so about 50 minutes, plus the pilot (4 LENS runs, about 1.5 minutes). That leaves room within ~90 minutes
+for a task costlier than recall (longer prompts or responses) or a busier machine; the steps were kept at 16
+(the gates' horizon) and only the evaluation samples were shrunk.
 """
 
 from __future__ import annotations
@@ -438,7 +445,10 @@ def comparisons(per: dict[str, dict[int, dict]], pairs: Sequence[tuple[str, str]
     for a, b in pairs:
         seeds = sorted(set(per.get(a, {})) & set(per.get(b, {})))
         diffs = [per[a][s][endpoint] - per[b][s][endpoint] for s in seeds]
-        out.append({"a": a, "b": b, "pairs": len(seeds), "diff": ci95(diffs), "p": sign_flip_p(diffs)})
+        # Two arms that train identically (an override the trainer ignores) must not pass for a measured null.
+        same = bool(seeds) and all(per[a][s]["noisy"] == per[b][s]["noisy"] for s in seeds)
+        row = {"a": a, "b": b, "pairs": len(seeds), "diff": ci95(diffs), "p": sign_flip_p(diffs), "identical": same}
+        out.append(row)
     return out
 
 
@@ -484,7 +494,8 @@ def comparison_lines(rows: list[dict], alpha: float) -> list[str]:
     lines = ["| A − B | pairs | Δ (95 % CI) | p | p Holm | Holm < alpha |", "|---|---|---|---|---|---|"]
     for r in rows:
         verdict = "—" if math.isnan(r["p_holm"]) else ("yes" if r["p_holm"] < alpha else "no")
-        cells = [f"{r['a']} − {r['b']}", str(r["pairs"]), pm(r["diff"]), pval(r["p"]), pval(r["p_holm"]), verdict]
+        name = f"{r['a']} − {r['b']}" + (" (IDENTICAL RUNS)" if r["identical"] else "")
+        cells = [name, str(r["pairs"]), pm(r["diff"]), pval(r["p"]), pval(r["p_holm"]), verdict]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

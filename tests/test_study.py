@@ -179,11 +179,19 @@ def test_holm_pools_the_primary_tasks_and_keeps_a_task_apart(tmp_path, monkeypat
     assert results["c"]["primary"][0]["p_holm"] == 0.5  # reported apart: its own family of one
     assert results["c"]["role"] == ("apart", "fails G4")
     assert math.isnan(results["a"]["secondary"][0]["p"])  # no grpo_scaled run: no pairs, no p-value
+    assert not a["identical"] and not results["a"]["secondary"][0]["identical"]
     md = (out / "a.md").read_text()
     assert "PRIMARY" in md and "| lens − grpo | 2 | 0.175 ± " in md and "| 0.5000 | 1.0000 | no |" in md
     assert "REPORTED APART: fails G4" in (out / "c.md").read_text() and (out / "c.png").stat().st_size > 0
     grpo_curve = results["a"]["arms"]["grpo"]["curve_flops"]
     assert grpo_curve[2] == pytest.approx(2 * grpo_curve[1])  # the same FLOPs every step
+
+
+def test_arms_that_trained_identically_are_flagged():
+    run = {"noisy": {0: 0.1, 2: 0.5}, "noisy_auc": 0.3}
+    rows = study.with_holm(study.comparisons({"x": {0: run, 1: run}, "y": {0: run, 1: run}}, [("x", "y")], "noisy_auc"))
+    assert rows[0]["identical"] and rows[0]["p"] == 1.0
+    assert "| x − y (IDENTICAL RUNS) | 2 |" in "\n".join(study.comparison_lines(rows, 0.05))
 
 
 def test_a_run_of_another_plan_is_not_counted(tmp_path):
