@@ -6,6 +6,7 @@ import itertools
 import json
 import math
 import random
+import shutil
 import sys
 from pathlib import Path
 
@@ -192,6 +193,22 @@ def test_arms_that_trained_identically_are_flagged():
     rows = study.with_holm(study.comparisons({"x": {0: run, 1: run}, "y": {0: run, 1: run}}, [("x", "y")], "noisy_auc"))
     assert rows[0]["identical"] and rows[0]["p"] == 1.0
     assert "| x − y (IDENTICAL RUNS) | 2 |" in "\n".join(study.comparison_lines(rows, 0.05))
+
+
+def test_the_pilot_fixes_the_scaled_batch_once(tmp_path):
+    plan = study.load_plan(_plan(tmp_path))
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    d = runs / "smoke" / "pilot" / "lens_s100"
+    _fake_run(d, plan, {0: 0.0, 1: 0.0, 2: 0.0}, "lens")  # 64 first rollouts a step, batch 8 x m 8
+    rows = study.read_rows(d)
+    rows[1]["lens/purified"], rows[2]["lens/purified"] = 2.0, 4.0  # + 16 and + 32 second rollouts
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows.values()))
+    (d / "config.yaml").write_text(yaml.safe_dump({"algorithm": {"m": 8}, "data": {"batch_size": 8}}))
+    # Mean 88 rollouts a step against GRPO's 64: ratio 1.375, batch round(8 x 1.375) = 11.
+    assert study.pilot_batch(plan, "smoke", runs, out, jobs=1) == 11
+    assert json.loads((out / "pilot.json").read_text())["smoke"]["ratio"] == pytest.approx(1.375)
+    shutil.rmtree(runs)  # fixed once: the pilot is not rerun nor recomputed
+    assert study.pilot_batch(plan, "smoke", runs, out, jobs=1) == 11
 
 
 def test_a_run_of_another_plan_is_not_counted(tmp_path):
