@@ -353,6 +353,8 @@ def pilot_batch(plan: Plan, task: str, runs: Path, out: Path, jobs: int) -> int:
     path = out / "pilot.json"
     pilots = json.loads(path.read_text()) if path.exists() else {}
     if task in pilots:
+        if pilots[task]["plan_sha256"] != plan.sha256:
+            raise RuntimeError(f"study: {path}'s {task} pilot was made under another plan; remove it to pilot again")
         return int(pilots[task]["batch_size"])
     jobs_list = pilot_runs(plan, task, runs)
     failures = run_all(jobs_list, plan, jobs)
@@ -678,8 +680,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.table_only:
         write_results(plan, tasks, runs, out)
         return
-    needs_pilot = args.pilot or plan.scaled_arm in arms
-    batch = {t: pilot_batch(plan, t, runs, out, args.jobs) for t in tasks} if needs_pilot else {}
+    try:
+        needs_pilot = args.pilot or plan.scaled_arm in arms
+        batch = {t: pilot_batch(plan, t, runs, out, args.jobs) for t in tasks} if needs_pilot else {}
+    except RuntimeError as e:
+        sys.exit(str(e))
     if args.pilot:
         print(json.dumps(batch))
         return

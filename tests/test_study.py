@@ -209,6 +209,9 @@ def test_the_pilot_fixes_the_scaled_batch_once(tmp_path):
     assert json.loads((out / "pilot.json").read_text())["smoke"]["ratio"] == pytest.approx(1.375)
     shutil.rmtree(runs)  # fixed once: the pilot is not rerun nor recomputed
     assert study.pilot_batch(plan, "smoke", runs, out, jobs=1) == 11
+    other = study.load_plan(_plan(tmp_path, steps=4))
+    with pytest.raises(RuntimeError, match="another plan"):
+        study.pilot_batch(other, "smoke", runs, out, jobs=1)
 
 
 def test_a_run_of_another_plan_is_not_counted(tmp_path):
