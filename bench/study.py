@@ -43,7 +43,10 @@ pilot rule gives 18 on recall, LENS generating 143 rollouts a step: about 42). A
 for 20 seeds on 2 idle cores; the plan's evaluation (9 x 64 x 1 sample: half the samples) saves about 4.6 s a
 run, so about 50 minutes, plus the pilot (4 LENS runs, about 1.5 minutes). That leaves room within ~90 minutes
 for a task costlier than recall (longer prompts or responses) or a busier machine; the steps were kept at 16
-(the gates' horizon) and only the evaluation samples were shrunk.
+(the gates' horizon) and only the evaluation samples were shrunk. Checked with the plan itself:
+`python bench/study.py --tasks vartrack_k2 --arms grpo,lens --seeds 0` (2 runs at a time, then the tables) took
+110 CPU seconds in all (wall 295 s at load 6.5-10): about 52 s a run on vartrack, whose responses are longer
+than recall's, so vartrack_k2's 160 runs take about 75 minutes on 2 idle cores and recall's about 50.
 """
 
 from __future__ import annotations
