@@ -421,6 +421,8 @@ def run_summary(rows: dict[int, dict[str, float]], cfg: dict[str, Any], prompt_t
         "rollouts_per_step": spent / len(steps),
         "flops_total": flops,
         "step_s": statistics.fmean(rows[s]["time/step"] for s in steps),
+        # What the trainer did at each step: equal traces mean the two runs trained identically.
+        "trace": [[rows[s].get(k) for k in ("loss/total", "grad_norm", "reward/mean")] for s in steps],
     }
 
 
@@ -451,7 +453,7 @@ def comparisons(per: dict[str, dict[int, dict]], pairs: Sequence[tuple[str, str]
         seeds = sorted(set(per.get(a, {})) & set(per.get(b, {})))
         diffs = [per[a][s][endpoint] - per[b][s][endpoint] for s in seeds]
         # Two arms that train identically (an override the trainer ignores) must not pass for a measured null.
-        same = bool(seeds) and all(per[a][s]["noisy"] == per[b][s]["noisy"] for s in seeds)
+        same = bool(seeds) and all(per[a][s]["trace"] == per[b][s]["trace"] for s in seeds)
         row = {"a": a, "b": b, "pairs": len(seeds), "diff": ci95(diffs), "p": sign_flip_p(diffs), "identical": same}
         out.append(row)
     return out

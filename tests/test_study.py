@@ -148,6 +148,7 @@ def _fake_run(d: Path, plan, noisy: dict[int, float], name: str) -> None:
     rows = [{"step": 0, "eval/noisy": noisy[0], "eval/clean": 0.9}]
     for step in (1, 2):
         row = {"step": step, "time/step": 1.0, "reward/correct": 64.0, "response/len_mean": 4.0, "tokens": 256.0}
+        row["loss/total"] = noisy[step]  # a trace that differs between arms whose curves differ
         rows.append({**row, "eval/noisy": noisy[step], "eval/clean": 0.9})
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (d / "wall_s.txt").write_text("5.0\n")
@@ -189,7 +190,7 @@ def test_holm_pools_the_primary_tasks_and_keeps_a_task_apart(tmp_path, monkeypat
 
 
 def test_arms_that_trained_identically_are_flagged():
-    run = {"noisy": {0: 0.1, 2: 0.5}, "noisy_auc": 0.3}
+    run = {"trace": [[0.1, 1.0, 0.5]], "noisy_auc": 0.3}
     rows = study.with_holm(study.comparisons({"x": {0: run, 1: run}, "y": {0: run, 1: run}}, [("x", "y")], "noisy_auc"))
     assert rows[0]["identical"] and rows[0]["p"] == 1.0
     assert "| x − y (IDENTICAL RUNS) | 2 |" in "\n".join(study.comparison_lines(rows, 0.05))
