@@ -1,105 +1,329 @@
-"""The LENS study: every method x paired seeds x both built-in tasks; curves, AUC and paired differences vs GRPO.
+"""The pre-registered LENS study (issue 24): arms x paired seeds x tasks, as declared in bench/study_plan.yaml.
 
-    python bench/study.py                                        # 8 methods x 10 seeds x 2 tasks, 2 runs at a time
-    python bench/study.py --tasks ledger --seeds 0,1,2           # a subset
-    python bench/study.py --methods grpo,lens --jobs 1           # one run at a time, with every core
-    python bench/study.py --methods dapo --seeds 6,7             # continue a study: train only these
-    python bench/study.py --table-only                           # re-aggregate the runs already on disk
+    python bench/study.py --tasks stutter --dry-run  # the plan, each task's role and every command; trains nothing
+    python bench/study.py --tasks stutter            # pilot (if not yet fixed), 8 arms x 20 seeds, tables, figures
+    python bench/study.py --tasks stutter --pilot    # only the pilot that fixes grpo_scaled's batch size
+    python bench/study.py --tasks stutter --table-only   # re-aggregate the finished runs
 
---tasks, --methods and --seeds choose what to train; the tables always cover every finished run of the tasks
-(in --runs, or kept in --out/study_runs.json), so continuing a study with a few methods or seeds extends its
-tables instead of replacing them.
+The plan (bench/study_plan.yaml) fixes, before any run, the one primary endpoint (noisy-accuracy AUC), the
+primary and secondary comparisons, alpha, the test and Holm's correction, the seeds, the arms and the steps and
+evaluation schedule. Every run is `python -m lens.train --config <task preset> <task overrides> <arm overrides>
+<schedule> seed=S run_dir=<runs>/<task>/<arm>_s<S>`; a run that finished under this plan is not rerun, and its
+dir holds the plan's sha256: tables refuse runs made under another plan. `grpo_scaled` is GRPO with LENS's
+rollouts per step at the same number of updates; its batch size is fixed by the plan's rule from a LENS pilot on
+seeds outside the study's (written once to <out>/pilot.json, never recomputed).
 
-Each run is `python -m lens.train` on the task's preset (`TASKS`) with the method's overrides (`METHODS`),
-`STUDY_STEPS` steps and an evaluation every `EVAL_EVERY` steps, in its own run dir under --runs (a finished
-run is not rerun). Cost on 2 otherwise idle cores, 2 runs at a time: DAPO 110 s (vartrack) / 45 s (ledger),
-grpo_ext 87 / 50 s, the others about 60 / 36 s; the full 160 runs take about 70 minutes. Seeds are paired:
-a seed fixes the data order, the rollout sampling streams and the evaluation samples (lens.train's seed rule),
-so method A and GRPO at seed s see the same prompts in the same order and are graded on the same draws, and
-the paired difference removes that shared variance.
+A task is primary when its committed gate table (bench/results/gates/<task>.json) passes G1-G4; the others are
+reported apart, each its own Holm family. Per task, <out>/<task>.md holds: the primary endpoint per arm with
+its 95 % t-interval; the paired differences of the primary comparisons with 95 % t-intervals, raw and
+Holm-adjusted p-values; the same for the exploratory secondary comparisons; final accuracies and costs.
+<out>/<task>.png draws noisy accuracy against optimizer updates, cumulative rollouts and cumulative FLOPs.
 
-Per task and method (bench/results/study_<task>.md, study.json, study_<task>.png): noisy and clean accuracy
-curves with 95 % t-intervals over seeds; the area under the noisy curve (trapezoids over the evaluated steps,
-divided by the horizon: the mean accuracy over training); the first step reaching GRPO's best (mean over GRPO
-seeds of each seed's best noisy accuracy); paired differences against GRPO with 95 % intervals; and two
-compute-matched views, since methods generate different numbers of rollouts per step: the noisy accuracy each
-run had when it had generated as many rollouts as GRPO does in the whole run, and when it had spent GRPO's
-training time (`time/step` summed; evaluation and start-up excluded), both linearly interpolated between
-evaluations.
+Test: the paired sign-flip permutation test, exact over all 2^n sign patterns. Accuracy differences between
+arms are bounded, discrete and, on these tasks, bimodal (seeds differ in when a task "clicks"), so a t-test's
+normality is doubtful at n = 20; under the null (the two arms' labels are exchangeable within a seed) the
+sign-flip test is exact without any distribution assumption.
+
+FLOPs: 2 x P per forward token, 6 x P per updated token (forward and backward), P = the model's stored
+parameters; attention's quadratic term is left out (under 5 % at these lengths). Per step: generation of the
+first sampling and of the second (m per prompt sampled again, on prompts shorter by the deleted tokens), the
+pi_old pass (old_logprobs=trainer) and the reference pass (when beta > 0) over every updated row, LENS's scoring
+passes (pi_theta and pi_ref over the prompts scored, lens.algorithm scorer=interference), and the update.
+metrics.jsonl lacks three counters this needs, estimated from what exists: prompt tokens per row (no counter:
+the mean rendered prompt length of 256 training problems of the task), the second sampling's response tokens
+(no counter: `response/len_mean` of the step) and the prompts scored (no counter: `lens/below_tau` -
+`lens/skipped_short`); updated rows are `tokens` / `response/len_mean`.
+
+Budget. One run of each arm on recall, seed 0, 2 runs at a time, `nice -n 5`, OMP_NUM_THREADS=1, 16 steps and 9
+evaluations of 64 problems x 2 samples per set (the previous schedule), on the 2 cores shared with other jobs
+(load average 7.5-13.7, so wall times of 198-266 s say little): CPU seconds (user + sys) per run, which is the
+wall time of a run on an idle core when 2 run at a time: grpo 38.1, lens 39.4, resample 36.4, random_prune
+36.8, lens_uniform 42.4, grpo_lensw 38.2, dapo 56.0 (528 rollouts a step), grpo_scaled at batch 24 54.6 (the
+pilot rule gives 18 on recall, LENS generating 143 rollouts a step: about 42). About 330 s a seed, 55 minutes
+for 20 seeds on 2 idle cores; the plan's evaluation (9 x 64 x 1 sample: half the samples) saves about 4.6 s a
+run, so about 50 minutes, plus the pilot (4 LENS runs, about 1.5 minutes). That leaves room within ~90 minutes
+for a task costlier than recall (longer prompts or responses) or a busier machine; the steps were kept at 16
+(the gates' horizon) and only the evaluation samples were shrunk. Checked with the plan itself:
+`python bench/study.py --tasks vartrack_k2 --arms grpo,lens --seeds 0` (2 runs at a time, then the tables) took
+110 CPU seconds in all (wall 295 s at load 6.5-10): about 52 s a run on vartrack, whose responses are longer
+than recall's, so vartrack_k2's 160 runs take about 75 minutes on 2 idle cores and recall's about 50.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
 import math
 import os
+import random
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-# The task's preset as overrides of configs/cpu_default.yaml (vartrack). ledger's distractor is 3 of its 26-41
-# scorable tokens, so deleting it takes gamma ~0.1 (lens/tasks/ledger.py, "Sizes").
-TASKS: dict[str, list[str]] = {
-    "vartrack": [],
-    "ledger": ["model.path=lens/tasks/assets/ledger", "data.train=ledger", "data.eval=[ledger]", "algorithm.gamma=0.1"],
-}
-METHODS: dict[str, list[str]] = {
-    "grpo": ["algorithm.name=grpo"],
-    "grpo_ext": ["algorithm.name=grpo_ext"],
-    # Few groups of the warm starts have reward variance: DAPO's dynamic sampling needs bigger and more
-    # generation batches than the defaults to fill 16 groups.
-    "dapo": ["algorithm.name=dapo", "algorithm.dapo.gen_batch_size=32", "algorithm.dapo.max_gen_batches=40"],
-    "lens": ["algorithm.name=lens"],
-    "resample": ["algorithm.name=resample"],
-    "random_prune": ["algorithm.name=random_prune"],
-    "lens_surprisal": ["algorithm.name=lens", "algorithm.scorer=surprisal"],
-    "lens_keep_failure": ["algorithm.name=lens", "algorithm.replace=keep_failure"],
-}
-STUDY_STEPS, EVAL_EVERY = 16, 2
-# Evaluation: the built-in tasks' 64 held-out problems per set x 2 samples, 9 times a run. The same problems
-# for every method and seed; 2 samples (not the default 4) halve its cost, which is most of a run's after
-# training: 10 paired seeds average its noise instead.
-COMMON = [
-    f"optim.steps={STUDY_STEPS}",
-    f"data.eval_every={EVAL_EVERY}",
-    "data.eval_n=2",
-    "logging.tensorboard=false",
-    "checkpoint.every=0",
-]
-COUNTERS = ("lens/below_tau", "lens/purified", "lens/guard_passes", "lens/rollouts_replaced", "lens/tokens_deleted")
+PLAN = REPO / "bench" / "study_plan.yaml"
+GATES = REPO / "bench" / "results" / "gates"
 # Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (beyond: the normal 1.960).
 T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131)
 T95 += (2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+# Up to this many pairs the sign-flip test enumerates every pattern (2^(n-1) by symmetry: 0.5 M at n = 20);
+# beyond it draws MONTE_CARLO patterns from a fixed stream.
+EXACT_MAX, MONTE_CARLO = 22, 200_000
 
 
-def run_one(task: str, method: str, seed: int, runs: Path, threads: int | None = None) -> Path:
-    """Train one (task, method, seed) unless it already finished; returns the run dir.
+@dataclass(frozen=True)
+class Plan:
+    """bench/study_plan.yaml, validated; `sha256` identifies the registered version."""
 
-    threads: torch's intra-op threads for this run (OMP_NUM_THREADS); None keeps the environment's.
+    sha256: str
+    endpoint: str
+    alpha: float
+    seeds: list[int]
+    steps: int
+    eval_every: int
+    eval_n: int
+    eval_limit: int
+    arms: dict[str, list[str]]
+    scaled_arm: str
+    scaled_from: str
+    pilot_seeds: list[int]
+    primary: list[tuple[str, str]]
+    secondary: list[tuple[str, str]]
+    tasks: dict[str, dict[str, Any]]
+
+
+ENDPOINTS = ("noisy_auc",)
+
+
+def load_plan(path: Path = PLAN) -> Plan:
+    """Read and check the plan: known endpoint/test/correction, comparisons of declared arms, disjoint seeds."""
+    raw = path.read_bytes()
+    p = yaml.safe_load(raw)
+    arms = {a: list(o) for a, o in p["arms"].items()}
+    primary = [tuple(c) for c in p["primary_comparisons"]]
+    secondary = [tuple(c) for c in p["secondary_comparisons"]]
+    scaled = p["scaled_batch"]
+    problems = [f"comparison {c} names an undeclared arm" for c in primary + secondary if not set(c) <= set(arms)]
+    if p["primary_endpoint"] not in ENDPOINTS:
+        problems.append(f"primary_endpoint {p['primary_endpoint']!r} is not one of {ENDPOINTS}")
+    if (p["test"], p["correction"]) != ("sign_flip", "holm"):
+        problems.append(f"test/correction {p['test']}/{p['correction']}: only sign_flip/holm are implemented")
+    if not {scaled["arm"], scaled["from_arm"]} <= set(arms):
+        problems.append(f"scaled_batch names an undeclared arm: {scaled['arm']}, {scaled['from_arm']}")
+    if set(scaled["pilot_seeds"]) & set(p["seeds"]):
+        problems.append(f"pilot seeds {scaled['pilot_seeds']} overlap the study's seeds")
+    if p["steps"] % p["eval_every"]:
+        problems.append(f"steps {p['steps']} is not a multiple of eval_every {p['eval_every']}: no final evaluation")
+    if problems:
+        raise ValueError(f"{path}: " + "; ".join(problems))
+    return Plan(
+        sha256=hashlib.sha256(raw).hexdigest(),
+        endpoint=p["primary_endpoint"],
+        alpha=float(p["alpha"]),
+        seeds=[int(s) for s in p["seeds"]],
+        steps=int(p["steps"]),
+        eval_every=int(p["eval_every"]),
+        eval_n=int(p["eval_n"]),
+        eval_limit=int(p["eval_limit"]),
+        arms=arms,
+        scaled_arm=scaled["arm"],
+        scaled_from=scaled["from_arm"],
+        pilot_seeds=[int(s) for s in scaled["pilot_seeds"]],
+        primary=primary,
+        secondary=secondary,
+        tasks={t: {"overrides": [], "gates": t, **spec} for t, spec in p["tasks"].items()},
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# Statistics (pure Python)
+# ----------------------------------------------------------------------------------------------------
+
+
+def ci95(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and half-width of its 95 % t-interval (NaN half-width for one value); NaN for none."""
+    if not values:
+        return math.nan, math.nan
+    if len(values) == 1:
+        return float(values[0]), math.nan
+    df = len(values) - 1
+    t = T95[df - 1] if df <= len(T95) else 1.960
+    return statistics.fmean(values), t * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def sign_flip_p(diffs: Sequence[float]) -> float:
+    """Two-sided p-value of the paired sign-flip permutation test of mean(diffs) = 0.
+
+    The share of sign patterns s in {-1, 1}^n with |sum s_i d_i| >= |sum d_i| (the observed pattern counts).
+    Exact for n <= EXACT_MAX: the first sign is fixed (|sum| is symmetric under flipping all signs) and the
+    other n - 1 run through a Gray code, so each pattern costs one update of the sum. NaN for no pairs.
     """
-    run_dir = runs / task / f"{method}_s{seed}"
-    if (run_dir / "wall_s.txt").exists():
+    n = len(diffs)
+    if n == 0:
+        return math.nan
+    observed = abs(sum(diffs))
+    tol = 1e-9 * max(1.0, sum(abs(d) for d in diffs))  # equal sums must count as equal despite rounding
+    if n > EXACT_MAX:
+        rng = random.Random(0)
+        hits = sum(
+            abs(sum(d if rng.random() < 0.5 else -d for d in diffs)) >= observed - tol for _ in range(MONTE_CARLO)
+        )
+        return (hits + 1) / (MONTE_CARLO + 1)
+    signs, total, hits = [1] * n, float(sum(diffs)), 1
+    for k in range(1, 2 ** (n - 1)):
+        i = (k & -k).bit_length()  # Gray code: pattern k differs from k - 1 in this one sign (1..n-1)
+        total -= 2 * signs[i] * diffs[i]
+        signs[i] = -signs[i]
+        hits += abs(total) >= observed - tol
+    return hits / 2 ** (n - 1)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input order: the i-th smallest (1-based) of m is
+    max over j <= i of min(1, (m - j + 1) p_(j)). NaNs stay NaN and do not count in m."""
+    order = sorted((p, i) for i, p in enumerate(pvalues) if not math.isnan(p))
+    m, out, running = len(order), [math.nan] * len(pvalues), 0.0
+    for rank, (p, i) in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def auc(curve: dict[int, float], horizon: int) -> float:
+    """Trapezoid area under {step: accuracy} over [0, horizon] divided by horizon: the mean accuracy."""
+    steps = sorted(s for s in curve if s <= horizon)
+    if not steps or steps[0] != 0 or steps[-1] != horizon:
+        raise ValueError(f"curve must be evaluated at steps 0 and {horizon}, has {steps}")
+    return sum((b - a) * (curve[a] + curve[b]) / 2 for a, b in itertools.pairwise(steps)) / horizon
+
+
+# ----------------------------------------------------------------------------------------------------
+# Costs
+# ----------------------------------------------------------------------------------------------------
+
+
+def model_parameters(model_dir: Path) -> int:
+    """Stored parameters of a safetensors checkpoint, from its header alone (8-byte length, then JSON)."""
+    with (model_dir / "model.safetensors").open("rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    return sum(math.prod(t["shape"]) for k, t in header.items() if k != "__metadata__")
+
+
+def mean_prompt_tokens(cfg: dict[str, Any], limit: int = 256) -> float:
+    """Mean rendered prompt length of `limit` training problems of a run's task (no metrics counter has it)."""
+    from transformers import AutoTokenizer
+
+    from lens import data
+
+    problem_set = data.load_sets(cfg["data"]["train"], role="train", limit=limit, seed=0)[0]
+    tokenizer = AutoTokenizer.from_pretrained(str(REPO / cfg["model"]["path"]))
+    rendered, _ = data.render_all(
+        problem_set.problems,
+        tokenizer,
+        template=cfg["data"]["template"],
+        prompt=problem_set.prompt,
+        system_prompt=cfg["data"]["system_prompt"],
+    )
+    return statistics.fmean(len(r.ids) for r in rendered)
+
+
+def rollouts(row: dict[str, float], m: int) -> float:
+    """Responses generated in one step: every rewarded first-sampling response (the reward/<reason> counts,
+    DAPO's discarded groups included) plus m per prompt sampled a second time (LENS, resample, pruning)."""
+    first = sum(v for k, v in row.items() if k.startswith("reward/") and k != "reward/mean")
+    return first + m * row.get("lens/purified", 0.0)
+
+
+def step_flops(row: dict[str, float], cfg: dict[str, Any], prompt_tokens: float, params: int) -> float:
+    """FLOPs of one training step from its metrics row (the module docstring lists what is counted)."""
+    algo = cfg["algorithm"]
+    m, fwd = algo["m"], 2.0 * params
+    length = row.get("response/len_mean") or 0.0
+    purified = row.get("lens/purified", 0.0)
+    first = rollouts(row, m) - m * purified
+    generate = first * (prompt_tokens + length)
+    generate += m * (purified * (prompt_tokens + length) - row.get("lens/tokens_deleted", 0.0))
+    rows = row["tokens"] / length if length else 0.0
+    updated = rows * prompt_tokens + row["tokens"]
+    passes = 1 + (algo["beta"] > 0)  # pi_old, and the reference when the KL term is on
+    scored = 0.0
+    if algo["name"] == "lens":  # Eq. 1 needs pi_theta and pi_ref on every scored prompt
+        scored = 2 * (row.get("lens/below_tau", 0.0) - row.get("lens/skipped_short", 0.0)) * prompt_tokens
+    return fwd * (generate + passes * updated + scored) + 3 * fwd * updated
+
+
+# ----------------------------------------------------------------------------------------------------
+# Runs
+# ----------------------------------------------------------------------------------------------------
+
+
+def schedule(plan: Plan) -> list[str]:
+    """The overrides every run shares: steps, evaluation, no TensorBoard, no checkpoints."""
+    return [
+        f"optim.steps={plan.steps}",
+        f"data.eval_every={plan.eval_every}",
+        f"data.eval_n={plan.eval_n}",
+        f"data.eval_limit={plan.eval_limit}",
+        "logging.tensorboard=false",
+        "checkpoint.every=0",
+    ]
+
+
+def command(plan: Plan, task: str, arm: str, seed: int, run_dir: Path, batch: int | str | None) -> list[str]:
+    """The lens.train command of one run; `batch` is the scaled arm's data.batch_size."""
+    spec = plan.tasks[task]
+    cmd = [sys.executable, "-m", "lens.train", "--config", spec["preset"], *spec["overrides"], *plan.arms[arm]]
+    if arm == plan.scaled_arm:
+        cmd.append(f"data.batch_size={batch}")
+    return [*cmd, *schedule(plan), f"seed={seed}", f"run_dir={run_dir}"]
+
+
+def finished(run_dir: Path, plan: Plan) -> bool:
+    """True when the run exited cleanly under this plan (a run of another plan is started over)."""
+    marker = run_dir / "plan_sha256.txt"
+    return (run_dir / "wall_s.txt").exists() and marker.exists() and marker.read_text().strip() == plan.sha256
+
+
+def run_one(cmd: list[str], run_dir: Path, plan: Plan, threads: int | None) -> Path:
+    """Train one run unless it already finished under this plan; returns the run dir."""
+    if finished(run_dir, plan):
         return run_dir
-    shutil.rmtree(run_dir, ignore_errors=True)  # a failed or cut-off attempt starts over
-    cmd = [sys.executable, "-m", "lens.train", "--config", "configs/cpu_default.yaml", *TASKS[task], *METHODS[method]]
-    cmd += [*COMMON, f"seed={seed}", f"run_dir={run_dir}"]
+    shutil.rmtree(run_dir, ignore_errors=True)  # a failed, cut-off or other-plan attempt starts over
     env = dict(os.environ) if threads is None else {**os.environ, "OMP_NUM_THREADS": str(threads)}
     start = time.monotonic()
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
     if done.returncode != 0:
-        raise RuntimeError(f"study: {task} {method} seed {seed} failed:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"study: {run_dir} failed:\n{done.stderr[-3000:]}")
     (run_dir / "wall_s.txt").write_text(f"{time.monotonic() - start:.1f}\n")
+    (run_dir / "plan_sha256.txt").write_text(plan.sha256 + "\n")
     return run_dir
+
+
+def run_all(jobs_list: list[tuple[list[str], Path]], plan: Plan, jobs: int) -> list[str]:
+    """Every (command, run dir), `jobs` at a time, in the given order; returns one message per failure."""
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+    failures = []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [(pool.submit(run_one, cmd, d, plan, threads), d) for cmd, d in jobs_list]
+        for future, d in futures:
+            try:
+                print(f"study: done {future.result()}", flush=True)
+            except RuntimeError as e:
+                print(e, file=sys.stderr, flush=True)
+                failures.append(str(d))
+    return failures
 
 
 def read_rows(run_dir: Path) -> dict[int, dict[str, float]]:
@@ -114,147 +338,150 @@ def read_rows(run_dir: Path) -> dict[int, dict[str, float]]:
     return rows
 
 
-def ci95(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and half-width of its 95 % t-interval (NaN half-width for one value); NaN for none."""
-    if not values:
-        return math.nan, math.nan
-    if len(values) == 1:
-        return float(values[0]), math.nan  # no interval from one seed
-    df = len(values) - 1
-    t = T95[df - 1] if df <= len(T95) else 1.960
-    return statistics.fmean(values), t * statistics.stdev(values) / math.sqrt(len(values))
+def run_config(run_dir: Path) -> dict[str, Any]:
+    """The resolved config lens.train wrote into the run dir."""
+    return yaml.safe_load((run_dir / "config.yaml").read_text())
 
 
-def auc(curve: dict[int, float], horizon: int) -> float:
-    """Trapezoid area under {step: accuracy} over [0, horizon] divided by horizon: the mean accuracy."""
-    steps = sorted(s for s in curve if s <= horizon)
-    if not steps or steps[0] != 0 or steps[-1] != horizon:
-        raise ValueError(f"curve must be evaluated at steps 0 and {horizon}, has {steps}")
-    area = sum((b - a) * (curve[a] + curve[b]) / 2 for a, b in itertools.pairwise(steps))
-    return area / horizon
+def pilot_runs(plan: Plan, task: str, runs: Path) -> list[tuple[list[str], Path]]:
+    """(command, run dir) of the pilot: the scaled arm's source arm on the pilot seeds."""
+    arm = plan.scaled_from
+    dirs = [runs / task / "pilot" / f"{arm}_s{s}" for s in plan.pilot_seeds]
+    return [(command(plan, task, arm, s, d, None), d) for s, d in zip(plan.pilot_seeds, dirs, strict=True)]
 
 
-def at_budget(xs: Sequence[float], ys: Sequence[float], budget: float) -> float:
-    """y linearly interpolated at x = budget on increasing xs; the last y when the budget is beyond them."""
-    if budget >= xs[-1]:
-        return ys[-1]
-    i = next(i for i, x in enumerate(xs) if x >= budget)
-    if i == 0:
-        return ys[0]
-    frac = (budget - xs[i - 1]) / (xs[i] - xs[i - 1])
-    return ys[i - 1] + frac * (ys[i] - ys[i - 1])
+def pilot_batch(plan: Plan, task: str, runs: Path, out: Path, jobs: int) -> int:
+    """grpo_scaled's data.batch_size on `task` by the plan's rule, from <out>/pilot.json or, when the task has
+    no entry yet, from new pilot runs (written there once, with the plan's sha256, and never recomputed)."""
+    path = out / "pilot.json"
+    pilots = json.loads(path.read_text()) if path.exists() else {}
+    if task in pilots:
+        if pilots[task]["plan_sha256"] != plan.sha256:
+            raise RuntimeError(f"study: {path}'s {task} pilot was made under another plan; remove it to pilot again")
+        return int(pilots[task]["batch_size"])
+    jobs_list = pilot_runs(plan, task, runs)
+    failures = run_all(jobs_list, plan, jobs)
+    if failures:
+        raise RuntimeError(f"study: pilot runs failed: {', '.join(failures)}")
+    dirs = [d for _, d in jobs_list]
+    cfg = run_config(dirs[0])
+    base, m = cfg["data"]["batch_size"], cfg["algorithm"]["m"]
+    per_step = [rollouts(r, m) for d in dirs for s, r in read_rows(d).items() if s > 0]
+    ratio = statistics.fmean(per_step) / (base * m)
+    pilots[task] = {
+        "arm": plan.scaled_from,
+        "seeds": plan.pilot_seeds,
+        "rollouts_per_step": statistics.fmean(per_step),
+        "base_batch_size": base,
+        "m": m,
+        "ratio": ratio,
+        "batch_size": round(base * ratio),
+        "plan_sha256": plan.sha256,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(pilots, indent=1, sort_keys=True) + "\n")
+    return int(pilots[task]["batch_size"])
 
 
-def first_reach(curve: dict[int, float], target: float) -> int | None:
-    """First evaluated step whose accuracy is >= target (None: never)."""
-    return next((s for s in sorted(curve) if curve[s] >= target), None)
+def task_role(plan: Plan, task: str) -> tuple[str, str]:
+    """("primary" | "apart", why): primary when the task's committed gate table passes G1-G4."""
+    path = GATES / f"{plan.tasks[task]['gates']}.json"
+    if not path.exists():
+        return "apart", f"no gate table {path.relative_to(REPO)}"
+    verdicts = json.loads(path.read_text())["verdicts"]
+    failed = [g for g in ("G1", "G2", "G3", "G4") if verdicts.get(g) != "PASS"]
+    return ("apart", f"fails {', '.join(failed)}") if failed else ("primary", "passes G1-G4")
 
 
-def rollouts(row: dict[str, float], m: int) -> float:
-    """Responses generated in one step: every rewarded first-sampling response (the reward/<reason> counts,
-    DAPO's discarded groups included) plus m per prompt sampled a second time (LENS, resample, pruning)."""
-    first = sum(v for k, v in row.items() if k.startswith("reward/") and k != "reward/mean")
-    return first + m * row.get("lens/purified", 0.0)
+# ----------------------------------------------------------------------------------------------------
+# Aggregation
+# ----------------------------------------------------------------------------------------------------
 
 
-def run_summary(rows: dict[int, dict[str, float]], m: int) -> dict:
-    """One run's curves and figures: noisy/clean accuracy per evaluated step, the cumulative rollouts and
-    training seconds at those steps, AUCs, final and best accuracy, per-step costs and mean counters."""
+def run_summary(rows: dict[int, dict[str, float]], cfg: dict[str, Any], prompt_tokens: float, params: int) -> dict:
+    """One run: noisy/clean accuracy, cumulative rollouts and FLOPs at its evaluated steps; endpoint figures."""
     evaluated = sorted(s for s, r in rows.items() if "eval/noisy" in r)
+    spent, flops, cum = 0.0, 0.0, {0: (0.0, 0.0)}
     steps = sorted(s for s in rows if s > 0)
-    spent, seconds, cum = 0.0, 0.0, {0: (0.0, 0.0)}
     for s in steps:
-        spent, seconds = spent + rollouts(rows[s], m), seconds + rows[s]["time/step"]
-        cum[s] = (spent, seconds)
+        spent += rollouts(rows[s], cfg["algorithm"]["m"])
+        flops += step_flops(rows[s], cfg, prompt_tokens, params)
+        cum[s] = (spent, flops)
     noisy = {s: rows[s]["eval/noisy"] for s in evaluated}
     clean = {s: rows[s]["eval/clean"] for s in evaluated}
     horizon = evaluated[-1]
-    train = [rows[s] for s in steps]
     return {
         "noisy": noisy,
-        "clean": clean,
         "rollouts": {s: cum[s][0] for s in evaluated},
-        "seconds": {s: cum[s][1] for s in evaluated},
-        "auc_noisy": auc(noisy, horizon),
-        "auc_clean": auc(clean, horizon),
+        "flops": {s: cum[s][1] for s in evaluated},
+        "noisy_auc": auc(noisy, horizon),
+        "clean_auc": auc(clean, horizon),
         "final_noisy": noisy[horizon],
         "final_clean": clean[horizon],
-        "best_noisy": max(noisy.values()),
         "rollouts_per_step": spent / len(steps),
-        "step_s": seconds / len(steps),
-        **{c: statistics.fmean(r.get(c, 0.0) for r in train) for c in COUNTERS},
+        "flops_total": flops,
+        "step_s": statistics.fmean(rows[s]["time/step"] for s in steps),
+        # What the trainer did at each step: equal traces mean the two runs trained identically.
+        "trace": [[rows[s].get(k) for k in ("loss/total", "grad_norm", "reward/mean")] for s in steps],
     }
 
 
-def load_runs(runs: Path, task: str) -> dict[str, dict[int, dict]]:
-    """{method: {seed: run_summary}} of every finished run of one task: the `<method>_s<seed>` dirs under
-    runs/<task> of a known method that hold `wall_s.txt` (written once the run exited cleanly)."""
-    out: dict[str, dict[int, dict]] = {}
-    for marker in sorted((runs / task).glob("*_s*/wall_s.txt")):
-        d = marker.parent
-        method, _, seed = d.name.rpartition("_s")
-        if method not in METHODS or not seed.isdigit():
-            continue
-        m = yaml.safe_load((d / "config.yaml").read_text())["algorithm"]["m"]
-        out.setdefault(method, {})[int(seed)] = {**run_summary(read_rows(d), m), "wall_s": float(marker.read_text())}
+def load_task(plan: Plan, task: str, runs: Path, arms: Sequence[str]) -> tuple[dict[str, dict[int, dict]], dict]:
+    """({arm: {seed: run_summary}}, costs) of every run of `task` finished under this plan."""
+    per: dict[str, dict[int, dict]] = {}
+    costs: dict[str, float] = {}
+    for arm in arms:
+        for seed in plan.seeds:
+            d = runs / task / f"{arm}_s{seed}"
+            if not finished(d, plan):
+                continue
+            cfg = run_config(d)
+            if not costs:  # the same model and prompts for every arm of a task
+                costs = {
+                    "params": model_parameters(REPO / cfg["model"]["path"]),
+                    "prompt_tokens": mean_prompt_tokens(cfg),
+                }
+            summary = run_summary(read_rows(d), cfg, costs["prompt_tokens"], int(costs["params"]))
+            per.setdefault(arm, {})[seed] = {**summary, "wall_s": float((d / "wall_s.txt").read_text())}
+    return per, costs
+
+
+def comparisons(per: dict[str, dict[int, dict]], pairs: Sequence[tuple[str, str]], endpoint: str) -> list[dict]:
+    """Paired differences A - B of the endpoint over the seeds both finished: mean, 95 % CI, raw p."""
+    out = []
+    for a, b in pairs:
+        seeds = sorted(set(per.get(a, {})) & set(per.get(b, {})))
+        diffs = [per[a][s][endpoint] - per[b][s][endpoint] for s in seeds]
+        # Two arms that train identically (an override the trainer ignores) must not pass for a measured null.
+        same = bool(seeds) and all(per[a][s]["trace"] == per[b][s]["trace"] for s in seeds)
+        row = {"a": a, "b": b, "pairs": len(seeds), "diff": ci95(diffs), "p": sign_flip_p(diffs), "identical": same}
+        out.append(row)
     return out
 
 
-def compute_matched(run: dict, rollout_budget: float, second_budget: float) -> tuple[float, float]:
-    """A run's noisy accuracy at a rollout budget and at a training-seconds budget."""
-    steps = sorted(run["noisy"])
-    ys = [run["noisy"][s] for s in steps]
-    by_rollouts = at_budget([run["rollouts"][s] for s in steps], ys, rollout_budget)
-    return by_rollouts, at_budget([run["seconds"][s] for s in steps], ys, second_budget)
+def with_holm(rows: list[dict]) -> list[dict]:
+    """The rows with their Holm-adjusted p-values over the whole list (one family)."""
+    return [{**r, "p_holm": q} for r, q in zip(rows, holm([r["p"] for r in rows]), strict=True)]
 
 
-def grpo_budgets(grpo: dict[int, dict], seed: int | None) -> tuple[float, float]:
-    """The rollouts and training seconds of GRPO's run at `seed` (the mean over GRPO's seeds when it has none):
-    per seed, because seconds vary between runs on a shared machine and GRPO matched against its own run
-    must give back its own final accuracy."""
-    runs = [grpo[seed]] if seed in grpo else list(grpo.values())
-    return (
-        statistics.fmean(r["rollouts"][max(r["rollouts"])] for r in runs),
-        statistics.fmean(r["seconds"][max(r["seconds"])] for r in runs),
-    )
+FIGURES = ("noisy_auc", "clean_auc", "final_noisy", "final_clean", "rollouts_per_step", "flops_total", "step_s")
+FIGURES += ("wall_s",)
 
 
-def task_table(per: dict[str, dict[int, dict]]) -> dict:
-    """Aggregate one task's runs -> {"grpo_best", "budgets", "methods": {method: figures}}.
-
-    Figures are (mean, 95 % half-width) over seeds; "diff_*" are paired differences method - GRPO over the
-    seeds both finished; curves are per evaluated step.
-    """
-    grpo = per.get("grpo", {})
-    grpo_best = statistics.fmean(r["best_noisy"] for r in grpo.values()) if grpo else None
-    budgets = dict(zip(("rollouts", "seconds"), grpo_budgets(grpo, None), strict=True)) if grpo else {}
-    out: dict[str, dict] = {}
-    for method, by_seed in per.items():
+def arm_table(per: dict[str, dict[int, dict]]) -> dict[str, dict]:
+    """Per arm: seeds, mean and 95 % CI of each figure, and the curves (mean, CI) at the shared steps."""
+    out = {}
+    for arm, by_seed in per.items():
         runs = list(by_seed.values())
-        entry: dict = {"seeds": sorted(by_seed)}
-        for key in ("auc_noisy", "auc_clean", "final_noisy", "final_clean", "rollouts_per_step", "step_s", "wall_s"):
-            entry[key] = ci95([r[key] for r in runs])
-        entry.update({c: ci95([r[c] for r in runs]) for c in COUNTERS})
         steps = sorted(set.intersection(*(set(r["noisy"]) for r in runs)))
-        entry["curve_noisy"] = {s: ci95([r["noisy"][s] for r in runs]) for s in steps}
-        entry["curve_clean"] = {s: ci95([r["clean"][s] for r in runs]) for s in steps}
-        entry["curve_rollouts"] = {s: statistics.fmean(r["rollouts"][s] for r in runs) for s in steps}
-        entry["curve_seconds"] = {s: statistics.fmean(r["seconds"][s] for r in runs) for s in steps}
-        if grpo:
-            matched = {seed: compute_matched(r, *grpo_budgets(grpo, seed)) for seed, r in by_seed.items()}
-            entry["at_grpo_rollouts"] = ci95([v[0] for v in matched.values()])
-            entry["at_grpo_seconds"] = ci95([v[1] for v in matched.values()])
-            reach = [first_reach(r["noisy"], grpo_best) for r in runs]
-            entry["reached_grpo_best"] = sum(r is not None for r in reach)
-            entry["steps_to_grpo_best"] = ci95([float(r) for r in reach if r is not None])
-            paired = sorted(set(by_seed) & set(grpo))
-            entry["paired_seeds"] = len(paired)
-            for key in ("auc_noisy", "auc_clean", "final_noisy"):
-                entry[f"diff_{key}"] = ci95([by_seed[s][key] - grpo[s][key] for s in paired])
-            entry["diff_at_grpo_rollouts"] = ci95([matched[s][0] - grpo[s]["final_noisy"] for s in paired])
-            entry["diff_at_grpo_seconds"] = ci95([matched[s][1] - grpo[s]["final_noisy"] for s in paired])
-        out[method] = entry
-    return {"grpo_best_noisy": grpo_best, "budgets": budgets, "methods": out}
+        out[arm] = {
+            "seeds": sorted(by_seed),
+            **{k: ci95([r[k] for r in runs]) for k in FIGURES},
+            "curve": {s: ci95([r["noisy"][s] for r in runs]) for s in steps},
+            "curve_rollouts": {s: statistics.fmean(r["rollouts"][s] for r in runs) for s in steps},
+            "curve_flops": {s: statistics.fmean(r["flops"][s] for r in runs) for s in steps},
+        }
+    return out
 
 
 def pm(v: tuple[float, float], digits: int = 3) -> str:
@@ -264,212 +491,210 @@ def pm(v: tuple[float, float], digits: int = 3) -> str:
     return f"{v[0]:.{digits}f}" if math.isnan(v[1]) else f"{v[0]:.{digits}f} ± {v[1]:.{digits}f}"
 
 
-def signed(v: tuple[float, float]) -> str:
-    """A paired difference with its interval, marked * when the interval excludes 0."""
-    if math.isnan(v[0]):
-        return "—"
-    if math.isnan(v[1]):
-        return f"{v[0]:+.3f}"  # one paired seed: no interval, no claim
-    star = "*" if abs(v[0]) > v[1] else ""
-    return f"{v[0]:+.3f} ± {v[1]:.3f}{star}"
+def pval(p: float) -> str:
+    """A p-value to 4 places ('—' when none)."""
+    return "—" if math.isnan(p) else f"{p:.4f}"
 
 
-NO_VALUE = (math.nan, math.nan)
-# The figures of task_table that need GRPO's runs at the same seeds.
-VS_GRPO = (
-    "diff_auc_noisy",
-    "diff_auc_clean",
-    "diff_final_noisy",
-    "steps_to_grpo_best",
-    "at_grpo_rollouts",
-    "diff_at_grpo_rollouts",
-    "at_grpo_seconds",
-    "diff_at_grpo_seconds",
-)
+def comparison_lines(rows: list[dict], alpha: float) -> list[str]:
+    """The markdown table of one family of comparisons."""
+    lines = ["| A − B | pairs | Δ (95 % CI) | p | p Holm | Holm < alpha |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        verdict = "—" if math.isnan(r["p_holm"]) else ("yes" if r["p_holm"] < alpha else "no")
+        name = f"{r['a']} − {r['b']}" + (" (IDENTICAL RUNS)" if r["identical"] else "")
+        cells = [name, str(r["pairs"]), pm(r["diff"]), pval(r["p"]), pval(r["p_holm"]), verdict]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
-def _baseline_lines(result: dict) -> list[str]:
-    """The header lines that describe GRPO's best and the compute-matched budgets."""
-    if result["grpo_best_noisy"] is None:
-        return ["No GRPO run yet: no paired differences, steps to GRPO's best or compute-matched figures."]
-    b = result["budgets"]
-    return [
-        f"GRPO's best noisy accuracy (mean over GRPO seeds of each seed's best): {result['grpo_best_noisy']:.3f}.",
-        f"Compute-matched: noisy accuracy at the rollouts (mean {b['rollouts']:.0f}) and training seconds (mean"
-        f" {b['seconds']:.1f} s of `time/step`) of GRPO's run at the same seed, interpolated between evaluations;"
-        " Δ against GRPO's final. Seconds come from runs sharing 2 cores: a noisy measure.",
-    ]
-
-
-def markdown(task: str, result: dict) -> str:
-    """One task's tables: the summary with paired differences, then the noisy-accuracy curves."""
-    methods = result["methods"]
+def markdown(plan: Plan, task: str, result: dict) -> str:
+    """One task's tables."""
+    role, why = result["role"]
+    arms = result["arms"]
     lines = [
-        f"# Study: `{task}`, {STUDY_STEPS} steps, evaluation every {EVAL_EVERY} steps",
+        f"# Study: `{task}` ({'PRIMARY' if role == 'primary' else 'REPORTED APART'}: {why})",
         "",
-        "Mean ± 95 % t-interval over seeds; Δ = paired difference method − GRPO (same seed), * when its interval",
-        "excludes 0. AUC: mean noisy (clean) accuracy over the run (trapezoids over the evaluated steps).",
-        *_baseline_lines(result),
+        f"Plan sha256 {plan.sha256[:12]}; {plan.steps} steps, evaluation every"
+        f" {plan.eval_every} on {plan.eval_limit} problems x {plan.eval_n} samples per set; seeds {plan.seeds[0]}-"
+        f"{plan.seeds[-1]}. Primary endpoint `{plan.endpoint}`: mean noisy accuracy over the run (trapezoids).",
+        f"Mean ± 95 % t-interval over seeds. Costs: {result['costs'].get('params', 0):,} parameters,"
+        f" {result['costs'].get('prompt_tokens', math.nan):.1f} prompt tokens per row (estimated, see study.py).",
         "",
-        "| method | seeds | noisy AUC | Δ noisy AUC | clean AUC | Δ clean AUC | final noisy | Δ final noisy"
-        " | steps to GRPO best | at GRPO rollouts | Δ | at GRPO seconds | Δ | rollouts/step | s/step |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| arm | seeds | noisy AUC (primary) | final noisy | clean AUC | rollouts/step | GFLOPs | s/step | wall s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, e in methods.items():
-        vs = {k: e.get(k, NO_VALUE) for k in VS_GRPO}  # absent when the task has no GRPO run
-        reach = f"{pm(vs['steps_to_grpo_best'], 1)} ({e.get('reached_grpo_best', 0)}/{len(e['seeds'])})"
-        cells = [
-            str(len(e["seeds"])),
-            pm(e["auc_noisy"]),
-            signed(vs["diff_auc_noisy"]),
-            pm(e["auc_clean"]),
-            signed(vs["diff_auc_clean"]),
-            pm(e["final_noisy"]),
-            signed(vs["diff_final_noisy"]),
-            reach,
-            pm(vs["at_grpo_rollouts"]),
-            signed(vs["diff_at_grpo_rollouts"]),
-            pm(vs["at_grpo_seconds"]),
-            signed(vs["diff_at_grpo_seconds"]),
-            f"{e['rollouts_per_step'][0]:.0f}",
-            f"{e['step_s'][0]:.2f}",
-        ]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    steps = sorted(next(iter(methods.values()))["curve_noisy"])
-    lines += ["", "Noisy accuracy per evaluated step:", ""]
-    lines += ["| method | " + " | ".join(str(s) for s in steps) + " |", "|---|" + "---|" * len(steps)]
-    for name, e in methods.items():
-        lines.append(f"| {name} | " + " | ".join(pm(e["curve_noisy"].get(s, (math.nan, 0)), 2) for s in steps) + " |")
-    lines += ["", "LENS counters per step (mean ± 95 %):", "", "| method | " + " | ".join(COUNTERS) + " |"]
-    lines.append("|---|" + "---|" * len(COUNTERS))
-    for name, e in methods.items():
-        lines.append(f"| {name} | " + " | ".join(pm(e[c], 2) for c in COUNTERS) + " |")
+    for arm, e in arms.items():
+        gflops = (e["flops_total"][0] / 1e9, e["flops_total"][1] / 1e9)
+        cells = [str(len(e["seeds"])), pm(e["noisy_auc"]), pm(e["final_noisy"]), pm(e["clean_auc"])]
+        cells += [pm(e["rollouts_per_step"], 0), pm(gflops, 0), pm(e["step_s"], 2), pm(e["wall_s"], 0)]
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    family = "all primary tasks together" if role == "primary" else "this task alone"
+    lines += ["", f"Primary comparisons (Holm over {family}; sign-flip test, exact; alpha {plan.alpha}):", ""]
+    lines += comparison_lines(result["primary"], plan.alpha)
+    lines += ["", "Secondary comparisons (exploratory; Holm within this list):", ""]
+    lines += comparison_lines(result["secondary"], plan.alpha)
+    steps = sorted({s for e in arms.values() for s in e["curve"]})
+    lines += ["", "Noisy accuracy per evaluated step (mean ± 95 %):", ""]
+    lines += ["| arm | " + " | ".join(str(s) for s in steps) + " |", "|---|" + "---|" * len(steps)]
+    for arm, e in arms.items():
+        lines.append(f"| {arm} | " + " | ".join(pm(e["curve"].get(s, (math.nan, 0)), 2) for s in steps) + " |")
     return "\n".join(lines) + "\n"
 
 
-def figure(task: str, result: dict, path: Path) -> None:
-    """Noisy accuracy (mean and 95 % band) against steps, rollouts generated and training seconds."""
+def figure(task: str, arms: dict[str, dict], path: Path) -> None:
+    """Noisy accuracy (mean and 95 % band) against optimizer updates, cumulative rollouts and cumulative FLOPs."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5), sharey=True)
-    for name, e in result["methods"].items():
-        steps = sorted(e["curve_noisy"])
-        mean = [e["curve_noisy"][s][0] for s in steps]
-        lo = [e["curve_noisy"][s][0] - e["curve_noisy"][s][1] for s in steps]
-        hi = [e["curve_noisy"][s][0] + e["curve_noisy"][s][1] for s in steps]
-        xs_of = (steps, [e["curve_rollouts"][s] for s in steps], [e["curve_seconds"][s] for s in steps])
+    for arm, e in arms.items():
+        steps = sorted(e["curve"])
+        mean = [e["curve"][s][0] for s in steps]
+        half = [0.0 if math.isnan(e["curve"][s][1]) else e["curve"][s][1] for s in steps]
+        xs_of = (steps, [e["curve_rollouts"][s] for s in steps], [e["curve_flops"][s] for s in steps])
         for ax, xs in zip(axes, xs_of, strict=True):
-            (line,) = ax.plot(xs, mean, label=name, lw=1.5)
+            (line,) = ax.plot(xs, mean, label=arm, lw=1.5)
+            lo, hi = [m - h for m, h in zip(mean, half, strict=True)], [m + h for m, h in zip(mean, half, strict=True)]
             ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.12)
-    for ax, label in zip(axes, ("step", "rollouts generated", "training seconds (time/step summed)"), strict=True):
+    for ax, label in zip(axes, ("optimizer updates", "cumulative rollouts", "cumulative FLOPs"), strict=True):
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("noisy accuracy (mean, 95 % band)")
     axes[-1].legend(fontsize=8)
-    fig.suptitle(f"{task}: noisy held-out accuracy over seeds")
+    fig.suptitle(f"{task}: held-out noisy accuracy over seeds")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-# Training order, by tier and then seed-major: the headline pair first, so a study cut short still has GRPO and
-# LENS paired at every seed it reached; then the other LENS variants and controls; last the baselines that cost
-# 2-3x a GRPO run each (DAPO's refills, grpo_ext's 16 rollouts).
-TIERS = (("grpo", "lens"), ("resample", "random_prune", "lens_surprisal", "lens_keep_failure"), ("dapo", "grpo_ext"))
+def write_results(plan: Plan, tasks: Sequence[str], runs: Path, out: Path) -> dict:
+    """Aggregate every finished run of each task into <out>/study.json, <task>.md and <task>.png.
 
-
-def run_order(tasks: list[str], methods: list[str], seeds: list[int]) -> list[tuple[str, str, int]]:
-    """(task, method, seed) in training order: tier by tier (`TIERS`; unlisted methods last), seed-major."""
-    listed = {m for tier in TIERS for m in tier}
-    tiers = [*TIERS, tuple(m for m in methods if m not in listed)]
-    return [(t, m, s) for tier in tiers for s in seeds for t in tasks for m in methods if m in tier]
-
-
-def train_all(tasks: list[str], methods: list[str], seeds: list[int], runs: Path, jobs: int) -> list[str]:
-    """Every (task, method, seed) run, `jobs` at a time, in `run_order`. A failed run does not stop the others;
-    returns one message per failure."""
-    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
-    failures = []
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {
-            pool.submit(run_one, t, m, s, runs, threads): (t, m, s) for t, m, s in run_order(tasks, methods, seeds)
-        }
-        for future, (t, m, s) in futures.items():
-            try:
-                print(f"study: {t} {m} seed {s} -> {future.result()}", flush=True)
-            except RuntimeError as e:
-                print(e, file=sys.stderr, flush=True)
-                failures.append(f"{t} {m} seed {s}")
-    return failures
-
-
-def write_results(runs: Path, out: Path, tasks: list[str]) -> dict:
-    """Aggregate every finished run of each task into study.json, study_<task>.md and study_<task>.png under out.
-
-    Each run's summary is also kept in out/study_runs.json, and a run missing from `runs` is read from there:
-    the committed tables can be re-aggregated (--table-only) and a study continued on another machine without
-    the run directories. A run dir on disk wins over its kept summary. Methods appear in `METHODS` order.
+    Holm's family for the primary comparisons spans all primary tasks; a task reported apart is its own family.
     """
     out.mkdir(parents=True, exist_ok=True)
-    kept_path = out / "study_runs.json"
-    kept = json.loads(kept_path.read_text()) if kept_path.exists() else {}
-    results = {}
+    results: dict[str, dict] = {}
     for task in tasks:
-        found = load_runs(runs, task)
-        for method, by_seed in kept.get(task, {}).items():
-            for seed, saved in by_seed.items():
-                found.setdefault(method, {}).setdefault(int(seed), _from_json(saved))
-        per = {m: dict(sorted(found[m].items())) for m in METHODS if m in found}
-        for method, by_seed in per.items():
-            kept.setdefault(task, {}).setdefault(method, {}).update({str(s): r for s, r in by_seed.items()})
+        per, costs = load_task(plan, task, runs, list(plan.arms))
         if not per:
             continue
-        results[task] = task_table(per)
-        (out / f"study_{task}.md").write_text(markdown(task, results[task]))
-        figure(task, results[task], out / f"study_{task}.png")
-        print(markdown(task, results[task]))
-    kept_path.write_text(json.dumps(kept, indent=0, sort_keys=True) + "\n")
-    (out / "study.json").write_text(json.dumps(results, indent=1) + "\n")
+        results[task] = {
+            "role": task_role(plan, task),
+            "costs": costs,
+            "arms": arm_table(per),
+            "primary": comparisons(per, plan.primary, plan.endpoint),
+            "secondary": with_holm(comparisons(per, plan.secondary, plan.endpoint)),
+        }
+    primary_tasks = [t for t, r in results.items() if r["role"][0] == "primary"]
+    pooled = with_holm([c for t in primary_tasks for c in results[t]["primary"]])
+    for t in primary_tasks:
+        results[t]["primary"], pooled = pooled[: len(plan.primary)], pooled[len(plan.primary) :]
+    for t, r in results.items():
+        if r["role"][0] == "apart":
+            r["primary"] = with_holm(r["primary"])
+        (out / f"{t}.md").write_text(markdown(plan, t, r))
+        figure(t, r["arms"], out / f"{t}.png")
+        print(markdown(plan, t, r))
+    (out / "study.json").write_text(json.dumps({"plan_sha256": plan.sha256, "tasks": results}, indent=1) + "\n")
     return results
 
 
-def _from_json(summary: dict) -> dict:
-    """A run summary read back from JSON: its per-step curves get their integer step keys back."""
-    curves = ("noisy", "clean", "rollouts", "seconds")
-    return {k: ({int(s): v for s, v in val.items()} if k in curves else val) for k, val in summary.items()}
+# ----------------------------------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------------------------------
+
+
+def study_runs(
+    plan: Plan, tasks: Sequence[str], arms: Sequence[str], seeds: Sequence[int], runs: Path, batch: dict[str, Any]
+) -> list[tuple[list[str], Path]]:
+    """(command, run dir) of the study, seed-major so a study cut short still has every arm paired."""
+    return [
+        (command(plan, t, a, s, runs / t / f"{a}_s{s}", batch.get(t)), runs / t / f"{a}_s{s}")
+        for s in seeds
+        for t in tasks
+        for a in arms
+    ]
+
+
+def shown(cmd: list[str]) -> str:
+    """A command as the dry run prints it: `python -m ...` with paths inside the repository made relative."""
+    return " ".join(["python", *cmd[1:]]).replace(f"{REPO}/", "")
+
+
+def dry_run(plan: Plan, tasks: Sequence[str], arms: Sequence[str], seeds: Sequence[int], runs: Path, out: Path) -> None:
+    """Print the plan, each task's role and every command, training nothing."""
+    pilots = json.loads((out / "pilot.json").read_text()) if (out / "pilot.json").exists() else {}
+    print(f"plan bench/study_plan.yaml sha256 {plan.sha256}")
+    print(f"primary endpoint {plan.endpoint}; alpha {plan.alpha}; sign-flip test; Holm")
+    print(f"seeds {list(seeds)}; {plan.steps} steps; eval every {plan.eval_every}, {plan.eval_limit} x {plan.eval_n}")
+    print("primary comparisons: " + ", ".join(f"{a} - {b}" for a, b in plan.primary))
+    print("secondary comparisons: " + ", ".join(f"{a} - {b}" for a, b in plan.secondary))
+    for name, overrides in plan.arms.items():
+        print(f"arm {name}: {' '.join(overrides)}")
+    batch: dict[str, Any] = {}
+    for t in tasks:
+        role, why = task_role(plan, t)
+        print(f"task {t}: {role} ({why})")
+        if plan.scaled_arm in arms and t in pilots:
+            batch[t] = pilots[t]["batch_size"]
+            print(f"  {plan.scaled_arm} data.batch_size={batch[t]} (pilot.json: ratio {pilots[t]['ratio']:.3f})")
+        elif plan.scaled_arm in arms:
+            batch[t] = "<pilot>"
+            for cmd, _ in pilot_runs(plan, t, runs):
+                print("  pilot: " + shown(cmd))
+    for cmd, _ in study_runs(plan, tasks, arms, seeds, runs, batch):
+        print(shown(cmd))
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--tasks", default=",".join(TASKS))
-    p.add_argument("--methods", default=",".join(METHODS))
-    p.add_argument("--seeds", default=",".join(str(s) for s in range(10)))
-    p.add_argument("--runs", default="runs/study", help="where the run dirs go (<runs>/<task>/<method>_s<seed>)")
-    p.add_argument("--out", default="bench/results", help="study.json, study_<task>.md/.png go here")
-    p.add_argument("--table-only", action="store_true", help="aggregate the finished runs, train nothing")
-    p.add_argument(
-        "--jobs",
-        type=int,
-        default=2,
-        help="runs at a time, each with cores/jobs threads (the tiny model gains "
-        "little from a second thread, so two one-thread runs finish the study about twice as fast)",
-    )
+    p.add_argument("--plan", default=str(PLAN), help="the pre-registration (default bench/study_plan.yaml)")
+    p.add_argument("--tasks", required=True, help="comma-separated tasks of the plan")
+    p.add_argument("--arms", default=None, help="train only these arms (default: all of the plan)")
+    p.add_argument("--seeds", default=None, help="train only these seeds (default: the plan's)")
+    p.add_argument("--runs", default="runs/study", help="run dirs go to <runs>/<task>/<arm>_s<seed>")
+    p.add_argument("--out", default="bench/results/study", help="tables, figures, study.json, pilot.json")
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time, each with cores/jobs threads")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="print the plan and the commands, train nothing")
+    mode.add_argument("--pilot", action="store_true", help="only fix grpo_scaled's batch size (pilot.json)")
+    mode.add_argument("--table-only", action="store_true", help="aggregate the finished runs, train nothing")
     args = p.parse_args(argv)
+    try:
+        plan = load_plan(Path(args.plan))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        p.exit(2, f"study: bad plan {args.plan}: {e}\n")
     tasks = [t for t in args.tasks.split(",") if t]
-    methods = [m for m in args.methods.split(",") if m]
-    for flag, names, known in (("--tasks", tasks, TASKS), ("--methods", methods, METHODS)):
+    arms = [a for a in args.arms.split(",") if a] if args.arms else list(plan.arms)
+    seeds = [int(s) for s in args.seeds.split(",") if s] if args.seeds else plan.seeds
+    for flag, names, known in (("--tasks", tasks, plan.tasks), ("--arms", arms, plan.arms)):
         unknown = sorted(set(names) - set(known))
         if unknown:
-            p.error(f"{flag}: unknown {unknown}; known: {sorted(known)}")
-    seeds = [int(s) for s in args.seeds.split(",") if s]
+            p.error(f"{flag}: unknown {unknown}; the plan has {sorted(known)}")
+    missing = [plan.tasks[t]["preset"] for t in tasks if not (REPO / plan.tasks[t]["preset"]).exists()]
+    if missing:
+        p.error(f"no preset {', '.join(missing)}: the task is not in this checkout yet")
     if args.jobs < 1:
         p.error(f"--jobs must be >= 1, got {args.jobs}")
     runs, out = REPO / args.runs, REPO / args.out
-    failures = [] if args.table_only else train_all(tasks, methods, seeds, runs, args.jobs)
-    write_results(runs, out, tasks)
+    if args.dry_run:
+        dry_run(plan, tasks, arms, seeds, runs, out)
+        return
+    if args.table_only:
+        write_results(plan, tasks, runs, out)
+        return
+    try:
+        needs_pilot = args.pilot or plan.scaled_arm in arms
+        batch = {t: pilot_batch(plan, t, runs, out, args.jobs) for t in tasks} if needs_pilot else {}
+    except RuntimeError as e:
+        sys.exit(str(e))
+    if args.pilot:
+        print(json.dumps(batch))
+        return
+    failures = run_all(study_runs(plan, tasks, arms, seeds, runs, batch), plan, args.jobs)
+    write_results(plan, tasks, runs, out)
     if failures:
         sys.exit(f"study: {len(failures)} runs failed and are missing from the tables: {', '.join(failures)}")
 

@@ -1,191 +1,258 @@
-"""bench/study.py: aggregation over seeds and the steps-to-GRPO's-peak figure, on hand-made runs."""
+"""bench/study.py: the pre-registered plan, the statistics by hand (sign-flip test, Holm, t-intervals), the FLOPs
+count, the tables on hand-made runs, and (slow) the whole pipeline on the smoke preset."""
 
 import importlib.util
+import itertools
 import json
 import math
-import statistics
+import random
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-SPEC = importlib.util.spec_from_file_location("study", Path(__file__).resolve().parent.parent / "bench" / "study.py")
+REPO = Path(__file__).resolve().parent.parent
+SPEC = importlib.util.spec_from_file_location("study", REPO / "bench" / "study.py")
 study = importlib.util.module_from_spec(SPEC)
+sys.modules["study"] = study  # dataclasses look their module up while the class is made
 SPEC.loader.exec_module(study)
 
 
-def _write_run(
-    root: Path, task: str, name: str, noisy: dict[int, float], wall: float, purified: float = 0.0, step_s: float = 1.0
-) -> None:
-    """A finished run of 4 steps evaluated at 0, 2, 4: 16 first-sampling rollouts a step, step_s seconds a step."""
-    d = root / task / name
-    d.mkdir(parents=True)
-    (d / "config.yaml").write_text("algorithm:\n  m: 8\n")
-    rows = []
-    for step in range(5):
-        row = {"step": step}
-        if step:
-            row.update({"time/step": step_s, "lens/purified": purified, "reward/mean": 0.5})
-            row.update({"reward/correct": 10.0, "reward/wrong": 6.0})
-        if step in noisy:
-            row.update({"eval/noisy": noisy[step], "eval/clean": 0.9})
-        rows.append(row)
-    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (d / "wall_s.txt").write_text(f"{wall}\n")
+def test_the_committed_plan_declares_the_study():
+    plan = study.load_plan()
+    assert plan.endpoint == "noisy_auc" and plan.alpha == 0.05 and plan.seeds == list(range(20))
+    assert set(plan.arms) == {"grpo", "grpo_scaled", "resample", "lens", "lens_uniform", "grpo_lensw"} | {
+        "random_prune",
+        "dapo",
+    }
+    assert ("lens", "grpo_scaled") in plan.primary and not set(plan.pilot_seeds) & set(plan.seeds)
+    assert plan.steps % plan.eval_every == 0
+    assert {"stutter", "successor", "vartrack_k2", "recall"} <= set(plan.tasks)
 
 
-def test_statistics_by_hand():
+def test_a_plan_comparing_an_undeclared_arm_is_refused(tmp_path):
+    raw = yaml.safe_load(study.PLAN.read_text())
+    raw["primary_comparisons"].append(["lens", "nope"])
+    raw["scaled_batch"]["pilot_seeds"] = [0]
+    bad = tmp_path / "plan.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ValueError, match=r"undeclared arm.*pilot seeds"):
+        study.load_plan(bad)
+
+
+def test_sign_flip_by_hand():
+    # First sign fixed: 1+2+3 = 6, 1-2+3 = 2, 1+2-3 = 0, 1-2-3 = -4; only |6| >= 6, so 1 of 4.
+    assert study.sign_flip_p([1.0, 2.0, 3.0]) == 0.25
+    assert study.sign_flip_p([1.0, 1.0, 1.0, 1.0]) == 1 / 8  # 2 of 16 patterns reach |4|
+    assert study.sign_flip_p([0.1, 0.2, -0.3]) == 1.0  # the observed sum is 0: every pattern is as extreme
+    assert math.isnan(study.sign_flip_p([]))
+
+
+def test_sign_flip_equals_brute_force():
+    rng = random.Random(3)
+    diffs = [round(rng.uniform(-1, 1), 2) for _ in range(9)]
+    observed = abs(sum(diffs))
+    patterns = list(itertools.product((1, -1), repeat=9))
+    extreme = sum(abs(sum(s * d for s, d in zip(signs, diffs, strict=True))) >= observed - 1e-9 for signs in patterns)
+    assert study.sign_flip_p(diffs) == pytest.approx(extreme / len(patterns), abs=1e-12)
+
+
+def test_sign_flip_beyond_the_exact_size_samples(monkeypatch):
+    monkeypatch.setattr(study, "MONTE_CARLO", 999)
+    assert study.sign_flip_p([1.0] * 25) == 1 / 1000  # no sampled pattern reaches 25: (0 + 1) / (999 + 1)
+
+
+def test_holm_by_hand():
+    # Sorted: 0.005 x 4 = 0.02; 0.01 x 3 = 0.03; 0.03 x 2 = 0.06; 0.04 x 1 = 0.04, raised to the running 0.06.
+    assert study.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert study.holm([0.6, 0.7]) == [1.0, 1.0]  # capped at 1
+    adjusted = study.holm([math.nan, 0.2, 0.01])  # a comparison without pairs does not count in m
+    assert math.isnan(adjusted[0]) and adjusted[1:] == pytest.approx([0.2, 0.02])
+
+
+def test_intervals_and_auc_by_hand():
     assert study.ci95([1.0, 3.0]) == (2.0, pytest.approx(12.706))  # t(1) x stdev sqrt(2) / sqrt(2)
-    assert study.ci95([5.0])[0] == 5.0 and math.isnan(study.ci95([5.0])[1])  # one seed: no interval
-    assert study.signed((0.2, math.nan)) == "+0.200" and study.signed((0.2, 0.1)) == "+0.200 ± 0.100*"
-    assert study.pm((0.5, math.nan)) == "0.500" and study.signed((0.05, 0.1)) == "+0.050 ± 0.100"
-    assert all(math.isnan(v) for v in study.ci95([]))
-    assert study.ci95([float(v) for v in range(40)])[1] == pytest.approx(1.960 * statistics.stdev(range(40)) / 40**0.5)
-    # Trapezoids over 0, 2, 4: (2 * (0 + 0.5) / 2 + 2 * (0.5 + 1) / 2) / 4 = 0.5.
+    assert math.isnan(study.ci95([5.0])[1]) and all(math.isnan(v) for v in study.ci95([]))
     assert study.auc({0: 0.0, 2: 0.5, 4: 1.0}, 4) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="steps 0 and 4"):
         study.auc({2: 0.5, 4: 1.0}, 4)
-    assert study.at_budget([0, 10, 20], [0.0, 0.4, 0.8], 15) == pytest.approx(0.6)
-    assert study.at_budget([0, 10, 20], [0.0, 0.4, 0.8], 50) == 0.8  # beyond the run: its last value
-    assert study.first_reach({0: 0.0, 2: 0.5, 4: 0.8}, 0.6) == 4
-    assert study.first_reach({0: 0.0, 2: 0.5}, 0.9) is None
 
 
-def test_task_table_pairs_seeds_and_matches_compute(tmp_path):
-    _write_run(tmp_path, "t", "grpo_s0", {0: 0.0, 2: 0.2, 4: 0.6}, 10.0)
-    _write_run(tmp_path, "t", "grpo_s1", {0: 0.0, 2: 0.4, 4: 0.8}, 12.0, step_s=2.0)  # a slower machine
-    # LENS purifies 1 prompt a step: 16 + 8 = 24 rollouts a step, 1.5x GRPO's.
-    _write_run(tmp_path, "t", "lens_s0", {0: 0.0, 2: 0.4, 4: 0.8}, 13.0, purified=1.0)
-    _write_run(tmp_path, "t", "lens_s1", {0: 0.0, 2: 0.6, 4: 0.8}, 15.0, purified=1.0)
-    result = study.task_table(study.load_runs(tmp_path, "t"))
-    assert result["grpo_best_noisy"] == pytest.approx(0.7)  # mean of the seeds' best: (0.6 + 0.8) / 2
-    assert result["budgets"] == {"rollouts": 64.0, "seconds": 6.0}  # means over GRPO's seeds: 4 s and 8 s
-    lens = result["methods"]["lens"]
-    assert lens["seeds"] == [0, 1] and lens["paired_seeds"] == 2
-    assert lens["rollouts_per_step"] == (24.0, 0.0)
-    # AUCs: grpo s0 (0.2 + 0.8) / 4 = 0.25, s1 (0.4 + 1.2) / 4 = 0.4; lens s0 0.4, s1 0.5; diffs 0.15, 0.1.
-    assert lens["auc_noisy"][0] == pytest.approx(0.45)
-    assert lens["diff_auc_noisy"] == (pytest.approx(0.125), pytest.approx(12.706 * 0.025 * 2**0.5 / 2**0.5))
-    assert lens["diff_final_noisy"] == (pytest.approx(0.1), pytest.approx(12.706 * 0.1 * 2**0.5 / 2**0.5))
-    # 64 rollouts: between step 2 (48) and 4 (96) -> 1/3 of the way: s0 0.4 + 0.4/3, s1 0.6 + 0.2/3.
-    assert lens["at_grpo_rollouts"][0] == pytest.approx((0.4 + 0.4 / 3 + 0.6 + 0.2 / 3) / 2)
-    # Matched per seed: s0 at GRPO s0's 4 s = its step 4 (0.8); s1 at GRPO s1's 8 s, beyond its 4 s: 0.8.
-    assert lens["at_grpo_seconds"][0] == pytest.approx(0.8)
-    assert lens["reached_grpo_best"] == 2 and lens["steps_to_grpo_best"] == (4.0, 0.0)  # 0.8 >= 0.7 at 4
-    assert result["methods"]["grpo"]["diff_auc_noisy"] == (0.0, 0.0)
-    assert result["methods"]["grpo"]["diff_at_grpo_seconds"] == (0.0, 0.0)
-    assert lens["curve_noisy"][2] == (pytest.approx(0.5), pytest.approx(12.706 * 0.1))
-    md = study.markdown("t", result)
-    assert "| lens | 2 |" in md and "+0.125 ± 0.318" in md and "(2/2)" in md
+def test_step_flops_by_hand():
+    cfg = {"algorithm": {"m": 2, "beta": 0.001, "name": "lens"}}
+    # 4 first rollouts of responses of 5 tokens; 1 prompt sampled again with 3 tokens deleted; prompts of 10.
+    row = {"reward/correct": 3.0, "reward/wrong": 1.0, "reward/mean": 0.75, "lens/purified": 1.0}
+    row |= {"lens/tokens_deleted": 3.0, "response/len_mean": 5.0, "tokens": 20.0, "lens/below_tau": 2.0}
+    generate = 4 * 15 + 2 * (15 - 3)  # first sampling, then m = 2 responses to the shortened prompt
+    updated = 4 * 10 + 20  # 20 / 5 = 4 rows of 10 prompt tokens plus their 20 response tokens
+    scored = 2 * 2 * 10  # pi_theta and pi_ref over 2 scored prompts
+    expected = 2 * 7 * (generate + 2 * updated + scored) + 6 * 7 * updated
+    assert study.step_flops(row, cfg, 10.0, 7) == pytest.approx(expected)
+    grpo = {"algorithm": {"m": 2, "beta": 0.0, "name": "grpo"}}
+    plain = {"reward/correct": 4.0, "response/len_mean": 5.0, "tokens": 20.0}
+    assert study.step_flops(plain, grpo, 10.0, 7) == pytest.approx(2 * 7 * (60 + 60) + 6 * 7 * 60)
 
 
-def test_results_are_written_per_task(tmp_path):
-    _write_run(tmp_path / "runs", "vartrack", "grpo_s0", {0: 0.0, 2: 0.2, 4: 0.6}, 10.0)
+def test_vartrack_k2_deletes_two_tokens_on_every_prompt():
+    from lens import purify
+    from lens.tasks import vartrack
+
+    gamma = float(study.load_plan().tasks["vartrack_k2"]["overrides"][0].split("=")[1])
+    lengths = sorted({len(p.problem.split()) for p in vartrack.train_set(512, 0)})
+    assert lengths[0] <= 18 and lengths[-1] >= 32  # both ends of the 3-5 statement range with 0-2 noise symbols
+    import torch
+
+    mask = torch.zeros(len(lengths), max(lengths), dtype=torch.bool)
+    for row, n in enumerate(lengths):
+        mask[row, :n] = True
+    scores = torch.rand(mask.shape, generator=torch.Generator().manual_seed(0)) + 1.0
+    selection = purify.select_tokens(scores, mask, gamma, min_score=0.0, generator=torch.Generator().manual_seed(0))
+    assert selection.num_deleted.tolist() == [2] * len(lengths)
+
+
+def _plan(tmp_path: Path, **changes) -> Path:
+    """A small plan: arms grpo, lens and grpo_scaled (from lens); lens - grpo primary, lens - grpo_scaled secondary."""
+    raw = {
+        "primary_endpoint": "noisy_auc",
+        "alpha": 0.05,
+        "test": "sign_flip",
+        "correction": "holm",
+        "seeds": [0, 1],
+        "steps": 2,
+        "eval_every": 1,
+        "eval_n": 1,
+        "eval_limit": 4,
+        "arms": {
+            "grpo": ["algorithm.name=grpo"],
+            "lens": ["algorithm.name=lens"],
+            "grpo_scaled": ["algorithm.name=grpo"],
+        },
+        "scaled_batch": {"arm": "grpo_scaled", "from_arm": "lens", "pilot_seeds": [100]},
+        "primary_comparisons": [["lens", "grpo"]],
+        "secondary_comparisons": [["lens", "grpo_scaled"]],
+        "tasks": {"smoke": {"preset": "configs/cpu_smoke.yaml"}},
+        **changes,
+    }
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _fake_run(d: Path, plan, noisy: dict[int, float], name: str) -> None:
+    """A finished 2-step run evaluated at 0, 1, 2 under `plan`."""
+    d.mkdir(parents=True)
+    cfg = {"algorithm": {"m": 8, "beta": 0.001, "name": name}, "model": {"path": "x"}}
+    (d / "config.yaml").write_text(yaml.safe_dump(cfg))
+    rows = [{"step": 0, "eval/noisy": noisy[0], "eval/clean": 0.9}]
+    for step in (1, 2):
+        row = {"step": step, "time/step": 1.0, "reward/correct": 64.0, "response/len_mean": 4.0, "tokens": 256.0}
+        row["loss/total"] = noisy[step]  # a trace that differs between arms whose curves differ
+        rows.append({**row, "eval/noisy": noisy[step], "eval/clean": 0.9})
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "wall_s.txt").write_text("5.0\n")
+    (d / "plan_sha256.txt").write_text(plan.sha256 + "\n")
+
+
+def test_holm_pools_the_primary_tasks_and_keeps_a_task_apart(tmp_path, monkeypatch):
+    tasks = {t: {"preset": "configs/cpu_smoke.yaml"} for t in ("a", "b", "c")}
+    plan = study.load_plan(_plan(tmp_path, tasks=tasks))
+    monkeypatch.setattr(study, "GATES", tmp_path / "gates")
+    (tmp_path / "gates").mkdir()
+    for task, verdict in (("a", "PASS"), ("b", "PASS"), ("c", "FAIL")):
+        verdicts = {"G1": "PASS", "G2": "PASS", "G3": "PASS", "G4": verdict}
+        (tmp_path / "gates" / f"{task}.json").write_text(json.dumps({"verdicts": verdicts}))
+    monkeypatch.setattr(study, "mean_prompt_tokens", lambda cfg: 10.0)
+    monkeypatch.setattr(study, "model_parameters", lambda path: 1000)
+    runs = tmp_path / "runs"
+    for task in tasks:
+        for seed in (0, 1):
+            _fake_run(runs / task / f"grpo_s{seed}", plan, {0: 0.0, 1: 0.2, 2: 0.4}, "grpo")
+            _fake_run(runs / task / f"lens_s{seed}", plan, {0: 0.0, 1: 0.4, 2: 0.6 + 0.2 * seed}, "lens")
     out = tmp_path / "out"
-    results = study.write_results(tmp_path / "runs", out, ["vartrack", "ledger"])
-    assert list(results) == ["vartrack"]  # no ledger runs: no ledger table
-    assert (out / "study_vartrack.md").exists() and (out / "study_vartrack.png").stat().st_size > 0
-    assert json.loads((out / "study.json").read_text())["vartrack"]["methods"]["grpo"]["seeds"] == [0]
-    # Without the run directories the kept summaries give the same tables, and new runs add to them.
-    again = study.write_results(tmp_path / "elsewhere", out, ["vartrack"])
-    assert json.dumps(again["vartrack"]) == json.dumps(results["vartrack"])
-    _write_run(tmp_path / "more", "vartrack", "grpo_s1", {0: 0.0, 2: 0.4, 4: 0.8}, 12.0)
-    both = study.write_results(tmp_path / "more", out, ["vartrack"])
-    assert both["vartrack"]["methods"]["grpo"]["seeds"] == [0, 1]
-    assert both["vartrack"]["grpo_best_noisy"] == pytest.approx(0.7)
+    results = study.write_results(plan, list(tasks), runs, out)
+    # AUCs (trapezoids / 2): grpo ((0 + 0.2) / 2 + (0.2 + 0.4) / 2) / 2 = 0.2; lens s0 (0.2 + 0.5) / 2 = 0.35,
+    # s1 (0.2 + 0.6) / 2 = 0.4: paired differences 0.15 and 0.2; of the 2 patterns with the first sign fixed
+    # (0.35, -0.05) one reaches 0.35: p = 1/2.
+    a = results["a"]["primary"][0]
+    assert a["diff"][0] == pytest.approx(0.175) and a["pairs"] == 2 and a["p"] == 0.5
+    assert a["p_holm"] == 1.0 and results["b"]["primary"][0]["p_holm"] == 1.0  # 2 x 0.5, pooled over a and b
+    assert results["c"]["primary"][0]["p_holm"] == 0.5  # reported apart: its own family of one
+    assert results["c"]["role"] == ("apart", "fails G4")
+    assert math.isnan(results["a"]["secondary"][0]["p"])  # no grpo_scaled run: no pairs, no p-value
+    assert not a["identical"] and not results["a"]["secondary"][0]["identical"]
+    md = (out / "a.md").read_text()
+    assert "PRIMARY" in md and "| lens − grpo | 2 | 0.175 ± " in md and "| 0.5000 | 1.0000 | no |" in md
+    assert "REPORTED APART: fails G4" in (out / "c.md").read_text() and (out / "c.png").stat().st_size > 0
+    grpo_curve = results["a"]["arms"]["grpo"]["curve_flops"]
+    assert grpo_curve[2] == pytest.approx(2 * grpo_curve[1])  # the same FLOPs every step
 
 
-def test_continuing_a_study_with_some_methods_extends_its_tables(monkeypatch, tmp_path):
-    # The committed study was finished this way: `--methods dapo --seeds 1` after the others; the tables must
-    # still hold every method and seed, with DAPO paired against GRPO, not DAPO at seed 1 alone.
+def test_arms_that_trained_identically_are_flagged():
+    run = {"trace": [[0.1, 1.0, 0.5]], "noisy_auc": 0.3}
+    rows = study.with_holm(study.comparisons({"x": {0: run, 1: run}, "y": {0: run, 1: run}}, [("x", "y")], "noisy_auc"))
+    assert rows[0]["identical"] and rows[0]["p"] == 1.0
+    assert "| x − y (IDENTICAL RUNS) | 2 |" in "\n".join(study.comparison_lines(rows, 0.05))
+
+
+def test_the_pilot_fixes_the_scaled_batch_once(tmp_path):
+    plan = study.load_plan(_plan(tmp_path))
     runs, out = tmp_path / "runs", tmp_path / "out"
-    for seed, top in ((0, 0.6), (1, 0.8)):
-        _write_run(runs, "ledger", f"grpo_s{seed}", {0: 0.0, 2: 0.2, 4: top}, 10.0)
-        _write_run(runs, "ledger", f"lens_s{seed}", {0: 0.0, 2: 0.3, 4: top}, 10.0, purified=1.0)
-    _write_run(runs, "ledger", "dapo_s0", {0: 0.0, 2: 0.5, 4: 0.9}, 20.0)
-    (runs / "ledger" / "notes_s0").mkdir()  # not a run: ignored
-    study.main(["--tasks", "ledger", "--table-only", "--runs", str(runs), "--out", str(out)])
-
-    def train_all(tasks, methods, seeds, runs_dir, jobs):
-        assert (tasks, methods, seeds) == (["ledger"], ["dapo"], [1])
-        _write_run(runs_dir, "ledger", "dapo_s1", {0: 0.0, 2: 0.5, 4: 1.0}, 20.0)
-        return []
-
-    monkeypatch.setattr(study, "train_all", train_all)
-    study.main(["--tasks", "ledger", "--methods", "dapo", "--seeds", "1", "--runs", str(runs), "--out", str(out)])
-    table = json.loads((out / "study.json").read_text())["ledger"]
-    assert list(table["methods"]) == ["grpo", "dapo", "lens"]  # METHODS order, whatever order they finished in
-    assert {m: e["seeds"] for m, e in table["methods"].items()} == {"grpo": [0, 1], "dapo": [0, 1], "lens": [0, 1]}
-    assert table["methods"]["dapo"]["paired_seeds"] == 2
-    assert table["methods"]["dapo"]["diff_final_noisy"][0] == pytest.approx(0.25)  # (0.3 + 0.2) / 2
-    assert "| dapo | 2 |" in (out / "study_ledger.md").read_text()
+    d = runs / "smoke" / "pilot" / "lens_s100"
+    _fake_run(d, plan, {0: 0.0, 1: 0.0, 2: 0.0}, "lens")  # 64 first rollouts a step, batch 8 x m 8
+    rows = study.read_rows(d)
+    rows[1]["lens/purified"], rows[2]["lens/purified"] = 2.0, 4.0  # + 16 and + 32 second rollouts
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows.values()))
+    (d / "config.yaml").write_text(yaml.safe_dump({"algorithm": {"m": 8}, "data": {"batch_size": 8}}))
+    # Mean 88 rollouts a step against GRPO's 64: ratio 1.375, batch round(8 x 1.375) = 11.
+    assert study.pilot_batch(plan, "smoke", runs, out, jobs=1) == 11
+    assert json.loads((out / "pilot.json").read_text())["smoke"]["ratio"] == pytest.approx(1.375)
+    shutil.rmtree(runs)  # fixed once: the pilot is not rerun nor recomputed
+    assert study.pilot_batch(plan, "smoke", runs, out, jobs=1) == 11
+    other = study.load_plan(_plan(tmp_path, steps=4))
+    with pytest.raises(RuntimeError, match="another plan"):
+        study.pilot_batch(other, "smoke", runs, out, jobs=1)
 
 
-def test_a_task_without_grpo_runs_still_gets_its_table(tmp_path):
-    _write_run(tmp_path, "ledger", "lens_s0", {0: 0.0, 2: 0.3, 4: 0.5}, 10.0, purified=1.0)
-    result = study.task_table(study.load_runs(tmp_path, "ledger"))
-    md = study.markdown("ledger", result)
-    assert "No GRPO run yet" in md and "| lens | 1 | 0.275 | — |" in md
+def test_a_run_of_another_plan_is_not_counted(tmp_path):
+    plan = study.load_plan(_plan(tmp_path))
+    d = tmp_path / "runs" / "smoke" / "grpo_s0"
+    _fake_run(d, plan, {0: 0.0, 1: 0.0, 2: 0.0}, "grpo")
+    (d / "plan_sha256.txt").write_text("0" * 64 + "\n")
+    assert not study.finished(d, plan)
 
 
-def test_the_headline_pair_runs_first_and_the_costly_baselines_last():
-    order = study.run_order(["vartrack", "ledger"], ["grpo", "dapo", "lens", "resample"], [0, 1])
-    assert order[:4] == [("vartrack", "grpo", 0), ("vartrack", "lens", 0), ("ledger", "grpo", 0), ("ledger", "lens", 0)]
-    assert {m for _, m, _ in order[:8]} == {"grpo", "lens"}
-    assert [m for _, m, _ in order[8:12]] == ["resample"] * 4 and [m for _, m, _ in order[12:]] == ["dapo"] * 4
-    assert sorted(order) == sorted(
-        (t, m, s) for t in ("vartrack", "ledger") for m in ("grpo", "dapo", "lens", "resample") for s in (0, 1)
+def test_dry_run_prints_the_plan_and_every_command(tmp_path, capsys):
+    plan_path = _plan(tmp_path)
+    study.main(["--plan", str(plan_path), "--tasks", "smoke", "--dry-run", "--out", str(tmp_path / "out")])
+    printed = capsys.readouterr().out
+    assert "primary comparisons: lens - grpo" in printed and "task smoke: apart (no gate table" in printed
+    assert "pilot: python -m lens.train --config configs/cpu_smoke.yaml algorithm.name=lens" in printed
+    assert printed.count("seed=") == 1 + 3 * 2 and "data.batch_size=<pilot>" in printed
+
+
+def test_an_unknown_task_or_missing_preset_is_a_usage_error(tmp_path):
+    plan_path = _plan(tmp_path, tasks={"later": {"preset": "configs/cpu_not_yet.yaml"}})
+    for tasks in ("nope", "later"):
+        with pytest.raises(SystemExit) as e:
+            study.main(["--plan", str(plan_path), "--tasks", tasks, "--dry-run"])
+        assert e.value.code == 2
+
+
+@pytest.mark.slow
+def test_the_whole_pipeline_on_the_smoke_preset(tmp_path):
+    """2 seeds x 2 arms x 2 steps of the smoke preset, trained and aggregated (about a minute on 2 cores)."""
+    plan_path = _plan(tmp_path)
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    study.main(
+        ["--plan", str(plan_path), "--tasks", "smoke", "--arms", "grpo,lens", "--runs", str(runs), "--out", str(out)]
     )
-
-
-def test_unknown_method_is_named(capsys):
-    with pytest.raises(SystemExit):
-        study.main(["--methods", "grpo,bogus", "--table-only"])
-    assert "bogus" in capsys.readouterr().err
-
-
-def test_jobs_must_be_positive(capsys):
-    with pytest.raises(SystemExit):
-        study.main(["--jobs", "0", "--table-only"])
-    assert "--jobs" in capsys.readouterr().err
-
-
-def test_train_all_runs_every_pair_with_split_threads(monkeypatch, tmp_path):
-    calls = []
-    monkeypatch.setattr(study, "run_one", lambda t, m, s, runs, threads: calls.append((t, m, s, threads)) or runs)
-    monkeypatch.setattr(study.os, "cpu_count", lambda: 4)
-    assert study.train_all(["ledger"], ["grpo", "lens"], [0, 1], tmp_path, jobs=2) == []
-    assert sorted(calls) == [("ledger", m, s, 2) for m in ("grpo", "lens") for s in (0, 1)]
-    calls.clear()
-    study.train_all(["vartrack"], ["grpo"], [3], tmp_path, jobs=1)
-    assert calls == [("vartrack", "grpo", 3, None)]  # one run at a time keeps the environment's threads
-
-
-def test_a_failed_run_does_not_stop_the_others(monkeypatch, tmp_path):
-    done = []
-
-    def run_one(t, m, s, runs, threads):
-        if m == "dapo":
-            raise RuntimeError("study: dapo seed 0 failed")
-        done.append(m)
-        return runs
-
-    monkeypatch.setattr(study, "run_one", run_one)
-    assert study.train_all(["ledger"], ["grpo", "dapo", "lens"], [0], tmp_path, jobs=1) == ["ledger dapo seed 0"]
-    assert done == ["grpo", "lens"]
-
-
-def test_unknown_task_is_named(capsys):
-    with pytest.raises(SystemExit):
-        study.main(["--tasks", "vartrack,bogus", "--table-only"])
-    assert "bogus" in capsys.readouterr().err
-
-
-def test_every_study_run_passes_the_dry_run(capsys):
-    # A study that fails after an hour on a bad override is worse than none: every task x method config loads.
-    from lens import train
-
-    for task, task_flags in study.TASKS.items():
-        for method, flags in study.METHODS.items():
-            argv = ["--config", "configs/cpu_default.yaml", *task_flags, *flags, *study.COMMON, "--dry-run"]
-            assert train.main(argv) == {}, (task, method)
-    assert capsys.readouterr().out.count("dry run: ok") == len(study.TASKS) * len(study.METHODS)
+    result = json.loads((out / "study.json").read_text())["tasks"]["smoke"]
+    primary = result["primary"][0]
+    assert primary["pairs"] == 2 and 0.0 < primary["p"] <= 1.0 and primary["p_holm"] == primary["p"]
+    for arm in ("grpo", "lens"):
+        mean, half = result["arms"][arm]["noisy_auc"]
+        assert 0.0 <= mean <= 1.0 and half >= 0.0 and result["arms"][arm]["flops_total"][0] > 0
+    md = (out / "smoke.md").read_text()
+    assert "| lens − grpo | 2 |" in md and "p Holm" in md and (out / "smoke.png").stat().st_size > 0
