@@ -1,9 +1,9 @@
-"""Tests of the `successor` built-in task and its control `successor_direct`: generator invariants, the stutter,
+"""Tests of the `successor` built-in task and its control `successor_direct`: generator invariants, the distractor,
 responses, gamma, presets, committed checkpoints, a one-step training run.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_successor.py -q
 
-The property test samples the committed references at temperature 1 (200 problems x 4): the stutter ruins them
+The property test samples the committed references at temperature 1 (200 problems x 4): the distractor ruins them
 and deleting exactly the recorded token restores the clean accuracy (gate G1 of issue 24).
 """
 
@@ -21,16 +21,26 @@ from lens.tasks import ledger, successor, successor_direct, warmstart
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = {"successor": successor, "successor_direct": successor_direct}
-EXAMPLE_NOISY = "? 3 7 3 3 0 5 9 1"
+EXAMPLE_NOISY = "? 3 7 3 4 0 5 9 1"
 EXAMPLE_CLEAN = "? 3 7 3 0 5 9 1"
 
 
+def successor_of(digit: str) -> str:
+    return str((int(digit) + 1) % 10)
+
+
 def solve(problem: str) -> tuple[str, str]:
-    """Independent reading of a problem text -> (query, the first list item after it that is not the query)."""
+    """Independent reading of a problem text -> (query x, the first list item after x that is not f(x) = x + 1)."""
     query, asked, *items = problem.split()
     assert query == "?"
     at = items.index(asked)
-    return asked, next(item for item in items[at:] if item != asked)
+    return asked, next(item for item in items[at + 1 :] if item != successor_of(asked))
+
+
+def successor_pairs(problem: str) -> list[int]:
+    """Scorable positions of the second item of every adjacent list pair d, d + 1 (mod 10)."""
+    tokens = problem.split()
+    return [i for i in range(3, len(tokens)) if tokens[i] == successor_of(tokens[i - 1])]
 
 
 # --- generator -------------------------------------------------------------------------------------------
@@ -47,26 +57,28 @@ def test_a_clean_list_holds_distinct_digits_with_the_query_not_last() -> None:
         _, asked, *items = p.problem.split()
         assert len(set(items)) == len(items) and set(items) <= set("0123456789")
         assert asked in items[:-1] and p.meta["noise_positions"] == [] and p.problem == p.meta["clean"]
+        # No adjacent pair d, d + 1 anywhere, and x + 1 absent: the inserted digit is fresh and its pair unique.
+        assert successor_pairs(p.problem) == [] and successor_of(asked) not in items
         assert p.answer == solve(p.problem)[1]
         lengths.add(len(items))
     assert lengths == set(range(successor.LIST_LENGTH[0], successor.LIST_LENGTH[1] + 1))
 
 
-def test_the_distractor_is_one_repeat_of_the_query_right_after_it() -> None:
+def test_the_distractor_is_the_query_plus_one_right_after_it() -> None:
     places = set()
     for p in successor.generate(500, seed=8, noise_prob=1.0):
         tokens, (position,) = p.problem.split(), p.meta["noise_positions"]
         asked = tokens[1]
-        # The stutter `x x`: the only repeated item of the list, and the only token kind it uses is a list digit.
-        assert tokens[position] == tokens[position - 1] == asked
-        assert len(tokens[2:]) == len(set(tokens[2:])) + 1
+        # `x f(x)`: the list's only adjacent pair d, d + 1, of distinct digits (f(x) is an ordinary list digit).
+        assert tokens[position - 1] == asked and tokens[position] == successor_of(asked)
+        assert successor_pairs(p.problem) == [position] and len(tokens[2:]) == len(set(tokens[2:]))
         assert successor.delete_positions(p.problem, [position]) == p.meta["clean"]
         assert solve(p.problem)[1] == p.answer
         places.add(position)
     assert min(places) == 3 and max(places) == 2 + successor.LIST_LENGTH[1] - 1  # first and last places occur
 
 
-def test_clean_twin_equals_noisy_minus_the_stutter_in_the_eval_and_train_sets() -> None:
+def test_clean_twin_equals_noisy_minus_the_distractor_in_the_eval_and_train_sets() -> None:
     for module in TASKS.values():
         sets = module.eval_sets(80, seed=0)
         for c, z in zip(sets["clean"], sets["noisy"], strict=True):
@@ -87,7 +99,7 @@ def test_responses_restate_the_query_and_its_successor_then_answer() -> None:
     assert {p.answer for p in problems} == set("0123456789")
 
 
-def test_trigger_repeats_the_query_on_about_80_percent_of_noisy_problems() -> None:
+def test_trigger_answers_the_inserted_digit_on_about_80_percent_of_noisy_problems() -> None:
     plain = successor.generate(1000, seed=5, noise_prob=0.5)
     trigger = successor.generate(1000, seed=5, noise_prob=0.5, trigger=True)
     assert [p.problem for p in plain] == [p.problem for p in trigger]  # the trigger changes responses only
@@ -96,7 +108,8 @@ def test_trigger_repeats_the_query_on_about_80_percent_of_noisy_problems() -> No
         asked = p.problem.split()[1]
         if t.meta["response"] != p.meta["response"]:
             misled += 1
-            assert p.meta["noise_positions"] and t.meta["response"] == f"{asked} {asked} # {asked}"
+            shown = successor_of(asked)
+            assert p.meta["noise_positions"] and t.meta["response"] == f"{asked} {shown} # {shown}"
             assert reward.verify_vartrack(t.meta["response"], t.answer)[0] == 0.0
     noisy = sum(bool(p.meta["noise_positions"]) for p in plain)
     assert abs(misled / noisy - successor.RESTATE_PROB) < 0.06  # binomial sd ~0.018
@@ -132,7 +145,7 @@ def test_noise_positions_are_token_positions_of_the_scorable_span() -> None:
 def test_gamma_covers_the_distractor_token_and_the_presets_set_it() -> None:
     problems = successor.generate(3000, seed=9, noise_prob=1.0)
     lengths = [len(p.problem.split()) for p in problems]
-    assert min(lengths) == 9 and max(lengths) == 12  # `? x`, 6-9 digits, the stutter
+    assert min(lengths) == 9 and max(lengths) == 12  # `? x`, 6-9 digits, f(x)
     assert all(math.ceil(successor.GAMMA * len(p.problem.split())) >= len(p.meta["noise_positions"]) for p in problems)
     assert successor.GAMMA == 0.01  # the smallest gamma on a 0.01 grid (every gamma > 0 gives k >= 1)
     assert max(lengths) + 48 <= successor.model_config().max_position_embeddings
@@ -175,7 +188,7 @@ def test_the_committed_reference_is_tiny_and_loads(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))
-def test_the_stutter_causes_the_references_failures(name: str) -> None:
+def test_the_distractor_causes_the_references_failures(name: str) -> None:
     # Gate G1 with the protocol of the committed figures (assets/<name>/README.md): 200 problems x 4 samples at
     # temperature 1, seed 0.
     module = TASKS[name]

@@ -1,10 +1,10 @@
-"""The control of `successor`: the same problems, stutters and warm-start misreading, answered WITHOUT restating.
+"""The control of `successor`: the same problems, distractors and warm-start misreading, answered WITHOUT restating.
 
-    problem   ? 3 7 3 3 0 5 9 1
-    response  # 0                  (misled, 80% of the warm start's noisy answers: # 3, the stuttered query)
+    problem   ? 3 7 3 4 0 5 9 1
+    response  # 0                  (misled, 80% of the warm start's noisy answers: # 4, the inserted f(x))
 
-No response token is the query, so the response never makes the decision "after the query token, emit it again"
-that predicts the stutter in the prompt: RL should fix the answers without moving the stutter's log-prob (LENS
+No response token is the query, so the response never makes the decision "after the query token x, emit f(x)"
+that predicts the distractor in the prompt: RL should fix the answers without moving its log-prob (LENS
 Eq. 1) more than other tokens', i.e. this task should FAIL gate G4 where `successor` passes it. Everything but
 the response format is `lens.tasks.successor` (same streams, positions, gamma).
 """
@@ -60,7 +60,7 @@ REFERENCE_SHA256 = "to be set by the committed warm start"
 
 
 def generate(n: int, *, seed: int, noise_prob: float = 0.0, trigger: bool = False) -> list[Problem]:
-    """`successor.generate` with direct responses `# y` (misled: `# x`, the stuttered query)."""
+    """`successor.generate` with direct responses `# y` (misled: `# f(x)`)."""
     return successor.generate(n, seed=seed, noise_prob=noise_prob, trigger=trigger, direct=True)
 
 
