@@ -82,7 +82,7 @@ ASSETS_DIR = Path(__file__).resolve().parent / "assets" / "successor"
 # sha256 of the committed reference's model.safetensors (`python -m lens.tasks.warmstart --task successor --seed 0`,
 # also in assets/successor/README.md, checked by tests/test_successor.py).
 REFERENCE_SEED = 0
-REFERENCE_SHA256 = "to be set by the committed warm start"
+REFERENCE_SHA256 = "e88c3940f9a247c41ad20df95c88b93997439b8eb5bc7a480d3ebd0482d2db4a"
 
 LIST_LENGTH = (6, 9)  # inclusive range of the clean list's length
 HEADER_TOKENS = 2  # `? x`
