@@ -1,7 +1,8 @@
 """Built-in verifiable tasks, by name. `vartrack` is the synthetic CPU task of the default run (distractor
 symbols the clean text never contains); `ledger` has natural-looking distractors (one ordinary fact); `recall`
 restates the asked facts before answering, with 2-4 distractor facts, and `recall_direct` is its control
-(same problems, direct answers; gate tables in bench/results/gates/).
+(same problems, direct answers; gate tables in bench/results/gates/); `successor` asks for the item after a digit
+in a list where that digit is stuttered, and `successor_direct` is its control.
 
 `problem_sets(name, role=..., limit=..., seed=...)` is how `lens.data.load_sets` reads a task: the task module
 is imported only then (it pulls in transformers).
@@ -13,7 +14,7 @@ import importlib
 
 from lens.data import Problem
 
-NAMES = ("vartrack", "ledger", "recall", "recall_direct")
+NAMES = ("vartrack", "ledger", "recall", "recall_direct", "successor", "successor_direct")
 # Problems generated when no limit is given: enough for 40+ steps of 16 prompts, and a held-out set whose
 # accuracy the trainer checks cheaply (lens.eval asks for 200).
 DEFAULT_SIZE = {"train": 4096, "eval": 64}

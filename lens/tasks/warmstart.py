@@ -85,6 +85,16 @@ RECIPES = {
     "recall_direct": Recipe(
         stage1_noise_prob=0.3, stage2_noise_prob=0.5, stage1_steps=500, stage2_steps=200, lr=1e-3, init="ledger"
     ),
+    # successor/successor_direct: ledger's vocabulary, so they start from ledger's reference (it copies the token
+    # after an asked one). The noise shares set p_ref of the inserted digit after the query, hence gate G2's
+    # surprisal AUC: 20% in both stages gives p_ref ~0.2, as surprising as the other list digits (AUC ~0.5;
+    # lens/tasks/successor.py, assets/successor/README.md).
+    "successor": Recipe(
+        stage1_noise_prob=0.2, stage2_noise_prob=0.2, stage1_steps=300, stage2_steps=400, lr=1e-3, init="ledger"
+    ),
+    "successor_direct": Recipe(
+        stage1_noise_prob=0.2, stage2_noise_prob=0.2, stage1_steps=300, stage2_steps=400, lr=1e-3, init="ledger"
+    ),
 }
 
 
