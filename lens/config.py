@@ -494,7 +494,16 @@ def _warn_ignored(spec: variants.MethodSpec, raw: dict[str, Any]) -> None:
 
 MAX_AUTO_MICRO_BATCH = 32
 # lens.tasks.NAMES (not imported: it pulls in lens.data; tests/test_heldout.py keeps the two equal)
-BUILTIN_TASKS = ("vartrack", "ledger", "recall", "recall_direct", "successor", "successor_direct")
+BUILTIN_TASKS = (
+    "vartrack",
+    "ledger",
+    "recall",
+    "recall_direct",
+    "successor",
+    "successor_direct",
+    "stutter",
+    "stutter_direct",
+)
 HELDOUT = "heldout"  # the data.eval name of the held-out split of the training set (lens.preflight)
 
 

@@ -14,7 +14,7 @@ import importlib
 
 from lens.data import Problem
 
-NAMES = ("vartrack", "ledger", "recall", "recall_direct", "successor", "successor_direct")
+NAMES = ("vartrack", "ledger", "recall", "recall_direct", "successor", "successor_direct", "stutter", "stutter_direct")
 # Problems generated when no limit is given: enough for 40+ steps of 16 prompts, and a held-out set whose
 # accuracy the trainer checks cheaply (lens.eval asks for 200).
 DEFAULT_SIZE = {"train": 4096, "eval": 64}

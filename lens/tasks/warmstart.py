@@ -95,6 +95,14 @@ RECIPES = {
     "successor_direct": Recipe(
         stage1_noise_prob=0.2, stage2_noise_prob=0.2, stage1_steps=300, stage2_steps=400, lr=1e-3, init="ledger"
     ),
+    # stutter/stutter_direct: ledger's vocabulary (its induction copies the list). Stage 2's 40% noisy prompts set
+    # the reference's repeat probability so that surprisal does not find the stutters (gate G2; 50%: AUC 0.28).
+    "stutter": Recipe(
+        stage1_noise_prob=0.3, stage2_noise_prob=0.4, stage1_steps=200, stage2_steps=300, lr=1e-3, init="ledger"
+    ),
+    "stutter_direct": Recipe(
+        stage1_noise_prob=0.3, stage2_noise_prob=0.4, stage1_steps=400, stage2_steps=300, lr=1e-3, init="ledger"
+    ),
 }
 
 
