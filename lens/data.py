@@ -43,17 +43,8 @@ from typing import Any
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class Problem:
-    """One verifiable problem: `problem` is shown to the model, `answer` is the gold answer."""
-
-    uid: str
-    problem: str
-    answer: str
-    meta: dict[str, Any] = field(default_factory=dict)
-    where: str = field(default="", compare=False)  # "file:line" it came from, for error messages
-
+# Re-exported: callers know the record as lens.data.Problem; it is defined below the tasks that build it.
+from lens.problem import Problem
 
 # ----------------------------------------------------------------------------------------------------
 # Loading

@@ -20,8 +20,9 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from lens.padding import left_pad
 from lens.rollout import Engine, HFEngine, Rollouts, SamplingParams, make_engine
-from lens.rollout.hf import cache_argument, left_pad, sampling_logprobs, top_p_mask
+from lens.rollout.hf import cache_argument, sampling_logprobs, top_p_mask
 
 VOCAB, PAD, EOS = 64, 0, 1
 ENGINES = ["hf", pytest.param("vllm", marks=pytest.mark.vllm)]

@@ -118,8 +118,11 @@ def call_seed(sampling: SamplingParams, stream: torch.Generator) -> int:
     return int(torch.randint(2**31 - 1, (1,), generator=stream))
 
 
-def validate_request(prompts: list[list[int]], n: int, sampling: SamplingParams, vocab_size: int) -> None:
-    """Check one `generate` request; raises ValueError/TypeError naming the offending prompt or argument."""
+def validate_request(
+    prompts: list[list[int]], n: int, sampling: SamplingParams, vocab_size: int, max_model_len: int
+) -> None:
+    """Check one `generate` request against an engine's vocabulary and context length; raises
+    ValueError/TypeError naming the offending prompt or argument."""
     if not isinstance(sampling, SamplingParams):
         raise TypeError(f"sampling must be lens.rollout.SamplingParams, got {type(sampling).__name__}")
     if not isinstance(n, int) or n < 1:
@@ -132,6 +135,11 @@ def validate_request(prompts: list[list[int]], n: int, sampling: SamplingParams,
         bad = [t for t in prompt if not isinstance(t, int) or not 0 <= t < vocab_size]
         if bad:
             raise ValueError(f"generate: prompt {i} has token ids outside [0, {vocab_size}): {bad[:5]}")
+    # A prompt that fills the context leaves no room for even one response token: both engines would fail
+    # deep inside the model (HF) or the scheduler (vLLM) with a message that names neither prompt nor limit.
+    too_long = [i for i, p in enumerate(prompts) if len(p) >= max_model_len]
+    if too_long:
+        raise ValueError(f"generate: prompts {too_long[:5]} have >= max_model_len={max_model_len} tokens")
     bad_stops = [t for t in sampling.stop_token_ids if t >= vocab_size]
     if bad_stops:
         raise ValueError(f"SamplingParams.stop_token_ids outside [0, {vocab_size}): {bad_stops}")
@@ -153,17 +161,3 @@ def default_stop_ids(model_path: str) -> tuple[int, ...]:
     if not ids:
         raise ValueError(f"{model_path}: no EOS token id in the tokenizer, config or generation config")
     return tuple(sorted(int(i) for i in ids))
-
-
-def make_engine(kind: str, model_path: str, **kw: object) -> Engine:
-    """Build an engine: "hf" (transformers; the default on CPU) or "vllm". `kw` goes to the engine's
-    constructor (see HFEngine.from_pretrained and VLLMEngine)."""
-    if kind == "hf":
-        from lens.rollout.hf import HFEngine
-
-        return HFEngine.from_pretrained(model_path, **kw)  # type: ignore[arg-type]
-    if kind == "vllm":
-        from lens.rollout.vllm_engine import VLLMEngine
-
-        return VLLMEngine(model_path, **kw)  # type: ignore[arg-type]
-    raise ValueError(f"rollout engine kind must be 'hf' or 'vllm', got {kind!r}")

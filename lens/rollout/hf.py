@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
+from lens.padding import left_pad
 from lens.rollout.base import Rollouts, SamplingParams, call_seed, default_stop_ids, validate_request
 
 
@@ -44,19 +45,6 @@ def sampling_logprobs(logits: torch.Tensor, temperature: float, top_p: float) ->
     if temperature == 0:
         return torch.log_softmax(logits, dim=-1)
     return torch.log_softmax(top_p_mask(logits / temperature, top_p), dim=-1)
-
-
-def left_pad(rows: Sequence[Sequence[int]], pad_token_id: int, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """Left-pad token rows. Returns ids [R, P] int64, attention mask [R, P] int64, position ids [R, P] int64
-    (0 at each row's first real token, so padding does not shift RoPE positions)."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_token_id, dtype=torch.int64)
-    mask = torch.zeros((len(rows), width), dtype=torch.int64)
-    for i, row in enumerate(rows):
-        ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.int64)
-        mask[i, width - len(row) :] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    return ids.to(device), mask.to(device), positions.to(device)
 
 
 @contextlib.contextmanager
@@ -151,10 +139,7 @@ class HFEngine:
         return_prompt_logprobs: bool = False,
     ) -> Rollouts:
         """Sample n responses per prompt (prompt-major rows); see lens/rollout/base.py for the log-probs."""
-        validate_request(prompts, n, sampling, self.vocab_size)
-        too_long = [i for i, p in enumerate(prompts) if len(p) >= self.max_model_len]
-        if too_long:
-            raise ValueError(f"generate: prompts {too_long[:5]} have >= max_model_len={self.max_model_len} tokens")
+        validate_request(prompts, n, sampling, self.vocab_size, self.max_model_len)
         seed = call_seed(sampling, self._stream)
         stops = torch.tensor(sorted(set(self.eos_token_ids) | set(sampling.stop_token_ids)), device=self.device)
         rows = [p for p in prompts for _ in range(n)]

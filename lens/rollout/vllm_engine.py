@@ -235,10 +235,7 @@ class VLLMEngine:
         """Sample n responses per prompt (prompt-major rows); see lens/rollout/base.py for the log-probs."""
         from vllm.inputs import TokensPrompt
 
-        validate_request(prompts, n, sampling, self.vocab_size)
-        too_long = [i for i, p in enumerate(prompts) if len(p) >= self.max_model_len]
-        if too_long:
-            raise ValueError(f"generate: prompts {too_long[:5]} have >= max_model_len={self.max_model_len} tokens")
+        validate_request(prompts, n, sampling, self.vocab_size, self.max_model_len)
         self.wake_up()
         # Every request gets an explicit seed (from the engine's private stream when the call has none):
         # vLLM then samples from per-request generators, and the global RNG draws its CPU sampler makes

@@ -41,7 +41,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config
 
-from lens.data import Problem
+from lens.problem import Problem
 from lens.tasks import clean_and_noisy, vartrack
 
 # Shared with vartrack (imported, so the two tasks cannot drift): the prompt/answer format and the sampler.

@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config
 
-from lens.data import Problem
+from lens.problem import Problem
 from lens.tasks import clean_and_noisy, ledger, vartrack
 
 # Shared with ledger (imported, so the tasks cannot drift): vocabulary, tokenizer, model, prompt/answer format.

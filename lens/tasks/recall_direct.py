@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from lens.data import Problem
+from lens.problem import Problem
 from lens.tasks import recall, vartrack
 from lens.tasks.recall import (
     ANSWER_MARKER,

@@ -33,7 +33,8 @@ from transformers import (
     Qwen2Config,
 )
 
-from lens.data import Problem
+from lens.padding import left_pad
+from lens.problem import Problem
 from lens.reward import verify_vartrack
 from lens.tasks import clean_and_noisy
 
@@ -221,17 +222,6 @@ def load_reference(
     return model.to(device).eval(), load_tokenizer(path)
 
 
-def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token-id lists -> (input_ids, attention_mask), both (N, max_len) int64."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-        mask[row, width - len(prompt) :] = 1
-    return ids, mask
-
-
 @torch.no_grad()
 def sample_responses(
     model: PreTrainedModel,
@@ -256,7 +246,7 @@ def sample_responses(
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         for start in range(0, len(flat), batch_size):
-            ids, mask = _left_pad(flat[start : start + batch_size], tokenizer.pad_token_id)
+            ids, mask, _ = left_pad(flat[start : start + batch_size], tokenizer.pad_token_id)
             out = model.generate(
                 input_ids=ids.to(device),
                 attention_mask=mask.to(device),

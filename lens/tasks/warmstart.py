@@ -37,7 +37,7 @@ import torch
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from lens import errors
-from lens.data import Problem
+from lens.problem import Problem
 
 IGNORE_INDEX = -100
 
