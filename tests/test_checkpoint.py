@@ -16,14 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tiny_models
 import torch
 import torch.distributed
 import torch.multiprocessing
 import yaml
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
-from tokenizers.pre_tokenizers import WhitespaceSplit
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from lens import checkpoint as ck
 from lens import model as lm
@@ -34,24 +32,12 @@ VOCAB = 50
 
 
 def tiny_qwen2(seed: int = 0) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    )
-    return Qwen2ForCausalLM(config)
+    return tiny_models.tiny_qwen2(VOCAB, seed=seed)
 
 
 def tiny_tokenizer() -> PreTrainedTokenizerFast:
     vocab = {w: i for i, w in enumerate(["<pad>", "<eos>", *[str(i) for i in range(VOCAB - 2)]])}
-    tok = Tokenizer(WordLevel(vocab, unk_token="<pad>"))
-    tok.pre_tokenizer = WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
+    return tiny_models.word_tokenizer(vocab, unk="<pad>", pad_token="<pad>", eos_token="<eos>")
 
 
 def lm_loss(model, ids: torch.Tensor) -> torch.Tensor:
@@ -241,16 +227,7 @@ def test_load_errors(tmp_path):
     with pytest.raises(ValueError, match="no optimizer state was saved"):
         ck.load(path, engine_or_model=model, optimizer=opt)
     with pytest.raises(ValueError, match="weights do not fit"):
-        bigger = Qwen2ForCausalLM(
-            Qwen2Config(
-                vocab_size=VOCAB,
-                hidden_size=32,
-                intermediate_size=64,
-                num_hidden_layers=3,
-                num_attention_heads=4,
-                num_key_value_heads=2,
-            )
-        )
+        bigger = tiny_models.tiny_qwen2(VOCAB, num_hidden_layers=3, tie_word_embeddings=False)
         ck.load(path, engine_or_model=bigger)
     with pytest.raises(ValueError, match="step must be >= 0"):
         ck.save(tmp_path, -1, engine_or_model=model)

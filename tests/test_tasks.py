@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -259,28 +260,53 @@ def test_batched_left_padded_sampling_equals_one_prompt_at_a_time(reference: tup
     assert first == vartrack.sample_responses(model, tokenizer, prompts, n=2, seed=4)
 
 
-EVAL_PROBLEMS, EVAL_SAMPLES = 100, 4
-# Measured: clean 0.97, noisy 0.005. Even at clean ~0.5, 400 samples give sd ~0.025 per estimate and
-# ~0.035 for the difference of two independent ones.
-RESTORE_TOLERANCE = 0.08
+@dataclass(frozen=True)
+class Gate:
+    """One task's bars for the property every task must show: its reference fails BECAUSE of the distractors.
+
+    Clean accuracy at least `clean`, noisy at most `noisy`, and deleting the recorded distractor tokens (as
+    LENS deletes tokens) restores it: within `within` of clean, or at least min(`floor`, clean - 0.05). Each
+    row keeps the protocol its figures were measured with (problems x 4 samples at temperature 1)."""
+
+    problems: int
+    clean: float
+    noisy: float
+    deleted_seed: int
+    within: float | None = None
+    floor: float | None = None
 
 
-def test_distractors_interfere_and_deleting_them_restores_accuracy(reference: tuple) -> None:
-    model, tokenizer = reference
-    sets = vartrack.eval_sets(EVAL_PROBLEMS, seed=0)
-    clean = vartrack.accuracy(model, tokenizer, sets["clean"], n=EVAL_SAMPLES, seed=0)
-    noisy = vartrack.accuracy(model, tokenizer, sets["noisy"], n=EVAL_SAMPLES, seed=0)
-    # Purify at the token level, as LENS does: drop the recorded positions of the scorable span.
-    purified = []
-    for p in sets["noisy"]:
-        ids = vartrack.prompt_ids(tokenizer, p.problem)
-        drop = {1 + i for i in p.meta["noise_positions"]}
-        purified.append([t for j, t in enumerate(ids) if j not in drop])
+GATES = {
+    # Measured: clean 0.97, noisy 0.005. 400 samples give sd <= 0.025 per estimate, ~0.035 for a difference.
+    "vartrack": Gate(problems=100, clean=0.30, noisy=0.15, deleted_seed=1, within=0.08),
+    "ledger": Gate(problems=100, clean=0.6, noisy=0.3, deleted_seed=1, within=0.08),  # noisy 0.18 measured
+    # Gate G1 (assets/<name>/README.md), 200 problems: recall's noisy accuracy, 0.281, is near the 0.3 bar.
+    "recall": Gate(problems=200, clean=0.8, noisy=0.3, deleted_seed=0, floor=0.75),
+    # The control's warm start reaches only 0.63 clean: its bar pins what it does show, the distractors' effect.
+    "recall_direct": Gate(problems=200, clean=0.6, noisy=0.3, deleted_seed=0, floor=0.75),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GATES))
+def test_the_distractors_cause_the_references_failures(name: str) -> None:
+    gate, module = GATES[name], importlib.import_module(f"lens.tasks.{name}")
+    torch.set_num_threads(1)
+    model, tokenizer = module.load_reference()
+    sets = module.eval_sets(gate.problems, seed=0)
+    # Purify at the token level, as LENS does: the recorded positions of the scorable span go.
+    purified = [
+        module.prompt_ids(tokenizer, module.delete_positions(p.problem, p.meta["noise_positions"]))
+        for p in sets["noisy"]
+    ]
     answers = [p.answer for p in sets["noisy"]]
-    restored = vartrack.accuracy_ids(model, tokenizer, purified, answers, n=EVAL_SAMPLES, seed=1)
-    assert clean > 0.30, clean
-    assert noisy < 0.15, noisy
-    assert abs(restored - clean) < RESTORE_TOLERANCE, (restored, clean)
+    clean = module.accuracy(model, tokenizer, sets["clean"], n=4, seed=0)
+    noisy = module.accuracy(model, tokenizer, sets["noisy"], n=4, seed=0)
+    deleted = module.accuracy_ids(model, tokenizer, purified, answers, n=4, seed=gate.deleted_seed)
+    assert clean >= gate.clean and noisy <= gate.noisy, (clean, noisy)
+    if gate.within is not None:
+        assert abs(deleted - clean) < gate.within, (deleted, clean)
+    else:
+        assert deleted >= min(gate.floor, clean - 0.05), (deleted, clean)
 
 
 # --- warm start ------------------------------------------------------------------------------------------

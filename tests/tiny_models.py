@@ -1,18 +1,83 @@
-"""Random tiny causal LMs with word-level tokenizers, saved to disk, for tests that load a model by path.
+"""The tiny models of the test suite, built in one place: random causal LMs small enough for CPU tests, and
+the word-level tokenizers that go with them. `tests/conftest.py` saves the suite's standard one to disk once
+per session (fixture `tiny_model_dir`); tests that need other shapes call the builders with their own sizes.
 
-Llama, not Qwen2: transformers 5 loads any qwen2 checkpoint's tokenizer as Qwen2Tokenizer (byte-level BPE),
-which would turn a word-level vocabulary into single characters.
+Word-level tokenizers, so that a test can write prompts as words and read token ids as words. Llama for the
+word-level checkpoints saved to disk: transformers 5 loads any qwen2 checkpoint's tokenizer as
+Qwen2Tokenizer (byte-level BPE), which would turn a word-level vocabulary into single characters.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 SPECIAL = {"<pad>": 0, "<eos>": 1, "<unk>": 2}
+
+
+def word_tokenizer(vocab: dict[str, int], *, unk: str = "<unk>", **special: str) -> PreTrainedTokenizerFast:
+    """A whitespace-split word-level tokenizer over `vocab`; `special` names pad/eos tokens (pad_token=...)."""
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token=unk))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **special)
+
+
+def tiny_qwen2(
+    vocab_size: int,
+    *,
+    seed: int = 0,
+    hidden_size: int = 32,
+    intermediate_size: int = 64,
+    num_hidden_layers: int = 2,
+    num_attention_heads: int = 4,
+    num_key_value_heads: int = 2,
+    tie_word_embeddings: bool = True,
+    **config: Any,
+) -> Qwen2ForCausalLM:
+    """A random Qwen2 (2 layers, hidden 32 unless told), its weights fixed by `seed`; `config` passes any
+    other Qwen2Config field (max_position_embeddings, initializer_range, token ids)."""
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            intermediate_size=intermediate_size,
+            num_hidden_layers=num_hidden_layers,
+            num_attention_heads=num_attention_heads,
+            num_key_value_heads=num_key_value_heads,
+            tie_word_embeddings=tie_word_embeddings,
+            **config,
+        )
+    )
+
+
+# The suite's standard on-disk model (`tiny_model_dir`): prompts are lists of ids in [2, VOCAB).
+VOCAB, PAD, EOS = 64, 0, 1
+
+
+def save_standard_model(path: Path) -> Path:
+    """The standard tiny Qwen2 (hidden 64, 2 layers, a large init so its samples vary) with tokens w2..w63."""
+    vocab = {"<pad>": PAD, "<eos>": EOS, **{f"w{i}": i for i in range(2, VOCAB)}}
+    word_tokenizer(vocab, unk="<pad>", pad_token="<pad>", eos_token="<eos>").save_pretrained(path)
+    model = tiny_qwen2(
+        VOCAB,
+        seed=1234,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        initializer_range=0.3,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        bos_token_id=None,
+    )
+    model.save_pretrained(path)
+    return path
 
 
 def word_level_llama(
@@ -20,11 +85,7 @@ def word_level_llama(
 ) -> Path:
     """A one-layer random Llama over `words` (plus pad/eos/unk, whitespace-split), seeded, saved to `path`."""
     vocab = {**SPECIAL, **{w: i + len(SPECIAL) for i, w in enumerate(words)}}
-    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
-    ).save_pretrained(path)
+    word_tokenizer(vocab, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>").save_pretrained(path)
     config = LlamaConfig(
         vocab_size=len(vocab),
         hidden_size=hidden_size,
