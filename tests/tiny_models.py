@@ -26,56 +26,45 @@ def word_tokenizer(vocab: dict[str, int], *, unk: str = "<unk>", **special: str)
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **special)
 
 
-def tiny_qwen2(
-    vocab_size: int,
-    *,
-    seed: int = 0,
-    hidden_size: int = 32,
-    intermediate_size: int = 64,
-    num_hidden_layers: int = 2,
-    num_attention_heads: int = 4,
-    num_key_value_heads: int = 2,
-    tie_word_embeddings: bool = True,
-    **config: Any,
-) -> Qwen2ForCausalLM:
-    """A random Qwen2 (2 layers, hidden 32 unless told), its weights fixed by `seed`; `config` passes any
-    other Qwen2Config field (max_position_embeddings, initializer_range, token ids)."""
+# A Qwen2 small enough for CPU tests; a test overrides what its check depends on.
+QWEN2_DEFAULTS = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "tie_word_embeddings": True,
+}
+
+
+def tiny_qwen2(vocab_size: int, *, seed: int = 0, **config: Any) -> Qwen2ForCausalLM:
+    """A random Qwen2 (`QWEN2_DEFAULTS`), its weights fixed by `seed`; `config` overrides or adds any
+    Qwen2Config field (sizes, max_position_embeddings, initializer_range, token ids)."""
     torch.manual_seed(seed)
-    return Qwen2ForCausalLM(
-        Qwen2Config(
-            vocab_size=vocab_size,
-            hidden_size=hidden_size,
-            intermediate_size=intermediate_size,
-            num_hidden_layers=num_hidden_layers,
-            num_attention_heads=num_attention_heads,
-            num_key_value_heads=num_key_value_heads,
-            tie_word_embeddings=tie_word_embeddings,
-            **config,
-        )
-    )
+    return Qwen2ForCausalLM(Qwen2Config(vocab_size=vocab_size, **{**QWEN2_DEFAULTS, **config}))
 
 
 # The suite's standard on-disk model (`tiny_model_dir`): prompts are lists of ids in [2, VOCAB).
 VOCAB, PAD, EOS = 64, 0, 1
+# Wider than the defaults and a large init, so that its sampled responses vary.
+STANDARD = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "max_position_embeddings": 256,
+    "initializer_range": 0.3,
+    "eos_token_id": EOS,
+    "pad_token_id": PAD,
+    "bos_token_id": None,
+}
 
 
 def save_standard_model(path: Path) -> Path:
     """The standard tiny Qwen2 (hidden 64, 2 layers, a large init so its samples vary) with tokens w2..w63."""
     vocab = {"<pad>": PAD, "<eos>": EOS, **{f"w{i}": i for i in range(2, VOCAB)}}
     word_tokenizer(vocab, unk="<pad>", pad_token="<pad>", eos_token="<eos>").save_pretrained(path)
-    model = tiny_qwen2(
-        VOCAB,
-        seed=1234,
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=256,
-        initializer_range=0.3,
-        eos_token_id=EOS,
-        pad_token_id=PAD,
-        bos_token_id=None,
-    )
+    model = tiny_qwen2(VOCAB, seed=1234, **STANDARD)
     model.save_pretrained(path)
     return path
 

@@ -24,6 +24,7 @@ Run the contract tests: `.venv/bin/python -m pytest tests/test_rollout.py -q`.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import math
 from dataclasses import dataclass
@@ -108,6 +109,29 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release the engine's memory and processes; the engine is unusable afterwards."""
         ...
+
+
+class SeededEngine(abc.ABC):
+    """What both engines do before they sample: check the request against their vocabulary and context, and
+    fix the call's seed. A subclass sets `vocab_size`, `max_model_len` and `_stream` (its private generator)
+    and samples in `_generate`."""
+
+    vocab_size: int
+    max_model_len: int
+    _stream: torch.Generator
+
+    def generate(
+        self, prompts: list[list[int]], n: int, sampling: SamplingParams, *, return_prompt_logprobs: bool = False
+    ) -> Rollouts:
+        """Sample n responses per prompt (prompt-major rows); see the module docstring for the log-probs."""
+        validate_request(prompts, n, sampling, self.vocab_size, self.max_model_len)
+        return self._generate(prompts, n, sampling, call_seed(sampling, self._stream), return_prompt_logprobs)
+
+    @abc.abstractmethod
+    def _generate(
+        self, prompts: list[list[int]], n: int, sampling: SamplingParams, seed: int, return_prompt_logprobs: bool
+    ) -> Rollouts:
+        """`generate` after its checks, with the call's seed: row i * n + j draws from seed + i * n + j."""
 
 
 def call_seed(sampling: SamplingParams, stream: torch.Generator) -> int:

@@ -22,7 +22,7 @@ import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
 from lens.padding import left_pad
-from lens.rollout.base import Rollouts, SamplingParams, call_seed, default_stop_ids, validate_request
+from lens.rollout.base import Rollouts, SamplingParams, SeededEngine, default_stop_ids
 
 
 def top_p_mask(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -65,7 +65,7 @@ def cache_argument(model: torch.nn.Module) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-class HFEngine:
+class HFEngine(SeededEngine):
     """Rollout engine over a transformers causal LM (any `AutoModelForCausalLM` with a KV cache).
 
     `model` is the engine's module; `sync_weights(m)` copies `m`'s weights into it (a no-op when `m` IS the
@@ -130,17 +130,9 @@ class HFEngine:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def generate(
-        self,
-        prompts: list[list[int]],
-        n: int,
-        sampling: SamplingParams,
-        *,
-        return_prompt_logprobs: bool = False,
+    def _generate(
+        self, prompts: list[list[int]], n: int, sampling: SamplingParams, seed: int, return_prompt_logprobs: bool
     ) -> Rollouts:
-        """Sample n responses per prompt (prompt-major rows); see lens/rollout/base.py for the log-probs."""
-        validate_request(prompts, n, sampling, self.vocab_size, self.max_model_len)
-        seed = call_seed(sampling, self._stream)
         stops = torch.tensor(sorted(set(self.eos_token_ids) | set(sampling.stop_token_ids)), device=self.device)
         rows = [p for p in prompts for _ in range(n)]
         tokens: list[list[int]] = []

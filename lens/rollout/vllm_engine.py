@@ -52,7 +52,7 @@ from typing import Any
 import torch
 import torch.distributed
 
-from lens.rollout.base import FINISH_REASONS, Rollouts, SamplingParams, call_seed, default_stop_ids, validate_request
+from lens.rollout.base import FINISH_REASONS, Rollouts, SamplingParams, SeededEngine, default_stop_ids
 
 
 def _worker_begin_reload(worker: Any) -> list[str]:
@@ -150,7 +150,7 @@ def _chunks(state: dict[str, torch.Tensor], max_bytes: int) -> Iterator[list[tup
         yield chunk
 
 
-class VLLMEngine:
+class VLLMEngine(SeededEngine):
     """Rollout engine over vLLM's offline `LLM` (see the module docstring for sync and colocation).
 
     Args:
@@ -224,23 +224,15 @@ class VLLMEngine:
         self._sleeping: set[str] = set()
         self._stream = torch.Generator().manual_seed(seed)
 
-    def generate(
-        self,
-        prompts: list[list[int]],
-        n: int,
-        sampling: SamplingParams,
-        *,
-        return_prompt_logprobs: bool = False,
+    def _generate(
+        self, prompts: list[list[int]], n: int, sampling: SamplingParams, seed: int, return_prompt_logprobs: bool
     ) -> Rollouts:
-        """Sample n responses per prompt (prompt-major rows); see lens/rollout/base.py for the log-probs."""
         from vllm.inputs import TokensPrompt
 
-        validate_request(prompts, n, sampling, self.vocab_size, self.max_model_len)
         self.wake_up()
         # Every request gets an explicit seed (from the engine's private stream when the call has none):
         # vLLM then samples from per-request generators, and the global RNG draws its CPU sampler makes
         # anyway are undone by fork_rng, so the trainer's RNG state is untouched in in-process mode.
-        seed = call_seed(sampling, self._stream)
         params = [self._params(i, n, sampling, seed, return_prompt_logprobs) for i in range(len(prompts))]
         requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
