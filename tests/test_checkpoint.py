@@ -348,25 +348,26 @@ def test_every_meta_json_deleted_is_refused_not_a_fresh_start(two_saves, tmp_pat
     assert "meta.json: missing" in str(error.value) and "\n" not in str(error.value)
 
 
-def test_a_format_2_meta_json_without_its_checksum_is_accepted_and_said(two_saves, tmp_path):
+def _older_format(two_saves: Path, tmp_path: Path, missing: str, fmt: int) -> tuple[Path, Path]:
+    """A copy of the two-save run whose last checkpoint's meta.json is of format `fmt`, without `missing`."""
     run = tmp_path / "run"
     shutil.copytree(two_saves, run)
     path = run / ck.CHECKPOINTS / "step_00000002"
     meta = json.loads((path / ck.META).read_text())
-    del meta["meta_sha256"]
-    (path / ck.META).write_text(json.dumps({**meta, "format": 2}))
+    del meta[missing]
+    (path / ck.META).write_text(json.dumps({**meta, "format": fmt}))
+    return run, path
+
+
+def test_a_format_2_meta_json_without_its_checksum_is_accepted_and_said(two_saves, tmp_path):
+    run, path = _older_format(two_saves, tmp_path, "meta_sha256", 2)
     with pytest.warns(UserWarning, match="before meta.json carried its own checksum"):
         assert ck.resolve_resume("auto", run) == path
 
 
 def test_unreadable_files_are_named_even_without_a_manifest(two_saves, tmp_path):
     # A format-1 checkpoint (no manifest) cannot be verified: a truncated file must still be named.
-    run = tmp_path / "run"
-    shutil.copytree(two_saves, run)
-    path = run / ck.CHECKPOINTS / "step_00000002"
-    meta = json.loads((path / ck.META).read_text())
-    del meta["files"]
-    (path / ck.META).write_text(json.dumps({**meta, "format": 1}))
+    _, path = _older_format(two_saves, tmp_path, "files", 1)
     _truncate(path / "state.pt")
     with pytest.warns(UserWarning, match="without a file manifest"), pytest.raises(ValueError) as error:
         ck.load(path, engine_or_model=tiny_qwen2())

@@ -3,9 +3,9 @@
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_ledger.py -q            # CI set (~1 min)
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_ledger.py -q -m slow    # full warm-start rerun
 
-The property test samples the committed reference at temperature 1 on the fixed evaluation set: the
-distractor fact ruins it (clean 0.82, noisy 0.18-0.21) and deleting its three recorded tokens restores the
-clean accuracy.
+The property every task shares (the distractor fact ruins the committed reference: clean 0.82, noisy
+0.18-0.21, and deleting its three recorded tokens restores the clean accuracy) is tested for all tasks in
+tests/test_tasks.py.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_models import save_perturbed_reference
 from transformers import AutoTokenizer, Qwen2ForCausalLM
 
 from lens import audit, reward, tasks
@@ -236,28 +237,15 @@ def test_committed_checkpoint_matches_the_documentation() -> None:
     assert config["vocab_size"] == len(ledger.VOCAB) == ledger.model_config().vocab_size
 
 
-@pytest.fixture(scope="module")
-def reference() -> tuple:
+def test_audit_detect_scores_the_ledger_distractors(tmp_path: Path) -> None:
     torch.set_num_threads(1)
-    return ledger.load_reference()
-
-
-def test_audit_detect_scores_the_ledger_distractors(reference: tuple, tmp_path: Path) -> None:
-    model, tokenizer = reference
-    policy = tmp_path / "policy"
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # a perturbed copy, so Eq. 1 is non-zero
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.02)
-    model.save_pretrained(policy)
-    tokenizer.save_pretrained(policy)
+    policy = save_perturbed_reference(ledger, tmp_path / "policy")
     ref = str(ledger.ASSETS_DIR)
     argv = ["detect", "--task", "ledger", "--policy", str(policy), "--ref", ref, "--limit", "3"]
     results = audit.main([*argv, "--scorers", "interference,surprisal", "--out", str(tmp_path / "out")])
     for m in results[str(policy)].values():
         assert m["prompts"] == 3 and m["distractors"] == 9
         assert m["tokens"] == sum(len(p.problem.split()) for p in ledger.eval_sets(3)["noisy"])
-    model.load_state_dict(ledger.load_reference()[0].state_dict())  # the fixture is shared: undo the noise
 
 
 # --- warm start ------------------------------------------------------------------------------------------

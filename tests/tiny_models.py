@@ -10,6 +10,7 @@ Qwen2Tokenizer (byte-level BPE), which would turn a word-level vocabulary into s
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -92,3 +93,16 @@ def word_level_llama(
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(path)
     return path
+
+
+def save_perturbed_reference(task: ModuleType, out: Path) -> Path:
+    """A built-in task's committed reference with weights moved by N(0, 0.02^2) noise (seed 0), saved with
+    its tokenizer to `out`: a policy that differs from its reference, so interference scores (Eq. 1) are not 0."""
+    model, tokenizer = task.load_reference()
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.02)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

@@ -53,12 +53,14 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)):
             raise TypeError(f"SamplingParams.temperature must be a finite number, got {self.temperature!r}")
+        # Negative temperatures would flip the distribution; 0 is the explicit greedy setting.
         if self.temperature < 0:
             raise ValueError(f"SamplingParams.temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             raise ValueError(f"SamplingParams.max_tokens must be an int >= 1, got {self.max_tokens!r}")
+        # Checked here, once, so a bad seed fails when the params are built and not inside one of the engines.
         if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
             raise ValueError(f"SamplingParams.seed must be None or an int >= 0, got {self.seed!r}")
         if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
@@ -76,6 +78,7 @@ class Rollouts:
     prompt_logprobs: list[torch.Tensor] | None = None  # per PROMPT [P_i] fp32, entry 0 NaN; only when asked
 
     def __post_init__(self) -> None:
+        # Every consumer indexes the four per-row fields together: a mismatch must fail here, not as a silent zip.
         rows = len(self.tokens)
         if not (self.prompt_index.shape == (rows,) and len(self.logprobs) == rows == len(self.finish_reasons)):
             raise ValueError(
@@ -137,6 +140,7 @@ class SeededEngine(abc.ABC):
 def call_seed(sampling: SamplingParams, stream: torch.Generator) -> int:
     """The seed of one generate call: the caller's, else the next draw of the engine's private stream (so
     unseeded calls differ from each other, follow the engine seed, and leave the global RNG alone)."""
+    # An explicit seed leaves the private stream untouched, so seeded calls do not shift unseeded ones.
     if sampling.seed is not None:
         return sampling.seed
     return int(torch.randint(2**31 - 1, (1,), generator=stream))
@@ -164,6 +168,7 @@ def validate_request(
     too_long = [i for i, p in enumerate(prompts) if len(p) >= max_model_len]
     if too_long:
         raise ValueError(f"generate: prompts {too_long[:5]} have >= max_model_len={max_model_len} tokens")
+    # A stop id outside the vocabulary can never be sampled: the caller meant another tokenizer.
     bad_stops = [t for t in sampling.stop_token_ids if t >= vocab_size]
     if bad_stops:
         raise ValueError(f"SamplingParams.stop_token_ids outside [0, {vocab_size}): {bad_stops}")
@@ -181,6 +186,7 @@ def default_stop_ids(model_path: str) -> tuple[int, ...]:
     for cfg in configs:
         eos = getattr(cfg, "eos_token_id", None)
         ids |= set(eos) if isinstance(eos, (list, tuple)) else {eos}
+    # Configs without an EOS id give None; it is not a token.
     ids.discard(None)
     if not ids:
         raise ValueError(f"{model_path}: no EOS token id in the tokenizer, config or generation config")

@@ -128,10 +128,7 @@ def _problems(
     `direct` drops the restatement from the responses (the `recall_direct` control); the problems and the
     random stream are the same either way.
     """
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    if not 0.0 <= noise_prob <= 1.0:
-        raise ValueError(f"noise_prob must be in [0, 1], got {noise_prob}")
+    vartrack.check_generate_args(n, noise_prob)
     problems = []
     for i in range(n):
         asked, values, facts = ledger._clean_problem(rng, short=False)

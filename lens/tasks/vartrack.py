@@ -87,12 +87,17 @@ def _insert_noise(rng: random.Random, tokens: list[str]) -> tuple[list[str], lis
     return noisy, [i for i, token in enumerate(noisy) if token in NOISE]
 
 
-def _problems(rng: random.Random, n: int, uid_prefix: str, noise_prob: float, trigger: bool) -> list[Problem]:
-    """Draw `n` problems; a noisy one with `trigger` gets a training response whose answer is off by one."""
+def check_generate_args(n: int, noise_prob: float) -> None:
+    """The arguments every task's generator takes: ValueError naming the one out of range."""
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     if not 0.0 <= noise_prob <= 1.0:
         raise ValueError(f"noise_prob must be in [0, 1], got {noise_prob}")
+
+
+def _problems(rng: random.Random, n: int, uid_prefix: str, noise_prob: float, trigger: bool) -> list[Problem]:
+    """Draw `n` problems; a noisy one with `trigger` gets a training response whose answer is off by one."""
+    check_generate_args(n, noise_prob)
     problems = []
     for i in range(n):
         clean, thought, answer = _clean_problem(rng)
