@@ -132,6 +132,7 @@ class VerdictPool:
     ) -> None:
         self._task = task
         self._timeout_s = timeout_s
+        # Kept, not the pool: a broken pebble pool is replaced by a fresh one built from the same arguments.
         self._pool_args = {"max_workers": num_workers, "initializer": initializer, "initargs": initargs}
         self._preload = tuple(preload)
         self._probe = probe

@@ -128,9 +128,12 @@ def _problems(
     `direct` drops the restatement from the responses (the `recall_direct` control); the problems and the
     random stream are the same either way.
     """
+    # The same checks and messages as every task's generator.
     vartrack.check_generate_args(n, noise_prob)
     problems = []
     for i in range(n):
+        # ledger's clean problem: recall differs only in the distractors and the response, so the two tasks'
+        # clean problems can never drift apart.
         asked, values, facts = ledger._clean_problem(rng, short=False)
         clean = ledger._text(asked, facts)
         shown_facts, positions, misled = facts, [], False
