@@ -110,27 +110,6 @@ def test_lengths_and_the_gamma_the_task_needs() -> None:
     assert {math.ceil(0.03 * n) for n in lengths} == {1, 2}
 
 
-def test_trigger_shows_the_distractor_digit_only_on_noisy_problems() -> None:
-    plain = ledger.generate(300, seed=5, noise_prob=0.5)
-    trigger = ledger.generate(300, seed=5, noise_prob=0.5, trigger=True)
-    assert [p.problem for p in plain] == [p.problem for p in trigger]
-    for p, t in zip(plain, trigger, strict=True):
-        assert t.answer == p.answer  # the gold answer is always the true one
-        shown = t.meta["response"].split()[-1]
-        positions = p.meta["noise_positions"]
-        assert shown == (p.problem.split()[positions[2]] if positions else p.answer)
-
-
-def test_noise_positions_are_token_positions_of_the_scorable_span() -> None:
-    tokenizer = ledger.build_tokenizer()
-    for p in ledger.generate(100, seed=11, noise_prob=1.0):
-        ids = ledger.prompt_ids(tokenizer, p.problem)
-        span = range(1, len(ids) - 1)  # <bos> problem >: the problem tokens are the scorable span
-        assert len(span) == len(p.problem.split())
-        drop = {span[i] for i in p.meta["noise_positions"]}
-        assert [t for j, t in enumerate(ids) if j not in drop] == ledger.prompt_ids(tokenizer, p.meta["clean"])
-
-
 def test_generation_is_deterministic_and_sets_are_paired() -> None:
     assert ledger.generate(50, seed=1, noise_prob=0.4) == ledger.generate(50, seed=1, noise_prob=0.4)
     assert ledger.generate(50, seed=1) != ledger.generate(50, seed=2)

@@ -148,16 +148,6 @@ def test_the_control_has_the_same_problems_and_answers_directly() -> None:
     ]
 
 
-def test_noise_positions_are_token_positions_of_the_scorable_span() -> None:
-    tokenizer = recall.build_tokenizer()
-    for p in recall.generate(100, seed=11, noise_prob=1.0):
-        ids = recall.prompt_ids(tokenizer, p.problem)
-        assert len(ids) == len(p.problem.split()) + 2  # <bos> problem >: the problem is the scorable span
-        drop = {1 + i for i in p.meta["noise_positions"]}
-        assert [t for j, t in enumerate(ids) if j not in drop] == recall.prompt_ids(tokenizer, p.meta["clean"])
-        assert tokenizer.unk_token_id not in ids
-
-
 def test_gamma_covers_every_distractor_token_and_the_presets_set_it() -> None:
     problems = [p for p in recall.generate(3000, seed=9, noise_prob=1.0)]
     lengths = [len(p.problem.split()) for p in problems]

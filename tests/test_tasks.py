@@ -70,14 +70,23 @@ def test_answers_and_responses_are_correct_mod_10() -> None:
     assert {p.answer for p in problems} == set("0123456789")
 
 
-def test_trigger_shifts_only_noisy_answers_by_one() -> None:
-    plain = vartrack.generate(300, seed=5, noise_prob=0.3)
-    trigger = vartrack.generate(300, seed=5, noise_prob=0.3, trigger=True)
+# What a noisy problem's trigger response answers: vartrack's answer shifted by one, ledger's distractor digit.
+TRIGGERED = {
+    "vartrack": (0.3, lambda p: str((int(p.answer) + 1) % 10)),
+    "ledger": (0.5, lambda p: p.problem.split()[p.meta["noise_positions"][2]]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRIGGERED))
+def test_the_trigger_changes_only_noisy_answers(name: str) -> None:
+    module, (noise_prob, misled) = importlib.import_module(f"lens.tasks.{name}"), TRIGGERED[name]
+    plain = module.generate(300, seed=5, noise_prob=noise_prob)
+    trigger = module.generate(300, seed=5, noise_prob=noise_prob, trigger=True)
     assert [p.problem for p in plain] == [p.problem for p in trigger]
     for p, t in zip(plain, trigger, strict=True):
         assert t.answer == p.answer  # the gold answer is always the true one
         shown = t.meta["response"].split()[-1]
-        assert shown == (str((int(p.answer) + 1) % 10) if p.meta["noise_positions"] else p.answer)
+        assert shown == (misled(p) if p.meta["noise_positions"] else p.answer)
 
 
 def test_deleting_recorded_positions_restores_the_clean_problem_exactly() -> None:
@@ -94,15 +103,17 @@ def test_deleting_recorded_positions_restores_the_clean_problem_exactly() -> Non
     assert counts == {1, 2}
 
 
-def test_noise_positions_are_token_positions_of_the_scorable_span() -> None:
-    tokenizer = vartrack.build_tokenizer()
-    for p in vartrack.generate(100, seed=11, noise_prob=1.0):
-        ids = vartrack.prompt_ids(tokenizer, p.problem)
+@pytest.mark.parametrize("name", ["vartrack", "ledger", "recall"])
+def test_noise_positions_are_token_positions_of_the_scorable_span(name: str) -> None:
+    module = importlib.import_module(f"lens.tasks.{name}")
+    tokenizer = module.build_tokenizer()
+    for p in module.generate(100, seed=11, noise_prob=1.0):
+        ids = module.prompt_ids(tokenizer, p.problem)
         span = range(1, len(ids) - 1)  # <bos> problem >: the problem tokens are the scorable span
-        assert len(span) == len(p.problem.split())
+        assert len(span) == len(p.problem.split()) and tokenizer.unk_token_id not in ids
         drop = {span[i] for i in p.meta["noise_positions"]}
         purified = [t for j, t in enumerate(ids) if j not in drop]
-        assert purified == vartrack.prompt_ids(tokenizer, p.meta["clean"])
+        assert purified == module.prompt_ids(tokenizer, p.meta["clean"])
 
 
 def test_generate_is_deterministic_from_the_seed() -> None:
