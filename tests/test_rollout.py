@@ -22,6 +22,7 @@ from transformers import AutoModelForCausalLM
 
 from lens.padding import left_pad
 from lens.rollout import Engine, HFEngine, Rollouts, SamplingParams, make_engine
+from lens.rollout.base import validate_request
 from lens.rollout.hf import cache_argument, sampling_logprobs, top_p_mask
 
 ENGINES = ["hf", pytest.param("vllm", marks=pytest.mark.vllm)]
@@ -125,6 +126,13 @@ def test_left_pad_positions() -> None:
     assert ids.tolist() == [[4, 5, 6], [PAD, PAD, 7]]
     assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
     assert positions.tolist() == [[0, 1, 2], [0, 0, 0]]
+
+
+def test_validate_request_needs_room_for_one_response_token() -> None:
+    # The one context check of both engines: a prompt of max_model_len tokens leaves no room to sample.
+    validate_request([[3] * 4], 1, SamplingParams(), VOCAB, 5)
+    with pytest.raises(ValueError, match=r"prompts \[1\] have >= max_model_len=4 tokens"):
+        validate_request([[3] * 3, [3] * 4], 1, SamplingParams(), VOCAB, 4)
 
 
 def test_rollouts_validation() -> None:
