@@ -95,6 +95,7 @@ def _barrier() -> None:
 
 
 def _is_engine(obj: Any) -> bool:
+    # Duck typing, not isinstance: importing deepspeed only to test a type would load it on every CPU run.
     return hasattr(obj, "save_checkpoint") and hasattr(obj, "load_checkpoint") and hasattr(obj, "module")
 
 
@@ -126,6 +127,7 @@ def rng_state(generators: dict[str, torch.Generator] | None = None) -> dict[str,
     name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
     state = {
         "python": random.getstate(),
+        # As a tensor: torch.load(weights_only=True) refuses numpy arrays, and resume must not unpickle code.
         "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -137,10 +139,12 @@ def rng_state(generators: dict[str, torch.Generator] | None = None) -> dict[str,
 def set_rng_state(state: dict[str, Any], generators: dict[str, torch.Generator] | None = None) -> None:
     """Restore `rng_state()`; named generators are set in place (missing names raise ValueError)."""
     version, internal, gauss = state["python"]
+    # tuple() whatever sequence type the saved state comes back as: random.setstate accepts only a tuple.
     random.setstate((version, tuple(internal), gauss))
     name, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
+    # A checkpoint saved on GPU resumes on CPU for inspection: its CUDA states are then simply not used.
     if state["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
     for key, gen in (generators or {}).items():
@@ -157,6 +161,8 @@ def set_rng_state(state: dict[str, Any], generators: dict[str, torch.Generator] 
 def _fsync_tree(root: Path) -> None:
     for dirpath, _, files in os.walk(root):
         for name in files:
+            # Every file and directory is synced before the rename that publishes the checkpoint: a crash
+            # afterwards must not leave a published checkpoint whose files are still only in the page cache.
             with open(os.path.join(dirpath, name), "rb") as f:
                 os.fsync(f.fileno())
         _fsync_dir(Path(dirpath))
@@ -293,6 +299,7 @@ def save(
 def _sha256(file: Path) -> str:
     """Hex sha256 of a file, streamed in chunks (an HF export can be tens of GB)."""
     digest = hashlib.sha256()
+    # One reused buffer and readinto: hashing tens of GB allocates nothing per chunk.
     buffer = bytearray(_CHUNK)
     view = memoryview(buffer)
     with open(file, "rb", buffering=0) as f:
@@ -321,10 +328,12 @@ def _publish(tmp: Path, final: Path, step: int, files: dict[str, dict[str, Any]]
     (tmp / META).write_text(json.dumps(meta, indent=1))
     _fsync_tree(tmp)
     old = final.with_name(f".old-{final.name}")
+    # Rename the old one aside first: at every instant a complete checkpoint of this step exists.
     if final.exists():  # re-saving a step (e.g. after a resume): replace it
         shutil.rmtree(old, ignore_errors=True)
         os.rename(final, old)
     os.rename(tmp, final)
+    # The rename itself is durable only once the parent directory is synced.
     _fsync_dir(final.parent)
     shutil.rmtree(old, ignore_errors=True)
 
@@ -333,6 +342,7 @@ def _complete(root: Path) -> list[tuple[int, Path]]:
     found = []
     for child in root.iterdir() if root.is_dir() else ():
         match = _STEP_DIR.match(child.name)
+        # A directory counts only with a meta.json naming its own step: meta.json is written last.
         if match and child.is_dir() and _meta_step(child) == int(match.group(1)):
             found.append((int(match.group(1)), child))
     return sorted(found)
@@ -341,6 +351,7 @@ def _complete(root: Path) -> list[tuple[int, Path]]:
 def _meta_digest(meta: Mapping[str, Any]) -> str:
     """sha256 of meta.json's content without its own checksum, in a canonical form (sorted keys, no spaces)."""
     content = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    # Canonical JSON: the digest must not depend on the indentation meta.json was written with.
     return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -380,6 +391,7 @@ def _meta_step(path: Path) -> int | None:
 def _prune(root: Path, keep_last: int) -> None:
     for _, path in _complete(root)[:-keep_last]:
         shutil.rmtree(path)
+    # A save killed mid-way leaves its temporary directory; it is never a checkpoint, so it goes.
     for stale in root.glob(".tmp-step_*"):
         shutil.rmtree(stale, ignore_errors=True)
 
@@ -402,6 +414,7 @@ _verified: set[tuple[str, int, int]] = set()
 
 
 def _meta_key(path: Path) -> tuple[str, int, int]:
+    # Inode and mtime as well as the path: a re-saved step is a new meta.json and must be verified again.
     stat = (path / META).stat()
     return str(path.resolve()), stat.st_ino, stat.st_mtime_ns
 
@@ -629,14 +642,25 @@ def check_resume_config(saved: Mapping[str, Any], new: Mapping[str, Any], allow_
     """
     changes = _diff(saved, new)
     guarded = [line for key, line in changes if key not in FREE_KEYS and not key.startswith(FREE_SECTIONS)]
-    if guarded and not allow_change:
-        raise ValueError(
-            f"the config differs from the run's saved config ({'; '.join(guarded)}); undo the change, "
-            "use another run_dir, or set checkpoint.allow_config_change=true to continue anyway"
-        )
-    if guarded and _rank() == 0:
-        warnings.warn(f"resuming with a changed config: {'; '.join(guarded)}", stacklevel=2)
+    _refuse_or_warn(
+        guarded,
+        allow_change,
+        refusal="the config differs from the run's saved config ({}); undo the change, use another run_dir, "
+        "or set checkpoint.allow_config_change=true to continue anyway",
+        warning="resuming with a changed config: {}",
+    )
     return [line for _, line in changes]
+
+
+def _refuse_or_warn(changes: list[str], allow_change: bool, *, refusal: str, warning: str) -> None:
+    """A resume with guarded changes: ValueError (`refusal` with the changes), or with allow_change a
+    warning on rank 0 only (every rank sees the same changes; one line in the log is enough)."""
+    listed = "; ".join(changes)
+    if changes and not allow_change:
+        raise ValueError(refusal.format(listed))
+    if changes and _rank() == 0:
+        # stacklevel 3: the warning names the caller of check_resume_config / check_resume_data.
+        warnings.warn(warning.format(listed), stacklevel=3)
 
 
 def refuse_used_run_dir(run_dir: str | os.PathLike) -> None:
@@ -757,13 +781,13 @@ def check_resume_data(
         for key in sorted(saved.keys() & sources.keys())
         if (line := _data_change(key, saved[key], sources[key])) is not None
     ]
-    if changes and not allow_change:
-        raise ValueError(
-            f"the data changed since the run recorded it ({'; '.join(changes)}); restore it, use another run_dir, "
-            "or set checkpoint.allow_config_change=true to continue on the new data"
-        )
-    if changes and _rank() == 0:
-        warnings.warn(f"resuming on changed data: {'; '.join(changes)}", stacklevel=2)
+    _refuse_or_warn(
+        changes,
+        allow_change,
+        refusal="the data changed since the run recorded it ({}); restore it, use another run_dir, "
+        "or set checkpoint.allow_config_change=true to continue on the new data",
+        warning="resuming on changed data: {}",
+    )
     return changes
 
 

@@ -43,17 +43,8 @@ from typing import Any
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class Problem:
-    """One verifiable problem: `problem` is shown to the model, `answer` is the gold answer."""
-
-    uid: str
-    problem: str
-    answer: str
-    meta: dict[str, Any] = field(default_factory=dict)
-    where: str = field(default="", compare=False)  # "file:line" it came from, for error messages
-
+# Re-exported: callers know the record as lens.data.Problem; it is defined below the tasks that build it.
+from lens.problem import Problem
 
 # ----------------------------------------------------------------------------------------------------
 # Loading
@@ -68,6 +59,8 @@ _ON_ERROR = ("raise", "skip")
 _HF_SPEC_RE = re.compile(
     r"hf:(?P<name>[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?)(?::(?P<config>[\w.-]+))?(?:@(?P<split>[\w.-]+))?"
 )
+# Greedy `.*`: a gold like \boxed{\frac{1}{2}} must keep its inner braces; `_balanced` rejects a match
+# that spans two separate boxes.
 _BOXED_GOLD_RE = re.compile(r"\\boxed\s*\{(.*)\}", re.DOTALL)
 
 
@@ -86,6 +79,8 @@ class LoadReport:
     derived_uids: int = 0
 
 
+# A ValueError subclass: raised inside the loop, it becomes either the caller's error (with file:line) or a
+# counted skip, so a row's problem is described once, where it is found.
 class _BadRow(ValueError):
     """A row that cannot become a Problem; `reason` is the key counted in LoadReport.skipped."""
 
@@ -97,6 +92,7 @@ class _BadRow(ValueError):
 def _stem(path: Path) -> str:
     """File name without its data suffixes: `test.jsonl.gz` -> `test`."""
     name = path.name
+    # Compression first: `test.jsonl.gz` loses `.gz`, then `.jsonl`.
     for suffix in (".gz", ".jsonl", ".ndjson", ".parquet", ".json"):
         name = name.removesuffix(suffix)
     return name
@@ -104,6 +100,7 @@ def _stem(path: Path) -> str:
 
 def _open_text(path: Path) -> Any:
     """A binary handle (gzip-aware): lines are decoded one by one so a bad byte is reported with its line."""
+    # Binary, not text mode: a text decoder fails on the first bad byte without saying which line holds it.
     return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
 
 
@@ -121,11 +118,14 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
     with _open_text(path) as f:
         for line_no, raw in enumerate(f, start=1):
             line = _decode(raw, path, line_no)
+            # Blank lines (a trailing newline, hand-edited files) are not rows; numbering still counts them, so
+            # line numbers in errors match the editor's.
             if not line.strip():
                 continue
             try:
                 yield line_no, json.loads(line)
             except json.JSONDecodeError as e:
+                # Yielded, not raised: the caller decides between raising with file:line and skipping the row.
                 yield line_no, _BadRow("invalid_json", f"invalid JSON ({e.msg} at column {e.colno})")
 
 
@@ -142,6 +142,7 @@ def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
         _decode(raw[line_start : line_end if line_end >= 0 else None], path, raw[:line_start].count(b"\n") + 1)
         raise
     head = text.lstrip()[:1]
+    # JSON Lines saved under a .json name: several top-level objects, one per line, are not one document.
     if head not in ("[", "{") or (head == "{" and "\n{" in text.strip()):
         yield from _jsonl_rows(path)
         return
@@ -150,6 +151,7 @@ def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}:{e.lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
     if isinstance(doc, dict):
+        # Exactly one list: with two (data and metadata, say) guessing which holds the rows would be a bug.
         lists = [v for v in doc.values() if isinstance(v, list)]
         if len(lists) != 1:
             raise ValueError(f"{path}: a JSON object must hold exactly one list of rows, found {len(lists)}")
@@ -164,6 +166,7 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
     import pyarrow.parquet as pq
 
     row_no = 0
+    # Record batches: a large training set is never held whole in memory as Python dicts.
     for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
         for row in batch.to_pylist():
             row_no += 1
@@ -182,6 +185,7 @@ def _hf_rows(name: str, config: str | None, split: str) -> Iterator[tuple[int, A
         ) from e
     try:
         dataset = datasets.load_dataset(name, config, split=split)
+    # Only the first line of the message: datasets' errors carry pages of retry tracebacks.
     except Exception as e:  # datasets raises many types (ConnectionError, DatasetNotFoundError, ValueError)
         offline = " (the hub is offline here and the dataset is not cached)" if _hub_offline() else ""
         raise ValueError(
@@ -201,6 +205,7 @@ _OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 def _data_file_in(directory: Path, split: str) -> Path:
     """The data file a directory stands for: `<split>.<ext>`, else its only data file."""
     files = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(_DATA_SUFFIXES))
+    # The split's own file wins; a directory with a single data file needs no split name at all.
     named = [p for p in files if _stem(p) == split]
     if named or len(files) == 1:
         return (named or files)[0]
@@ -213,6 +218,7 @@ def _rows(source: str | os.PathLike[str], split: str) -> tuple[Iterator[tuple[in
     name = str(source)
     hub = _HF_SPEC_RE.fullmatch(name)
     if hub:
+        # The split written in the source (`@test`) wins over the caller's default.
         split = hub["split"] or split
         display = f"hf:{hub['name']}{':' + hub['config'] if hub['config'] else ''}@{split}"
         return _hf_rows(hub["name"], hub["config"], split), display, hub["name"].replace("/", "_"), "row"
@@ -221,6 +227,7 @@ def _rows(source: str | os.PathLike[str], split: str) -> tuple[Iterator[tuple[in
         path = _data_file_in(path, split)
         name = str(path)
     if not path.is_file():
+        # ORG/NAME that is not a local file is most likely a hub id written without its `hf:` prefix.
         hint = f" (a Hugging Face dataset is written hf:{name})" if re.fullmatch(r"[\w.-]+/[\w.-]+", name) else ""
         raise FileNotFoundError(f"{name}: no such data file{hint}")
     if name.endswith(_PARQUET_SUFFIXES):
@@ -236,8 +243,10 @@ def normalize_answer(value: Any) -> str:
     """A gold answer as the verifiers expect it, the same for every source: numbers as their shortest
     exact string (`27.0` -> `27`), a one-element list as its element (OlympiadBench's `final_answer`),
     surrounding whitespace, `$...$` and a whole-answer `\\boxed{...}` removed."""
+    # OlympiadBench stores its final answer as a one-element list; longer lists are not one answer.
     if isinstance(value, list | tuple) and len(value) == 1:
         value = value[0]
+    # bool before int: True is an int in Python, and would become the answer "True" or "1".
     if isinstance(value, bool):
         raise TypeError("a boolean is not an answer")
     if isinstance(value, int):
@@ -245,13 +254,16 @@ def normalize_answer(value: Any) -> str:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"non-finite number {value!r}")
+        # `27.0` and `27` must compare equal as strings in the verifiers' fast path; repr keeps every digit.
         return str(int(value)) if value.is_integer() else repr(value)
     if not isinstance(value, str):
         raise TypeError(f"expected a string or a number, got {type(value).__name__}")
     text = value.strip()
+    # A whole-answer math delimiter is markup, not part of the answer (`$\frac12$` -> `\frac12`).
     if len(text) > 1 and text.startswith("$") and text.endswith("$"):
         text = text.strip("$").strip()
     boxed = _BOXED_GOLD_RE.fullmatch(text)
+    # Only a box around the WHOLE answer is stripped: `\boxed{1}, \boxed{2}` is two boxes, kept as it is.
     if boxed and _balanced(boxed.group(1)):
         text = boxed.group(1).strip()
     return text
@@ -261,6 +273,7 @@ def _balanced(text: str) -> bool:
     depth = 0
     for ch in text:
         depth += {"{": 1, "}": -1}.get(ch, 0)
+        # A closing brace before its opening one: the greedy box match spanned two boxes.
         if depth < 0:
             return False
     return depth == 0
@@ -269,6 +282,7 @@ def _balanced(text: str) -> bool:
 def _text_field(row: dict[str, Any], key: str, what: str) -> Any:
     """row[key], present and not None (a dotted key reads a nested field: `reward_model.ground_truth`)."""
     value: Any = row
+    # Dotted keys reach nested fields (verl's `reward_model.ground_truth`) without a conversion step.
     for part in key.split("."):
         if not isinstance(value, dict) or value.get(part) is None:
             raise _BadRow(
@@ -311,7 +325,9 @@ def _to_problem(row: Any, keys: tuple[str, str, str], uid_default: str, where: s
     problem = _problem_text(_text_field(row, problem_key, "problem"), problem_key)
     answer = _answer_text(_text_field(row, answer_key, "answer"), answer_key)
     uid = row.get(uid_key)
+    # A blank uid is as good as none: it would make every such row a duplicate of the others.
     derived = uid is None or (isinstance(uid, str) and not uid.strip())
+    # Every other field travels in meta (a task's recorded positions, a source's level or subject).
     meta = {k: v for k, v in row.items() if k not in keys}
     uid = uid_default if derived else str(uid)
     return Problem(uid=uid, problem=problem, answer=answer, meta=meta, where=where), derived
@@ -345,14 +361,17 @@ def load_with_report(
     first_line: dict[str, int] = {}
     skipped: Counter[str] = Counter()
     for line_no, row in rows:
+        # The limit counts loaded problems, not rows: skipped rows do not shorten the set.
         if limit is not None and len(problems) >= limit:
             break
         report.rows += 1
         try:
+            # A row the reader could not parse arrives as a _BadRow: handled like any other bad row.
             if isinstance(row, _BadRow):
                 raise row
             keys = (problem_key, answer_key, uid_key)
             problem, derived = _to_problem(row, keys, f"{stem}-{line_no}", f"{name}:{line_no}")
+            # Duplicate uids would merge two problems in every per-uid table (GRESO history, held-out split).
             if problem.uid in first_line:
                 report.duplicates.append((problem.uid, first_line[problem.uid], line_no))
                 raise _BadRow(
@@ -363,6 +382,7 @@ def load_with_report(
                 raise ValueError(f"{name}:{line_no}: {bad}") from None
             skipped[bad.reason] += 1
             continue
+        # Recorded only for kept rows, so a duplicate always points at the row that was loaded.
         first_line[problem.uid] = line_no
         report.derived_uids += int(derived)
         problems.append(problem)
@@ -376,6 +396,7 @@ def _warn_duplicates(report: LoadReport, unit: str) -> None:
     """One warning listing the first duplicate uids of a skip-mode load with both of their lines."""
     if not report.duplicates:
         return
+    # One warning with the first five, not one per duplicate: a broken export can repeat thousands.
     shown = "; ".join(f"{uid!r} on {unit}s {a} and {b}" for uid, a, b in report.duplicates[:5])
     more = f" and {len(report.duplicates) - 5} more" if len(report.duplicates) > 5 else ""
     warnings.warn(f"{report.source}: skipped duplicate uids: {shown}{more}", stacklevel=3)
@@ -402,6 +423,7 @@ def data_dirs(configured: str | os.PathLike[str] | None = None) -> list[tuple[st
     if os.environ.get("LENS_DATA_DIR"):
         out.append(("LENS_DATA_DIR", Path(os.environ["LENS_DATA_DIR"]).expanduser()))
     repo = Path(__file__).resolve().parent.parent
+    # The shared data directory of this workplace sits beside a source checkout, never beside site-packages.
     if (repo / "pyproject.toml").is_file():  # a source checkout; an installed package has no "beside"
         out.append(("beside the repository", repo.parent / "shared" / "data"))
     out.append(("user cache", Path.home() / ".cache" / "lens" / "data"))
@@ -580,6 +602,7 @@ def _check_golds(problem_set: ProblemSet, source: str) -> None:
         raise ValueError(f"{source}: data set {problem_set.name!r} has no problems (an empty file?)")
     for p in problem_set.problems:
         why = validate_gold(problem_set.kind, p.answer)
+        # A prose gold would score every rollout 0: the set would train on noise without any error.
         if why is None and problem_set.kind == "math" and _PROSE_GOLD.fullmatch(p.answer.strip()):
             why = "it reads as prose, not a final answer"
         if why is not None:
@@ -592,6 +615,7 @@ def _check_golds(problem_set: ProblemSet, source: str) -> None:
 # Rendering
 # ----------------------------------------------------------------------------------------------------
 
+# A marker no real problem or template contains, so splitting the rendered chat text on it is exact.
 _PLACEHOLDER = "<<LENS-PROBLEM-7f3a9c>>"
 _MODES = ("auto", "chat", "plain")
 _OVERFLOW = ("skip", "truncate", "error")
@@ -633,6 +657,7 @@ def _split_template(prompt: str) -> tuple[str, str]:
 
 
 def _encode(tokenizer: Any, text: str) -> list[int]:
+    # Special tokens come from the frame only (BOS once, chat tokens in the template's text), never twice.
     return list(tokenizer.encode(text, add_special_tokens=False)) if text else []
 
 
@@ -641,6 +666,7 @@ def _bos(tokenizer: Any) -> list[int]:
     bos = getattr(tokenizer, "bos_token_id", None)
     if bos is None:
         return []
+    # Probed, not read from a flag: tokenizers disagree on how they declare that they add a BOS.
     with_special = tokenizer.encode("a", add_special_tokens=True)
     without = tokenizer.encode("a", add_special_tokens=False)
     return [bos] if with_special[:1] == [bos] and without[:1] != [bos] else []
@@ -650,6 +676,8 @@ def _chat_frame(tokenizer: Any, before: str, after: str, system_prompt: str | No
     """The chat template's text before and after the problem (user message = before + problem + after)."""
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     messages.append({"role": "user", "content": before + _PLACEHOLDER + after})
+    # Rendered as text around a placeholder, then tokenized in pieces: the problem's token span is then
+    # exact, which tokenizing the whole chat and searching for the problem's ids would not guarantee.
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     parts = text.split(_PLACEHOLDER)
     if len(parts) != 2:
@@ -659,6 +687,7 @@ def _chat_frame(tokenizer: Any, before: str, after: str, system_prompt: str | No
 
 def _frame(tokenizer: Any, template: str, prompt: str, system_prompt: str | None) -> _Frame:
     """Tokenized prefix and suffix of every prompt rendered with these settings."""
+    # A custom template string is a plain prompt of its own.
     if "{problem}" in template:
         template, prompt = "plain", template
     if template not in _MODES:

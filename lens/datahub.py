@@ -39,6 +39,7 @@ def _strip_dapo_wrapper(row: dict[str, Any]) -> dict[str, Any]:
 def _with_options(row: dict[str, Any]) -> dict[str, Any]:
     """Multiple choice: the options go into the problem text as `A. ...` lines (the shared layout)."""
     options = row.get("options") or []
+    # Letters in order, as the choice verifier reads them: option i is the i-th letter from A.
     lines = [f"{chr(ord('A') + i)}. {opt}" for i, opt in enumerate(options)]
     return {**row, "problem": row["problem"] + "\n\n" + "\n".join(lines)}
 
@@ -55,6 +56,7 @@ class HubSource:
     transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     @property
+    # The `hf:` source string of lens.data, so prepare reads the hub through the same loader as training.
     def spec(self) -> str:
         return f"hf:{self.hub_id}{':' + self.config if self.config else ''}@{self.split}"
 
@@ -80,6 +82,7 @@ CATALOG: dict[str, HubSource] = {
 def sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
+        # 1 MiB reads: a training set of hundreds of MB is hashed without being held in memory.
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
@@ -89,15 +92,19 @@ def _rows_of(name: str, source: HubSource) -> list[dict[str, Any]]:
     """uid/problem/answer rows of one set, read from the hub through the one loader."""
     problems = data.load(source.spec, problem_key=source.problem_key, answer_key=source.answer_key)
     rows = [{"uid": f"{name}-{i}", "problem": p.problem, "answer": p.answer, **p.meta} for i, p in enumerate(problems)]
+    # The transform sees the hub row's other fields (options), which the written layout then drops.
     rows = [source.transform(r) if source.transform else r for r in rows]
+    # Only the shared layout's three fields: the written files are the same whatever the hub adds.
     return [{"uid": r["uid"], "problem": r["problem"], "answer": r["answer"]} for r in rows]
 
 
 def prepare(names: Sequence[str], out: Path) -> dict[str, dict[str, Any]]:
     """Writes each named set under `out` and merges its entry into `out/manifest.json`; returns the entries."""
+    # All names checked before any download, so a typo does not fail after minutes of work.
     unknown = [n for n in names if n not in CATALOG]
     if unknown:
         raise ValueError(f"prepare: unknown set(s) {unknown}; known: {', '.join(CATALOG)} (or all)")
+    # Merged, not replaced: preparing one more set must not forget the ones already there.
     manifest = read_manifest(out) if (out / MANIFEST).is_file() else {}
     written = {}
     # A big set takes minutes to download and convert: a bar over the sets on stderr.
@@ -123,6 +130,8 @@ def write_manifest(root: Path) -> dict[str, dict[str, Any]]:
     source "local"), so that later `check`s notice a changed file; returns the entries."""
     manifest = {}
     for name, spec in sorted(data.BENCHMARKS.items()):
+        # Both the compressed name of the shared layout and the plain one prepare writes; dict.fromkeys keeps
+        # the order and drops the duplicate when the path has no .gz.
         for rel in dict.fromkeys((spec.path, spec.path.removesuffix(".gz"))):
             path = root / rel
             if path.is_file():
@@ -136,6 +145,7 @@ def write_manifest(root: Path) -> dict[str, dict[str, Any]]:
 
 def read_manifest(root: Path) -> dict[str, dict[str, Any]]:
     file = root / MANIFEST
+    # FileNotFoundError, which the CLI layer prints as one line naming the directory.
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no such data directory")
     if not file.is_file():
@@ -160,6 +170,7 @@ def check(root: Path) -> list[str]:
         if not path.is_file():
             problems.append(f"{name}: {path} is missing")
             continue
+        # Rows through the loader, not a line count: a file with bad rows fails here with its line.
         rows = len(data.load(path))
         if rows != entry["rows"]:
             problems.append(f"{name}: {path} has {rows} rows, the manifest says {entry['rows']}")
@@ -179,6 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     chk.add_argument("dir", type=Path)
     chk.add_argument("--write-manifest", action="store_true", help="first write DIR/manifest.json from its files")
     args = parser.parse_args(argv)
+    # `all` is spelled out here so prepare() itself only ever sees real set names.
     if args.command == "prepare":
         prepare(list(CATALOG) if args.names == ["all"] else args.names, args.out)
         return 0
@@ -189,6 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in failures:
         print(f"FAIL {line}")
     print(f"{args.dir}: {'ok' if not failures else f'{len(failures)} problem(s)'}")
+    # 1, not 2: the command worked and found differences (2 is for a wrong command line).
     return 1 if failures else 0
 
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+# The selection is the extension's op (CPU, CUDA and Triton share one contract), so the tie-breaking and
+# the k rule cannot drift between the trainer and the kernels' tests.
 from lens_kernels import select_interference_tokens
 
 
@@ -42,6 +44,7 @@ def success_rates(rewards: torch.Tensor, success_threshold: float = 1.0) -> torc
     """a_bar = |Y+| / m per prompt. rewards [B, m] -> [B] fp32."""
     if rewards.dim() != 2 or rewards.shape[1] == 0:
         raise ValueError(f"rewards must be [B, m] with m >= 1, got shape {tuple(rewards.shape)}")
+    # A threshold, not reward == 1: shaped rewards (DAPO's overlong penalty) move a correct answer below 1.
     return (rewards >= success_threshold).float().mean(dim=1)
 
 
@@ -49,6 +52,7 @@ def needs_purification(a_bar: torch.Tensor, tau: float) -> torch.Tensor:
     """Prompts with low rollout success, a_bar < tau (Algorithm 1, line 9). [B] -> [B] bool."""
     if not 0 < tau <= 1:
         raise ValueError(f"tau must be in (0, 1], got {tau}")
+    # Strict: with tau = 1 a prompt solved by every rollout is never purified (it has nothing to learn).
     return a_bar < tau
 
 
@@ -58,6 +62,7 @@ def scorable_mask(prompts: list[Prompt]) -> torch.Tensor:
     mask = torch.zeros(len(prompts), width, dtype=torch.bool)
     for row, p in enumerate(prompts):
         start, end = p.span
+        # A span past the ids would silently score template or padding tokens: fail loudly instead.
         if not 0 <= start <= end <= len(p.ids):
             raise ValueError(f"prompt {row}: scorable span {p.span} outside its {len(p.ids)} tokens")
         mask[row, start:end] = True
@@ -67,6 +72,7 @@ def scorable_mask(prompts: list[Prompt]) -> torch.Tensor:
 def pad_scores(scores: list[torch.Tensor], width: int) -> torch.Tensor:
     """Stack per-prompt token scores [P_i] into [K, width] fp32, zero padded, on the first score's device (the
     model's: the selection then runs where the scores were computed, without a round trip to the host)."""
+    # Zero padding is safe: the scorable mask is False there, so a padded position is never selected.
     device = scores[0].device if scores else torch.device("cpu")
     out = torch.zeros(len(scores), width, dtype=torch.float32, device=device)
     for row, s in enumerate(scores):
@@ -89,6 +95,7 @@ def select_tokens(
     rows whose max score is <= min_score delete nothing and are flagged no_signal. Pass
     min_score=-inf for scorers without a no-signal notion (e.g. negated gradient norms).
     """
+    # The Selection wrapper keeps the op's tuple out of the callers, which name the three results.
     delete_mask, num_deleted, no_signal = select_interference_tokens(
         scores, mask, gamma, min_score=min_score, generator=generator
     )
@@ -104,13 +111,17 @@ def purify_prompts(prompts: list[Prompt], delete_mask: torch.Tensor) -> list[Pro
     out = []
     for row, p in enumerate(prompts):
         drop = delete_mask[row, : len(p.ids)]
+        # Both checks guard the contract with the selection op: a mask that reaches the template or the
+        # padding means the spans and the scores were misaligned upstream, and deleting there would be silent.
         if bool(delete_mask[row, len(p.ids) :].any()):
             raise ValueError(f"prompt {row}: deletion beyond its {len(p.ids)} tokens")
         start, end = p.span
         if bool(drop[:start].any()) or bool(drop[end:].any()):
             raise ValueError(f"prompt {row}: deletion outside its scorable span {p.span}")
+        # One host transfer per row, then plain list filtering: prompts are short and K is small.
         keep = (~drop).tolist()
         ids = [t for t, k in zip(p.ids, keep, strict=True) if k]
+        # Deletions happen only inside the span, so its start stays and its end moves left by the count.
         out.append(Prompt(ids, (start, end - int(drop.sum()))))
     return out
 
@@ -144,6 +155,7 @@ def purify_batch(
         raise ValueError(f"got {len(scores)} score vectors for {candidates.numel()} candidates")
     second_of = torch.full((len(prompts),), -1, dtype=torch.long)
     counters = {"below_tau": float(candidates.numel()), "skipped_no_signal": 0.0, "skipped_short": 0.0}
+    # No candidates: return before any tensor work, so a step without low-success groups costs nothing.
     if candidates.numel() == 0:
         return Purification([], second_of, {**counters, "tokens_deleted": 0.0})
     chosen = [prompts[i] for i in candidates.tolist()]
@@ -152,11 +164,14 @@ def purify_batch(
             raise ValueError(f"candidate {i}: {s.numel()} scores for a prompt of {len(p.ids)} tokens")
     mask = scorable_mask(chosen)
     padded = pad_scores(scores, mask.shape[1])
+    # Select where the scores live (the model's device), then bring the small results to the host once.
     on_device = select_tokens(padded, mask.to(padded.device), gamma, min_score=min_score, generator=generator)
     selection = Selection(*(t.cpu() for t in (on_device.delete_mask, on_device.num_deleted, on_device.no_signal)))
     purified = purify_prompts(chosen, selection.delete_mask)
     kept: list[Prompt] = []
     for row, b in enumerate(candidates.tolist()):
+        # A candidate with nothing deleted would sample the same prompt again: a resample, not LENS, so it is
+        # dropped (counted as skipped_no_signal or skipped_short below).
         if int(selection.num_deleted[row]) > 0:
             second_of[b] = len(kept)
             kept.append(purified[row])

@@ -33,10 +33,10 @@ themselves too, so a boxed gold never scores every rollout 0).
 Deadlines are CPU time, not wall time, so verdicts do not depend on machine load:
 - Each math-verify call in a worker gets `timeout_s` seconds of the worker's own CPU time (ITIMER_VIRTUAL:
   a Python exception, the worker lives on). If the call is stuck in C code, where no Python handler runs,
-  ITIMER_PROF kills the worker `_HARD_GRACE_S` CPU seconds later (the kernel's default action for SIGPROF).
+  ITIMER_PROF kills the worker `HARD_GRACE_S` CPU seconds later (the kernel's default action for SIGPROF).
   Either way the verdict is `timeout`, counted in `RewardBatch.reasons`. Waiting for a core, being paused,
   or a loaded machine costs wall time but no CPU time, so the same batch gets the same verdicts.
-- A wall-clock safety net (`_wall_timeout`: 10x the budget plus 30 s) kills a worker that neither finishes
+- A wall-clock safety net (`wall_timeout`: 10x the budget plus 30 s) kills a worker that neither finishes
   nor uses CPU (e.g. stopped); it never fires in normal operation.
 - math-verify's own SIGALRM timeouts (whole seconds, main thread only, `timeout_s // 2` inside the old pool)
   are not used.
@@ -68,15 +68,12 @@ Run the tests with `.venv/bin/python -m pytest tests/test_reward.py -q`, the ben
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import re
-import signal
 import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -91,11 +88,9 @@ from lens.answers import (
     normalize_text,
     strip_enclosing_box,
 )
+from lens.verify_pool import Verdict, VerdictPool, close_pool, limit_memory, within_cpu_budget
 
 if TYPE_CHECKING:
-    import multiprocessing.context
-
-    import pebble
     import torch
 
 __all__ = [
@@ -127,15 +122,10 @@ DEFAULT_CACHE_SIZE = 65_536
 # Deeper answers skip math-verify for the structural comparison (see `_stage_math`); real answers rarely nest
 # more than 4 levels (`\frac{\sqrt{\frac{1}{2}}}{2}` is 3).
 MAX_NESTING = 8
-# CPU seconds past the budget before the kernel kills a worker stuck in C code (the Python-level timer
-# fires first whenever the interpreter gets control back).
-_HARD_GRACE_S = 0.5
-_STARTUP_TIMEOUT_S = 60.0
 
 # math-verify warns on each call that its own (SIGALRM) timeouts are off: ours are CPU-time deadlines.
 logging.getLogger("math_verify").setLevel(logging.CRITICAL)
 
-Verdict = tuple[float, str]
 _CORRECT: Verdict = (1.0, "correct")
 _WRONG: Verdict = (0.0, "wrong")
 _CACHEABLE = frozenset({"correct", "wrong", "parse_error"})
@@ -429,7 +419,7 @@ def verify_math(
     if isinstance(staged[0], float):
         return staged  # type: ignore[return-value]
     pred, gold = staged
-    return _within_cpu_budget(_math_verify, (pred, gold), timeout_s, hard_kill=False)
+    return within_cpu_budget(_math_verify, (pred, gold), timeout_s, hard_kill=False)
 
 
 def verify_choice(completion: str, answer: str, *, max_chars: int = DEFAULT_MAX_CHARS) -> Verdict:
@@ -495,179 +485,37 @@ _INLINE_VERIFIERS = {
 
 
 # ----------------------------------------------------------------------------------------------------
-# CPU-time deadlines and the worker processes
+# What the math workers run (the pool machinery itself is lens/verify_pool.py)
 # ----------------------------------------------------------------------------------------------------
-
-
-class _OverBudget(BaseException):
-    """Raised by the CPU-time alarm; a BaseException so math-verify's and sympy's `except Exception` let it
-    through."""
-
-
-_armed = False
-
-
-def _on_virtual_alarm(signum: int, frame: Any) -> None:
-    if _armed:  # a late signal after the item finished must not hit the next one
-        raise _OverBudget
-
-
-def _within_cpu_budget(fn: Any, args: tuple[str, str], budget_s: float, *, hard_kill: bool) -> Verdict:
-    """`fn(*args)` with `budget_s` seconds of this process's CPU time; `timeout` past it.
-
-    hard_kill: also arm ITIMER_PROF with the default SIGPROF action, which terminates the process
-    `_HARD_GRACE_S` CPU seconds after the budget (workers only: it is the only way out of a C-level hang).
-    Off the main thread no timer can be installed and `fn` runs unbounded.
-    """
-    global _armed
-    try:
-        previous = signal.signal(signal.SIGVTALRM, _on_virtual_alarm)
-    except ValueError:  # not the main thread
-        return fn(*args)
-    try:
-        _armed = True
-        signal.setitimer(signal.ITIMER_VIRTUAL, budget_s)
-        if hard_kill:
-            signal.signal(signal.SIGPROF, signal.SIG_DFL)
-            signal.setitimer(signal.ITIMER_PROF, budget_s + _HARD_GRACE_S)
-        return fn(*args)
-    except _OverBudget:
-        return (0.0, "timeout")
-    finally:
-        _armed = False
-        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
-        if hard_kill:
-            signal.setitimer(signal.ITIMER_PROF, 0)
-        signal.signal(signal.SIGVTALRM, previous)
-
 
 # Common answer shapes: ANTLR's adaptive prediction is slow until its per-process DFA cache knows them.
 _WARMUP = ("1", r"\frac{1}{2}", r"2\sqrt{3}", "x^2+1", "(1,2]", r"\{1,2\}", r"3\pi", r"\text{yes}", "(3,-1)")
-
-
-def _limit_memory(max_memory_mb: int | None) -> None:
-    """Caps how much this process's address space may GROW, so a runaway sympy integer is a MemoryError.
-
-    Relative to the current size: a worker re-imports the parent's main module (multiprocessing does
-    that), which may map gigabytes of virtual memory (CUDA torch) before this runs.
-    """
-    if max_memory_mb is None:
-        return
-    with contextlib.suppress(ImportError, ValueError, OSError):
-        import resource
-
-        with open("/proc/self/statm") as f:
-            current = int(f.read().split()[0]) * resource.getpagesize()
-        limit = current + max_memory_mb * 2**20
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+# What the workers' forkserver imports once, so that each respawned worker starts warm.
+_PRELOAD = ("lens.reward", "math_verify", "latex2sympy2_extended", "pebble")
 
 
 def _worker_init(max_memory_mb: int | None) -> None:
     """Runs once in each worker: memory cap, warm parser caches."""
-    _limit_memory(max_memory_mb)
+    limit_memory(max_memory_mb)
     for latex in _WARMUP:
         _math_verify(latex, latex)
 
 
 def _worker_verify(pred: str, gold: str, budget_s: float) -> Verdict:
     """One pool task: `_math_verify` within `budget_s` CPU seconds (hard kill just after)."""
-    return _within_cpu_budget(_math_verify, (pred, gold), budget_s, hard_kill=True)
+    return within_cpu_budget(_math_verify, (pred, gold), budget_s, hard_kill=True)
 
 
-def _mp_context() -> multiprocessing.context.BaseContext:
-    """forkserver (fork from a small clean server with math-verify preloaded: respawns take ms, and the
-    trainer's threads/CUDA state are never forked); spawn where forkserver does not exist."""
-    import multiprocessing
-
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    ctx = multiprocessing.get_context("forkserver")
-    # Only takes effect if this process has not started its forkserver yet; workers then import alone.
-    ctx.set_forkserver_preload(["lens.reward", "math_verify", "latex2sympy2_extended", "pebble"])
-    return ctx
-
-
-def _wall_timeout(budget_s: float) -> float:
-    """The wall-clock safety net per item: only for a worker that neither finishes nor uses CPU."""
-    return 10 * budget_s + 30
-
-
-_TIMEOUT_EXIT_CODES = frozenset({-signal.SIGPROF, -signal.SIGXCPU})
-
-
-class _MathPool:
-    """`_worker_verify` on a `pebble.ProcessPool`: one item per task, CPU-time deadlines in the worker, the
-    wall safety net and worker replacement in pebble, a fresh pool when pebble's breaks."""
-
-    def __init__(self, num_workers: int, timeout_s: float, max_memory_mb: int | None) -> None:
-        self._timeout_s = timeout_s
-        self._args = (num_workers, max_memory_mb)
-        self.pool = self._start()
-
-    def _start(self) -> pebble.ProcessPool:
-        """A fresh pebble pool, checked with one round trip: pebble starts workers on first use and respawns
-        ones whose initializer fails forever, so a broken setup is an error here, not a batch that hangs."""
-        import pebble
-
-        num_workers, max_memory_mb = self._args
-        pool = pebble.ProcessPool(
-            max_workers=num_workers, initializer=_worker_init, initargs=(max_memory_mb,), context=_mp_context()
-        )
-        try:
-            pool.schedule(_worker_verify, ("1", "1", _STARTUP_TIMEOUT_S)).result(timeout=_STARTUP_TIMEOUT_S)
-        except Exception as error:
-            pool.stop()
-            raise RuntimeError("Verifier: math-verify worker processes failed to start") from error
-        return pool
-
-    def run(self, tasks: list[tuple[str, str]]) -> list[Verdict]:
-        """Verdicts for (pred, gold) tasks, in order. An item whose worker dies (not by its CPU budget) is
-        retried once on a fresh worker (the death may be unrelated, e.g. an OOM kill); twice is a crash."""
-        results: list[Verdict] = [(0.0, "worker_crash")] * len(tasks)
-        pending = list(range(len(tasks)))
-        for _attempt in range(2):
-            if not self.pool.active:
-                # pebble gives up on the whole pool when a worker dies while idle (its "All workers
-                # expired"): start a fresh one rather than fail every later batch.
-                self.pool.stop()
-                self.pool = self._start()
-            futures = {i: self._submit(*tasks[i]) for i in pending}
-            pending = []
-            for i, future in futures.items():
-                verdict = self._result(future)
-                if verdict is None:
-                    pending.append(i)
-                else:
-                    results[i] = verdict
-        return results
-
-    def _submit(self, pred: str, gold: str) -> pebble.ProcessFuture:
-        return self.pool.schedule(_worker_verify, (pred, gold, self._timeout_s), timeout=_wall_timeout(self._timeout_s))
-
-    @staticmethod
-    def _result(future: pebble.ProcessFuture) -> Verdict | None:
-        """The verdict of a finished task, or None when its worker died for another reason than its budget."""
-        from pebble import ProcessExpired
-
-        try:
-            return future.result()
-        except FutureTimeoutError:
-            return (0.0, "timeout")
-        except ProcessExpired as error:
-            return (0.0, "timeout") if error.exitcode in _TIMEOUT_EXIT_CODES else None
-        except MemoryError:
-            return (0.0, "parse_error")
-        except Exception:  # the pool itself broke (see `run`): retry the item on a fresh one
-            return None
-
-    def close(self) -> None:
-        self.pool.stop()
-        self.pool.join(timeout=10)
-
-
-def _close_pool(pool: _MathPool) -> None:
-    pool.close()
+def _math_pool(num_workers: int, timeout_s: float, max_memory_mb: int | None) -> VerdictPool:
+    return VerdictPool(
+        _worker_verify,
+        initializer=_worker_init,
+        initargs=(max_memory_mb,),
+        preload=_PRELOAD,
+        probe=("1", "1"),
+        num_workers=num_workers,
+        timeout_s=timeout_s,
+    )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -720,10 +568,10 @@ class Verifier:
         # Rollouts repeat answers across steps (same prompt next epoch, common mistakes): math-verify's
         # verdict on (prediction, gold) is pure, so remember it.
         self._cache: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
-        self._pool: _MathPool | None = None
+        self._pool: VerdictPool | None = None
         if kind == "math":
-            self._pool = _MathPool(num_workers, self.timeout_s, max_memory_mb)
-            self._finalizer = weakref.finalize(self, _close_pool, self._pool)
+            self._pool = _math_pool(num_workers, self.timeout_s, max_memory_mb)
+            self._finalizer = weakref.finalize(self, close_pool, self._pool)
         self._closed = False
 
     def score(

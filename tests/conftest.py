@@ -6,6 +6,7 @@ through the interpreter. Tests marked `gpu` are skipped without CUDA.
 """
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -25,3 +26,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The suite's standard tiny model and tokenizer on disk (tests/tiny_models.py), built once per session:
+    every test that loads a model by path and needs no particular shape shares it."""
+    from tiny_models import save_standard_model
+
+    return save_standard_model(tmp_path_factory.mktemp("tiny_qwen2"))

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tiny_models import save_perturbed_reference
 
 from lens import audit
 from lens.tasks import vartrack
@@ -24,15 +25,7 @@ CHROMIUM = "/usr/bin/chromium"
 @pytest.fixture(scope="module")
 def policy_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A copy of the reference with slightly perturbed weights, so interference scores are non-zero."""
-    out = tmp_path_factory.mktemp("policy")
-    model, tokenizer = vartrack.load_reference()
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.02)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return str(out)
+    return str(save_perturbed_reference(vartrack, tmp_path_factory.mktemp("policy")))
 
 
 @pytest.fixture(scope="module")

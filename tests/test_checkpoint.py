@@ -16,14 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tiny_models
 import torch
 import torch.distributed
 import torch.multiprocessing
 import yaml
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
-from tokenizers.pre_tokenizers import WhitespaceSplit
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from lens import checkpoint as ck
 from lens import model as lm
@@ -34,24 +32,12 @@ VOCAB = 50
 
 
 def tiny_qwen2(seed: int = 0) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    )
-    return Qwen2ForCausalLM(config)
+    return tiny_models.tiny_qwen2(VOCAB, seed=seed)
 
 
 def tiny_tokenizer() -> PreTrainedTokenizerFast:
     vocab = {w: i for i, w in enumerate(["<pad>", "<eos>", *[str(i) for i in range(VOCAB - 2)]])}
-    tok = Tokenizer(WordLevel(vocab, unk_token="<pad>"))
-    tok.pre_tokenizer = WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
+    return tiny_models.word_tokenizer(vocab, unk="<pad>", pad_token="<pad>", eos_token="<eos>")
 
 
 def lm_loss(model, ids: torch.Tensor) -> torch.Tensor:
@@ -241,16 +227,7 @@ def test_load_errors(tmp_path):
     with pytest.raises(ValueError, match="no optimizer state was saved"):
         ck.load(path, engine_or_model=model, optimizer=opt)
     with pytest.raises(ValueError, match="weights do not fit"):
-        bigger = Qwen2ForCausalLM(
-            Qwen2Config(
-                vocab_size=VOCAB,
-                hidden_size=32,
-                intermediate_size=64,
-                num_hidden_layers=3,
-                num_attention_heads=4,
-                num_key_value_heads=2,
-            )
-        )
+        bigger = tiny_models.tiny_qwen2(VOCAB, num_hidden_layers=3, tie_word_embeddings=False)
         ck.load(path, engine_or_model=bigger)
     with pytest.raises(ValueError, match="step must be >= 0"):
         ck.save(tmp_path, -1, engine_or_model=model)
@@ -371,25 +348,26 @@ def test_every_meta_json_deleted_is_refused_not_a_fresh_start(two_saves, tmp_pat
     assert "meta.json: missing" in str(error.value) and "\n" not in str(error.value)
 
 
-def test_a_format_2_meta_json_without_its_checksum_is_accepted_and_said(two_saves, tmp_path):
+def _older_format(two_saves: Path, tmp_path: Path, missing: str, fmt: int) -> tuple[Path, Path]:
+    """A copy of the two-save run whose last checkpoint's meta.json is of format `fmt`, without `missing`."""
     run = tmp_path / "run"
     shutil.copytree(two_saves, run)
     path = run / ck.CHECKPOINTS / "step_00000002"
     meta = json.loads((path / ck.META).read_text())
-    del meta["meta_sha256"]
-    (path / ck.META).write_text(json.dumps({**meta, "format": 2}))
+    del meta[missing]
+    (path / ck.META).write_text(json.dumps({**meta, "format": fmt}))
+    return run, path
+
+
+def test_a_format_2_meta_json_without_its_checksum_is_accepted_and_said(two_saves, tmp_path):
+    run, path = _older_format(two_saves, tmp_path, "meta_sha256", 2)
     with pytest.warns(UserWarning, match="before meta.json carried its own checksum"):
         assert ck.resolve_resume("auto", run) == path
 
 
 def test_unreadable_files_are_named_even_without_a_manifest(two_saves, tmp_path):
     # A format-1 checkpoint (no manifest) cannot be verified: a truncated file must still be named.
-    run = tmp_path / "run"
-    shutil.copytree(two_saves, run)
-    path = run / ck.CHECKPOINTS / "step_00000002"
-    meta = json.loads((path / ck.META).read_text())
-    del meta["files"]
-    (path / ck.META).write_text(json.dumps({**meta, "format": 1}))
+    _, path = _older_format(two_saves, tmp_path, "files", 1)
     _truncate(path / "state.pt")
     with pytest.warns(UserWarning, match="without a file manifest"), pytest.raises(ValueError) as error:
         ck.load(path, engine_or_model=tiny_qwen2())

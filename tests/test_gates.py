@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_models import save_perturbed_reference
 
 from lens import audit, checkpoint, gates
 from lens.config import load_config
@@ -171,13 +172,7 @@ def test_unknown_task_is_a_user_error(capsys: pytest.CaptureFixture[str]) -> Non
 def test_gates_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # A finished "GRPO run" of 1 step whose policy is the reference slightly perturbed: the command reuses it.
     hf = tmp_path / "run" / checkpoint.CHECKPOINTS / "step_00000001" / "hf"
-    model, tokenizer = vartrack.load_reference()
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.02)
-    model.save_pretrained(hf)
-    tokenizer.save_pretrained(hf)
+    save_perturbed_reference(vartrack, hf)
     (hf.parent / checkpoint.META).write_text(json.dumps({"step": 1}))
     out = tmp_path / "out"
     argv = ["gates", "--task", "vartrack", "--problems", "6", "--samples", "2", "--steps", "1"]

@@ -7,7 +7,6 @@ they run in the default suite because they are what issue 28's "done" is measure
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -17,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import logged_steps, trainer_env
 
 from lens.launch import check_before_workers
 from lens.stop import request_stop
@@ -33,30 +33,21 @@ pytestmark = [
 ]
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
-    env.pop("TRITON_INTERPRET", None)
-    return env
-
-
 def _start(cmd: list[str]) -> subprocess.Popen:
     # A session of its own: whatever the test leaves behind is killed whole.
     return subprocess.Popen(
-        cmd, env=_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        cmd,
+        env=trainer_env(),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
 
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=600)
-
-
-def _logged_steps(run_dir: Path) -> list[int]:
-    try:
-        lines = (run_dir / "metrics.jsonl").read_text().split("\n")[:-1]
-    except OSError:
-        return []
-    return [json.loads(line)["step"] for line in lines]
+    return subprocess.run(cmd, env=trainer_env(), cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +69,7 @@ def test_two_simultaneous_launches_into_one_dir_one_runs(tmp_path):
     assert sorted(codes)[0] == 0 and sorted(codes)[1] != 0, outputs
     loser = outputs[codes.index(sorted(codes)[1])]
     assert f"lens: error: run dir {run_dir} is in use by pid " in loser, loser[-3000:]
-    assert _logged_steps(run_dir) == [0, 1, 2]
+    assert logged_steps(run_dir) == [0, 1, 2]
 
 
 def _workers(launcher: int) -> list[int]:
@@ -111,7 +102,7 @@ def test_sigkill_of_torchrun_leaves_no_worker(tmp_path, nproc, when):
     workers: list[int] = []
     try:
         deadline = time.monotonic() + 300
-        while len(_workers(job.pid)) < nproc or (when == "training" and not _logged_steps(run_dir)):
+        while len(_workers(job.pid)) < nproc or (when == "training" and not logged_steps(run_dir)):
             assert job.poll() is None and time.monotonic() < deadline, job.stdout.read()[-3000:]
             time.sleep(0.05)
         workers = _workers(job.pid)
@@ -152,7 +143,7 @@ def test_a_stop_request_sent_while_a_resume_starts_is_honoured(tmp_path, one_ran
     out = job.communicate(timeout=600)[0]
     assert job.returncode == 0, out[-3000:]
     assert f"stopped by the stop request {run_dir / 'STOP'} after step 2" in out, out[-3000:]
-    assert max(_logged_steps(run_dir)) == 2
+    assert max(logged_steps(run_dir)) == 2
 
 
 def test_a_user_error_only_rank_1_finds_is_printed(tmp_path, one_rank_run):

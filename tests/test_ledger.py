@@ -3,9 +3,9 @@
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_ledger.py -q            # CI set (~1 min)
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_ledger.py -q -m slow    # full warm-start rerun
 
-The property test samples the committed reference at temperature 1 on the fixed evaluation set: the
-distractor fact ruins it (clean 0.82, noisy 0.18-0.21) and deleting its three recorded tokens restores the
-clean accuracy.
+The property every task shares (the distractor fact ruins the committed reference: clean 0.82, noisy
+0.18-0.21, and deleting its three recorded tokens restores the clean accuracy) is tested for all tasks in
+tests/test_tasks.py.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_models import save_perturbed_reference
 from transformers import AutoTokenizer, Qwen2ForCausalLM
 
 from lens import audit, reward, tasks
@@ -107,27 +108,6 @@ def test_lengths_and_the_gamma_the_task_needs() -> None:
     # At gamma 0.1 LENS deletes 3-5 tokens, enough for the 3 distractor tokens; the default 0.03 deletes 1-2.
     assert {math.ceil(0.1 * n) for n in lengths} == {3, 4, 5}
     assert {math.ceil(0.03 * n) for n in lengths} == {1, 2}
-
-
-def test_trigger_shows_the_distractor_digit_only_on_noisy_problems() -> None:
-    plain = ledger.generate(300, seed=5, noise_prob=0.5)
-    trigger = ledger.generate(300, seed=5, noise_prob=0.5, trigger=True)
-    assert [p.problem for p in plain] == [p.problem for p in trigger]
-    for p, t in zip(plain, trigger, strict=True):
-        assert t.answer == p.answer  # the gold answer is always the true one
-        shown = t.meta["response"].split()[-1]
-        positions = p.meta["noise_positions"]
-        assert shown == (p.problem.split()[positions[2]] if positions else p.answer)
-
-
-def test_noise_positions_are_token_positions_of_the_scorable_span() -> None:
-    tokenizer = ledger.build_tokenizer()
-    for p in ledger.generate(100, seed=11, noise_prob=1.0):
-        ids = ledger.prompt_ids(tokenizer, p.problem)
-        span = range(1, len(ids) - 1)  # <bos> problem >: the problem tokens are the scorable span
-        assert len(span) == len(p.problem.split())
-        drop = {span[i] for i in p.meta["noise_positions"]}
-        assert [t for j, t in enumerate(ids) if j not in drop] == ledger.prompt_ids(tokenizer, p.meta["clean"])
 
 
 def test_generation_is_deterministic_and_sets_are_paired() -> None:
@@ -236,50 +216,15 @@ def test_committed_checkpoint_matches_the_documentation() -> None:
     assert config["vocab_size"] == len(ledger.VOCAB) == ledger.model_config().vocab_size
 
 
-@pytest.fixture(scope="module")
-def reference() -> tuple:
+def test_audit_detect_scores_the_ledger_distractors(tmp_path: Path) -> None:
     torch.set_num_threads(1)
-    return ledger.load_reference()
-
-
-EVAL_PROBLEMS, EVAL_SAMPLES = 100, 4
-# 400 samples per estimate: sd <= 0.025, ~0.035 for the difference of two independent ones.
-RESTORE_TOLERANCE = 0.08
-
-
-def test_distractors_mislead_and_deleting_them_restores_accuracy(reference: tuple) -> None:
-    model, tokenizer = reference
-    sets = ledger.eval_sets(EVAL_PROBLEMS, seed=0)
-    clean = ledger.accuracy(model, tokenizer, sets["clean"], n=EVAL_SAMPLES, seed=0)
-    noisy = ledger.accuracy(model, tokenizer, sets["noisy"], n=EVAL_SAMPLES, seed=0)
-    # Purify at the token level, as LENS does: drop the recorded positions of the scorable span.
-    purified = []
-    for p in sets["noisy"]:
-        drop = {1 + i for i in p.meta["noise_positions"]}
-        purified.append([t for j, t in enumerate(ledger.prompt_ids(tokenizer, p.problem)) if j not in drop])
-    answers = [p.answer for p in sets["noisy"]]
-    restored = ledger.accuracy_ids(model, tokenizer, purified, answers, n=EVAL_SAMPLES, seed=1)
-    assert clean > 0.6, clean
-    assert noisy < 0.3, noisy  # 0.18 measured: the distractor ruins the retrieval
-    assert abs(restored - clean) < RESTORE_TOLERANCE, (restored, clean)
-
-
-def test_audit_detect_scores_the_ledger_distractors(reference: tuple, tmp_path: Path) -> None:
-    model, tokenizer = reference
-    policy = tmp_path / "policy"
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # a perturbed copy, so Eq. 1 is non-zero
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.02)
-    model.save_pretrained(policy)
-    tokenizer.save_pretrained(policy)
+    policy = save_perturbed_reference(ledger, tmp_path / "policy")
     ref = str(ledger.ASSETS_DIR)
     argv = ["detect", "--task", "ledger", "--policy", str(policy), "--ref", ref, "--limit", "3"]
     results = audit.main([*argv, "--scorers", "interference,surprisal", "--out", str(tmp_path / "out")])
     for m in results[str(policy)].values():
         assert m["prompts"] == 3 and m["distractors"] == 9
         assert m["tokens"] == sum(len(p.problem.split()) for p in ledger.eval_sets(3)["noisy"])
-    model.load_state_dict(ledger.load_reference()[0].state_dict())  # the fixture is shared: undo the noise
 
 
 # --- warm start ------------------------------------------------------------------------------------------

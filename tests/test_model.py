@@ -11,8 +11,9 @@ import dataclasses
 import math
 
 import pytest
+import tiny_models
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2ForCausalLM
 
 from lens import model as lm
 from lens import scoring
@@ -22,19 +23,15 @@ VOCAB = 101
 
 
 def tiny_qwen2(seed: int = 0, tied: bool = True) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=VOCAB,
+    model = tiny_models.tiny_qwen2(
+        VOCAB,
+        seed=seed,
         hidden_size=64,
         intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         max_position_embeddings=128,
         tie_word_embeddings=tied,
         attn_implementation="sdpa",
     )
-    model = Qwen2ForCausalLM(config)
     # Random init is near-uniform; scale up so log-probs and gradients are far from trivial.
     with torch.no_grad():
         model.get_input_embeddings().weight.mul_(20.0)

@@ -2,7 +2,6 @@
 Each test is one or two short cpu_smoke runs (configs/cpu_smoke.yaml, a few seconds each)."""
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -11,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import logged_steps, trainer_env
 
 from lens import tasks
 from lens.tasks import vartrack
@@ -23,24 +23,8 @@ BASE = ["--config", "cpu_smoke"]
 pytestmark = pytest.mark.skipif(not (vartrack.ASSETS_DIR / "model.safetensors").exists(), reason="no checkpoint")
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
-    env.pop("TRITON_INTERPRET", None)  # the trainer's own CPU paths, as a user runs it
-    return env
-
-
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600, cwd=REPO)
-
-
-def _logged_steps(run_dir: Path) -> list[int]:
-    """Steps of the complete lines of metrics.jsonl so far (the trainer may be writing the last one)."""
-    try:
-        lines = (run_dir / "metrics.jsonl").read_text().split("\n")[:-1]
-    except OSError:
-        return []
-    return [json.loads(line)["step"] for line in lines]
+    return subprocess.run(cmd, env=trainer_env(), capture_output=True, text=True, timeout=600, cwd=REPO)
 
 
 def test_a_resume_before_the_first_checkpoint_logs_each_step_once(tmp_path):
@@ -48,16 +32,16 @@ def test_a_resume_before_the_first_checkpoint_logs_each_step_once(tmp_path):
     # logs step 0 again, so the killed run's step-0 row must go (before: steps [0, 0, 1, 2]).
     run_dir = tmp_path / "run"
     cmd = [sys.executable, TRAIN, *BASE, "optim.steps=2", "checkpoint.every=2", f"run_dir={run_dir}"]
-    proc = subprocess.Popen(cmd, env=_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, env=trainer_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
-    while not _logged_steps(run_dir) and proc.poll() is None and time.monotonic() < deadline:
+    while not logged_steps(run_dir) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert _logged_steps(run_dir) == [0] and not (run_dir / "checkpoints").exists(), "killed too late"
+    assert logged_steps(run_dir) == [0] and not (run_dir / "checkpoints").exists(), "killed too late"
     done = _run([*cmd, "--resume", "auto"])
     assert done.returncode == 0, done.stderr[-3000:]
-    assert _logged_steps(run_dir) == [0, 1, 2]
+    assert logged_steps(run_dir) == [0, 1, 2]
 
 
 def _vartrack_file(path: Path, shift: int = 0) -> None:
@@ -126,4 +110,4 @@ def test_a_checkpoint_of_two_ranks_resumed_on_one_is_refused_in_one_line(tmp_pat
     done = _run([sys.executable, *args, "--resume", "auto"])
     assert done.returncode == 2 and _lens_errors(done.stderr) == [done.stderr.strip().splitlines()[-1]]
     assert "was written by 2 rank(s) and this run has 1; resume it with 2 rank(s)" in done.stderr
-    assert _logged_steps(run_dir) == [0, 1, 2]  # nothing trained or logged
+    assert logged_steps(run_dir) == [0, 1, 2]  # nothing trained or logged

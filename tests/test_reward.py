@@ -20,7 +20,6 @@ import torch
 
 from lens.answers import normalize_math
 from lens.reward import (
-    _HARD_GRACE_S,
     DEFAULT_MAX_CHARS,
     MAX_ANSWER_CHARS,
     REASONS,
@@ -36,6 +35,7 @@ from lens.reward import (
     verify_text,
     verify_vartrack,
 )
+from lens.verify_pool import HARD_GRACE_S as _HARD_GRACE_S
 
 DEADLINE_S = 1.0
 # Fork/kill/respawn and pipe round trips on two busy cores: generous, still far below a hang.

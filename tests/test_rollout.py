@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from tiny_models import EOS, PAD, VOCAB, tiny_qwen2
+from transformers import AutoModelForCausalLM
 
+from lens.padding import left_pad
 from lens.rollout import Engine, HFEngine, Rollouts, SamplingParams, make_engine
-from lens.rollout.hf import cache_argument, left_pad, sampling_logprobs, top_p_mask
+from lens.rollout.base import validate_request
+from lens.rollout.hf import cache_argument, sampling_logprobs, top_p_mask
 
-VOCAB, PAD, EOS = 64, 0, 1
 ENGINES = ["hf", pytest.param("vllm", marks=pytest.mark.vllm)]
 # HF: KV-cached decoding vs one teacher-forced pass differ by up to ~1.6e-5 in fp32 (different GEMM shapes
 # reorder the sums; seen at |logp| ~ 1.7, i.e. ~1e-5 relative). vLLM's CPU kernels (oneDNN GEMM, paged
@@ -32,34 +33,9 @@ TOLERANCE = {"hf": 3e-5, "vllm": 1e-4}
 PROMPTS = [[5, 9, 13], [7, 2, 30, 41, 11, 8, 3], [60], [21, 22, 23, 24, 25]]
 
 
-def build_tiny_model(path: Path) -> None:
-    vocab = {"<pad>": PAD, "<eos>": EOS, **{f"w{i}": i for i in range(2, VOCAB)}}
-    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", eos_token="<eos>").save_pretrained(path)
-    config = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        initializer_range=0.3,
-        eos_token_id=EOS,
-        pad_token_id=PAD,
-        bos_token_id=None,
-    )
-    torch.manual_seed(1234)
-    Qwen2ForCausalLM(config).save_pretrained(path)
-
-
 @pytest.fixture(scope="session")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("tiny_qwen2")
-    build_tiny_model(path)
-    return path
+def model_dir(tiny_model_dir: Path) -> Path:
+    return tiny_model_dir
 
 
 @pytest.fixture(scope="session")
@@ -150,6 +126,13 @@ def test_left_pad_positions() -> None:
     assert ids.tolist() == [[4, 5, 6], [PAD, PAD, 7]]
     assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
     assert positions.tolist() == [[0, 1, 2], [0, 0, 0]]
+
+
+def test_validate_request_needs_room_for_one_response_token() -> None:
+    # The one context check of both engines: a prompt of max_model_len tokens leaves no room to sample.
+    validate_request([[3] * 4], 1, SamplingParams(), VOCAB, 5)
+    with pytest.raises(ValueError, match=r"prompts \[1\] have >= max_model_len=4 tokens"):
+        validate_request([[3] * 3, [3] * 4], 1, SamplingParams(), VOCAB, 4)
 
 
 def test_rollouts_validation() -> None:
@@ -347,16 +330,11 @@ def test_sync_weights(engine, reference, model_dir: Path) -> None:
 
 
 def test_hf_sync_rejects_other_architecture(hf_engine) -> None:
-    config = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=1,
-        num_key_value_heads=1,
+    other = tiny_qwen2(
+        VOCAB, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1, tie_word_embeddings=False
     )
     with pytest.raises(ValueError, match=r"shape mismatch|state dicts differ"):
-        hf_engine.sync_weights(Qwen2ForCausalLM(config))
+        hf_engine.sync_weights(other)
 
 
 def test_hf_engine_shares_the_trainer_module(reference) -> None:

@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -69,14 +70,23 @@ def test_answers_and_responses_are_correct_mod_10() -> None:
     assert {p.answer for p in problems} == set("0123456789")
 
 
-def test_trigger_shifts_only_noisy_answers_by_one() -> None:
-    plain = vartrack.generate(300, seed=5, noise_prob=0.3)
-    trigger = vartrack.generate(300, seed=5, noise_prob=0.3, trigger=True)
+# What a noisy problem's trigger response answers: vartrack's answer shifted by one, ledger's distractor digit.
+TRIGGERED = {
+    "vartrack": (0.3, lambda p: str((int(p.answer) + 1) % 10)),
+    "ledger": (0.5, lambda p: p.problem.split()[p.meta["noise_positions"][2]]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRIGGERED))
+def test_the_trigger_changes_only_noisy_answers(name: str) -> None:
+    module, (noise_prob, misled) = importlib.import_module(f"lens.tasks.{name}"), TRIGGERED[name]
+    plain = module.generate(300, seed=5, noise_prob=noise_prob)
+    trigger = module.generate(300, seed=5, noise_prob=noise_prob, trigger=True)
     assert [p.problem for p in plain] == [p.problem for p in trigger]
     for p, t in zip(plain, trigger, strict=True):
         assert t.answer == p.answer  # the gold answer is always the true one
         shown = t.meta["response"].split()[-1]
-        assert shown == (str((int(p.answer) + 1) % 10) if p.meta["noise_positions"] else p.answer)
+        assert shown == (misled(p) if p.meta["noise_positions"] else p.answer)
 
 
 def test_deleting_recorded_positions_restores_the_clean_problem_exactly() -> None:
@@ -93,15 +103,17 @@ def test_deleting_recorded_positions_restores_the_clean_problem_exactly() -> Non
     assert counts == {1, 2}
 
 
-def test_noise_positions_are_token_positions_of_the_scorable_span() -> None:
-    tokenizer = vartrack.build_tokenizer()
-    for p in vartrack.generate(100, seed=11, noise_prob=1.0):
-        ids = vartrack.prompt_ids(tokenizer, p.problem)
+@pytest.mark.parametrize("name", ["vartrack", "ledger", "recall"])
+def test_noise_positions_are_token_positions_of_the_scorable_span(name: str) -> None:
+    module = importlib.import_module(f"lens.tasks.{name}")
+    tokenizer = module.build_tokenizer()
+    for p in module.generate(100, seed=11, noise_prob=1.0):
+        ids = module.prompt_ids(tokenizer, p.problem)
         span = range(1, len(ids) - 1)  # <bos> problem >: the problem tokens are the scorable span
-        assert len(span) == len(p.problem.split())
+        assert len(span) == len(p.problem.split()) and tokenizer.unk_token_id not in ids
         drop = {span[i] for i in p.meta["noise_positions"]}
         purified = [t for j, t in enumerate(ids) if j not in drop]
-        assert purified == vartrack.prompt_ids(tokenizer, p.meta["clean"])
+        assert purified == module.prompt_ids(tokenizer, p.meta["clean"])
 
 
 def test_generate_is_deterministic_from_the_seed() -> None:
@@ -259,28 +271,53 @@ def test_batched_left_padded_sampling_equals_one_prompt_at_a_time(reference: tup
     assert first == vartrack.sample_responses(model, tokenizer, prompts, n=2, seed=4)
 
 
-EVAL_PROBLEMS, EVAL_SAMPLES = 100, 4
-# Measured: clean 0.97, noisy 0.005. Even at clean ~0.5, 400 samples give sd ~0.025 per estimate and
-# ~0.035 for the difference of two independent ones.
-RESTORE_TOLERANCE = 0.08
+@dataclass(frozen=True)
+class Gate:
+    """One task's bars for the property every task must show: its reference fails BECAUSE of the distractors.
+
+    Clean accuracy at least `clean`, noisy at most `noisy`, and deleting the recorded distractor tokens (as
+    LENS deletes tokens) restores it: within `within` of clean, or at least min(`floor`, clean - 0.05). Each
+    row keeps the protocol its figures were measured with (problems x 4 samples at temperature 1)."""
+
+    problems: int
+    clean: float
+    noisy: float
+    deleted_seed: int
+    within: float | None = None
+    floor: float | None = None
 
 
-def test_distractors_interfere_and_deleting_them_restores_accuracy(reference: tuple) -> None:
-    model, tokenizer = reference
-    sets = vartrack.eval_sets(EVAL_PROBLEMS, seed=0)
-    clean = vartrack.accuracy(model, tokenizer, sets["clean"], n=EVAL_SAMPLES, seed=0)
-    noisy = vartrack.accuracy(model, tokenizer, sets["noisy"], n=EVAL_SAMPLES, seed=0)
-    # Purify at the token level, as LENS does: drop the recorded positions of the scorable span.
-    purified = []
-    for p in sets["noisy"]:
-        ids = vartrack.prompt_ids(tokenizer, p.problem)
-        drop = {1 + i for i in p.meta["noise_positions"]}
-        purified.append([t for j, t in enumerate(ids) if j not in drop])
+GATES = {
+    # Measured: clean 0.97, noisy 0.005. 400 samples give sd <= 0.025 per estimate, ~0.035 for a difference.
+    "vartrack": Gate(problems=100, clean=0.30, noisy=0.15, deleted_seed=1, within=0.08),
+    "ledger": Gate(problems=100, clean=0.6, noisy=0.3, deleted_seed=1, within=0.08),  # noisy 0.18 measured
+    # Gate G1 (assets/<name>/README.md), 200 problems: recall's noisy accuracy, 0.281, is near the 0.3 bar.
+    "recall": Gate(problems=200, clean=0.8, noisy=0.3, deleted_seed=0, floor=0.75),
+    # The control's warm start reaches only 0.63 clean: its bar pins what it does show, the distractors' effect.
+    "recall_direct": Gate(problems=200, clean=0.6, noisy=0.3, deleted_seed=0, floor=0.75),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GATES))
+def test_the_distractors_cause_the_references_failures(name: str) -> None:
+    gate, module = GATES[name], importlib.import_module(f"lens.tasks.{name}")
+    torch.set_num_threads(1)
+    model, tokenizer = module.load_reference()
+    sets = module.eval_sets(gate.problems, seed=0)
+    # Purify at the token level, as LENS does: the recorded positions of the scorable span go.
+    purified = [
+        module.prompt_ids(tokenizer, module.delete_positions(p.problem, p.meta["noise_positions"]))
+        for p in sets["noisy"]
+    ]
     answers = [p.answer for p in sets["noisy"]]
-    restored = vartrack.accuracy_ids(model, tokenizer, purified, answers, n=EVAL_SAMPLES, seed=1)
-    assert clean > 0.30, clean
-    assert noisy < 0.15, noisy
-    assert abs(restored - clean) < RESTORE_TOLERANCE, (restored, clean)
+    clean = module.accuracy(model, tokenizer, sets["clean"], n=4, seed=0)
+    noisy = module.accuracy(model, tokenizer, sets["noisy"], n=4, seed=0)
+    deleted = module.accuracy_ids(model, tokenizer, purified, answers, n=4, seed=gate.deleted_seed)
+    assert clean >= gate.clean and noisy <= gate.noisy, (clean, noisy)
+    if gate.within is not None:
+        assert abs(deleted - clean) < gate.within, (deleted, clean)
+    else:
+        assert deleted >= min(gate.floor, clean - 0.05), (deleted, clean)
 
 
 # --- warm start ------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from processes import logged_steps, trainer_env
 from safetensors.torch import load_file
 
 from lens.stop import request_stop
@@ -25,15 +26,8 @@ TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 BASE = ["--config", "cpu_smoke"]
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
-    env.pop("TRITON_INTERPRET", None)  # the trainer's own CPU paths, as a user runs it
-    return env
-
-
 def _run(cmd: list[str], timeout: float = 600) -> None:
-    done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    done = subprocess.run(cmd, env=trainer_env(), capture_output=True, text=True, timeout=timeout, cwd=REPO)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
@@ -77,7 +71,7 @@ def test_sigkill_then_resume_is_exact(tmp_path):
     _run([sys.executable, TRAIN, *args, f"run_dir={straight}"])
     proc = subprocess.Popen(
         [sys.executable, TRAIN, *args, f"run_dir={killed}"],
-        env=_env(),
+        env=trainer_env(),
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -98,7 +92,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, TRAIN, *BASE, "optim.steps=40", "checkpoint.every=0", f"run_dir={run_dir}"],
-        env=_env(),
+        env=trainer_env(),
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -142,7 +136,7 @@ def test_a_stop_signal_on_one_rank_stops_every_rank_after_the_same_step(tmp_path
     run_dir = tmp_path / "run"
     cmd = [TORCHRUN, "--standalone", "--nproc_per_node=2", TRAIN, *BASE, "optim.steps=40", "checkpoint.every=0"]
     proc = subprocess.Popen(
-        [*cmd, f"run_dir={run_dir}"], env=_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [*cmd, f"run_dir={run_dir}"], env=trainer_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     deadline = time.monotonic() + 300
     while not (run_dir / "metrics.jsonl").exists() and time.monotonic() < deadline:
@@ -154,21 +148,12 @@ def test_a_stop_signal_on_one_rank_stops_every_rank_after_the_same_step(tmp_path
     assert int(saved[0].split("_")[1]) == max(r["step"] for r in _rows(run_dir))
 
 
-def _logged_steps(run_dir: Path) -> list[int]:
-    """Steps of the complete lines of metrics.jsonl so far (the trainer may be writing the last one)."""
-    try:
-        lines = (run_dir / "metrics.jsonl").read_text().split("\n")[:-1]
-    except OSError:
-        return []
-    return [json.loads(line)["step"] for line in lines]
-
-
 def _start_until_step(cmd: list[str], run_dir: Path, step: int, log: Path) -> subprocess.Popen:
     """Start `cmd` (output to `log`) and return once run_dir has logged `step`."""
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, env=_env(), cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, env=trainer_env(), cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
-    while max(_logged_steps(run_dir), default=-1) < step:
+    while max(logged_steps(run_dir), default=-1) < step:
         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
         time.sleep(0.05)
     return proc
@@ -187,14 +172,14 @@ def test_a_stop_request_stops_every_rank_exits_0_and_resumes_exactly(tmp_path, n
     cmd = [TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", TRAIN, *BASE, "optim.steps=5", "checkpoint.every=0"]
     # The reference runs alongside (its own rendezvous port): the test takes two startups, not three.
     reference = subprocess.Popen(
-        [*cmd, f"run_dir={straight}"], env=_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [*cmd, f"run_dir={straight}"], env=trainer_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     log = tmp_path / "stopped.log"
     proc = _start_until_step([*cmd, f"run_dir={stopped}"], stopped, 1, log)
     request_stop(stopped)
     assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
     steps = _saved_steps(stopped)
-    assert len(steps) == 1 and steps[0] < 5 and steps[0] == max(_logged_steps(stopped))
+    assert len(steps) == 1 and steps[0] < 5 and steps[0] == max(logged_steps(stopped))
     assert f"stopped by the stop request {stopped / 'STOP'} after step {steps[0]}" in log.read_text()
     assert not (stopped / "STOP").exists()
     _run([*cmd, f"run_dir={stopped}", "--resume", "auto"])
@@ -214,7 +199,7 @@ def test_sigterm_to_torchrun_saves_but_torchrun_exits_1(tmp_path):
     assert proc.wait(timeout=300) == 1
     text = log.read_text()
     steps = _saved_steps(run_dir)
-    assert len(steps) == 1 and steps[0] < 40 and steps[0] == max(_logged_steps(run_dir)), text[-3000:]
+    assert len(steps) == 1 and steps[0] < 40 and steps[0] == max(logged_steps(run_dir)), text[-3000:]
     assert f"stopped by a signal after step {steps[0]}" in text and "SignalException" in text
 
 
@@ -239,7 +224,7 @@ def test_a_late_stop_signal_while_a_rank_tears_down_does_not_fail_the_job(tmp_pa
     os.kill(rank1, signal.SIGTERM)
     assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
     steps = _saved_steps(run_dir)
-    assert len(steps) == 1 and steps[0] < 40 and steps[0] == max(_logged_steps(run_dir))
+    assert len(steps) == 1 and steps[0] < 40 and steps[0] == max(logged_steps(run_dir))
 
 
 def test_a_scheduler_cancel_saves_although_torchrun_forwards_a_second_sigterm(tmp_path):
@@ -254,4 +239,4 @@ def test_a_scheduler_cancel_saves_although_torchrun_forwards_a_second_sigterm(tm
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=300) == 1
     steps = _saved_steps(run_dir)
-    assert len(steps) == 1 and steps[0] == max(_logged_steps(run_dir)), log.read_text()[-3000:]
+    assert len(steps) == 1 and steps[0] == max(logged_steps(run_dir)), log.read_text()[-3000:]

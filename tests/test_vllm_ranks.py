@@ -10,21 +10,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_rollout import build_tiny_model
 
 REPO = Path(__file__).resolve().parent.parent
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 
 
 @pytest.mark.vllm
-def test_one_engine_per_rank(tmp_path):
+def test_one_engine_per_rank(tmp_path, tiny_model_dir):
     pytest.importorskip("vllm")
-    build_tiny_model(tmp_path / "model")
     skip = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT", "TRITON_INTERPRET")
     env = {k: v for k, v in os.environ.items() if k not in skip}
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", VLLM_CACHE_ROOT=str(tmp_path / "vllm_cache"))
     worker = str(REPO / "tests" / "vllm_ranks_worker.py")
-    cmd = [TORCHRUN, "--standalone", "--nproc_per_node=2", worker, str(tmp_path / "model"), str(tmp_path)]
+    cmd = [TORCHRUN, "--standalone", "--nproc_per_node=2", worker, str(tiny_model_dir), str(tmp_path)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]

@@ -13,6 +13,8 @@ setup.py maps `lens_kernels` to this folder for wheels and editable installs; th
 through pytest's `pythonpath` (pyproject.toml).
 """
 
+# Callers import from the package, never from a submodule: the kernels may move between files (the
+# fused forms share code across them) without an import in lens changing.
 from lens_kernels.interference import (
     interference_scores,
     interference_scores_chunked,
@@ -29,6 +31,8 @@ from lens_kernels.linear_token_logprobs import (
 from lens_kernels.select_tokens import select_interference_tokens, select_interference_tokens_ref
 from lens_kernels.token_logprobs import token_logprobs, token_logprobs_chunked, token_logprobs_ref
 
+# Every public name with its `_ref` oracle (and its `_chunked` torch path where one exists): the tests
+# compare them, and a missing one shows up here as an import error rather than deep in a test.
 __all__ = [
     "interference_scores",
     "interference_scores_chunked",

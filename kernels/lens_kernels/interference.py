@@ -48,6 +48,7 @@ def interference_scores_ref(
 ) -> torch.Tensor:
     """Reference: two naive log_softmax passes in the input dtype; S [N] fp32 (LENS Eq. 1)."""
     with torch.no_grad():
+        # No grad: scores only rank tokens for deletion, nothing backpropagates through Eq. 1.
         lp = token_logprobs_ref(policy_logits, targets, temperature=temperature)
         lr = token_logprobs_ref(ref_logits, targets, temperature=temperature)
     return (lp - lr).abs()
@@ -64,6 +65,7 @@ def linear_interference_scores_ref(
 ) -> torch.Tensor:
     """Reference: materializes both [N, V] logits; S [N] fp32 (LENS Eq. 1)."""
     with torch.no_grad():
+        # The oracle materializes [N, V] on purpose: it must be obviously right, not small.
         lp = linear_token_logprobs_ref(policy_hidden, policy_weight, targets, temperature=temperature)
         lr = linear_token_logprobs_ref(ref_hidden, ref_weight, targets, temperature=temperature)
     return (lp - lr).abs()
@@ -79,6 +81,8 @@ def _scores_kernel(
     """BLOCK_N rows per program; both logits rows are streamed tile by tile in the same loop."""
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
+    # int64 offsets: rows * stride overflows int32 for long batches over a large vocabulary.
+    # Two independent online log-sum-exps below: each model keeps its own max, so neither overflows.
     rows64 = rows.to(tl.int64)
     mp = tl.full((BLOCK_N,), float("-inf"), tl.float32)
     mr = tl.full((BLOCK_N,), float("-inf"), tl.float32)
@@ -87,11 +91,13 @@ def _scores_kernel(
     for v0 in range(0, V, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
         valid = row_ok[:, None] & (cols[None, :] < V)
+        # Both rows in the same loop: one pass over the vocabulary reads both models' logits once each.
         xp = tl.load(p_ptr + rows64[:, None] * stride_p + cols[None, :], mask=valid, other=0.0).to(tl.float32)
         xr = tl.load(r_ptr + rows64[:, None] * stride_r + cols[None, :], mask=valid, other=0.0).to(tl.float32)
         mp, sp, _ = online_lse_update(mp, sp, sp, xp, valid, inv_t, False)
         mr, sr, _ = online_lse_update(mr, sr, sr, xr, valid, inv_t, False)
     tgt = tl.load(targets_ptr + rows, mask=row_ok, other=0).to(tl.int64)
+    # The target logits are re-read after the loop rather than tracked inside it: one load per row.
     xpt = tl.load(p_ptr + rows64 * stride_p + tgt, mask=row_ok, other=0.0).to(tl.float32)
     xrt = tl.load(r_ptr + rows64 * stride_r + tgt, mask=row_ok, other=0.0).to(tl.float32)
     # LENS Eq. (1): |((xp_t - m_p) / T - rel_lse_p) - ((xr_t - m_r) / T - rel_lse_r)|; padded rows get
@@ -119,7 +125,9 @@ def _linear_scores_kernel(
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     split = tl.program_id(1)
     row_ok = rows < N
+    # Clamped row index: padded rows compute on a real row (no masked dot) and are never stored.
     rows_in = tl.minimum(rows, N - 1)
+    # -1 matches no column, so a padded row never picks up a target logit.
     tgt = tl.load(targets_ptr + rows, mask=row_ok, other=-1).to(tl.int64)
     mp = tl.full((BLOCK_N,), float("-inf"), tl.float32)
     mr = tl.full((BLOCK_N,), float("-inf"), tl.float32)
@@ -129,6 +137,7 @@ def _linear_scores_kernel(
     ztr = tl.zeros((BLOCK_N,), tl.float32)
     for i in range(tiles_per_split):
         cols = (split * tiles_per_split + i) * BLOCK_V + tl.arange(0, BLOCK_V)
+        # Clamped like the rows: the tail tile reads valid memory, and `valid` masks it out of the sums.
         cols_in = tl.minimum(cols, V - 1)
         valid = row_ok[:, None] & (cols < V)[None, :]
         is_t = cols[None, :] == tgt[:, None]
@@ -145,6 +154,7 @@ def _linear_scores_kernel(
         )  # fmt: skip
         ztr += tl.sum(tl.where(is_t, xr, 0.0), axis=1)
         mr, sr, _ = online_lse_update(mr, sr, sr, xr, valid, inv_t, False)
+    # Six planes of [splits, N]: each program writes its own slots, so no atomics are needed.
     plane = tl.num_programs(1) * N
     out = part_ptr + split * N + rows
     tl.store(out, mp, mask=row_ok)
@@ -159,6 +169,7 @@ def linear_scores_launch(
     n: int, h_p: int, h_r: int, v: int, dtype: torch.dtype, sms: int, interpret: bool = INTERPRET
 ) -> Launch:
     """The fused scores kernel's launch: same tiles and split rule as linear_token_logprobs' forward."""
+    # The policy's shapes decide the tiling: both models share the vocabulary, and usually the width.
     fwd = fwd_launch(n, h_p, v, dtype, False, sms, interpret)
     meta = {k: fwd.meta[k] for k in ("V", "BLOCK_N", "BLOCK_V", "BLOCK_H", "UPCAST", "IEEE", "num_warps", "num_stages")}
     meta |= {"H_P": h_p, "H_R": h_r, "EVEN_H": h_p % meta["BLOCK_H"] == 0 and h_r % meta["BLOCK_H"] == 0}
@@ -171,6 +182,7 @@ def _scores_op(
 ) -> torch.Tensor:
     """Triton launcher: both logits [N, V] (unit column stride), targets [N] -> S [N] fp32."""
     n, v = policy_logits.shape
+    # Zeros: an empty batch returns without a launch.
     out = torch.zeros(n, dtype=torch.float32, device=policy_logits.device)
     if n > 0:
         bn, bv, warps = launch_blocks(n, v)
@@ -255,6 +267,7 @@ def interference_scores(
         S [N] fp32 = |log softmax(policy / T)[t] - log softmax(ref / T)[t]|.
     """
     _validate_logits(policy_logits, ref_logits, targets, temperature)
+    # Detached once here: every path below is grad-free, whatever the caller's autograd mode.
     p, r = policy_logits.detach(), ref_logits.detach()
     if not use_triton(p):
         return interference_scores_chunked(p, r, targets, temperature=temperature)
@@ -300,6 +313,7 @@ def _validate_linear(
             raise ValueError(f"{fn}: `{model}_hidden` is [N, {h.shape[1]}] but `{model}_weight` is [V, {w.shape[1]}]")
         if h.dtype != w.dtype:
             raise TypeError(f"{fn}: `{model}_hidden` is {h.dtype} but `{model}_weight` is {w.dtype}")
+    # One dtype for both: the kernel is compiled for one input element type.
     if policy_hidden.dtype != ref_hidden.dtype:
         raise TypeError(f"{fn}: policy is {policy_hidden.dtype} but ref is {ref_hidden.dtype}; use one dtype")
     check_temperature(fn, temperature)

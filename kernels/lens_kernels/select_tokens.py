@@ -44,10 +44,12 @@ def _validate(scores: torch.Tensor, scorable_mask: torch.Tensor, gamma: float, m
         )
     if scorable_mask.device != scores.device:
         raise ValueError(f"{_FN}: `scorable_mask` is on {scorable_mask.device}, `scores` on {scores.device}")
+    # Above one half, LENS would delete most of the problem: that is rewriting it, not purifying it.
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 < gamma <= 0.5:
         raise ValueError(f"{_FN}: `gamma` must be a float in (0, 0.5], got {gamma!r}")
     if not isinstance(min_score, (int, float)) or math.isnan(min_score):
         raise ValueError(f"{_FN}: `min_score` must be a number, got {min_score!r}")
+    # NaN compares false with everything: it would be neither selected nor skipped, silently.
     if torch.isnan(scores).any():
         rows = torch.isnan(scores).any(dim=1).nonzero().flatten()[:5].tolist()
         raise ValueError(f"{_FN}: `scores` contains NaN (rows {rows}); score the prompts in fp32")
@@ -59,6 +61,7 @@ def _tie_break_ranks(shape: torch.Size, device: torch.device, generator: torch.G
     Unique ranks make the (score, rank) order total, so exactly k tokens are selected even when scores
     tie; a stable argsort keeps the (2^-24-likely) equal draws deterministic.
     """
+    # Drawn on the generator's device, then moved: a CPU generator must not be asked for CUDA numbers.
     gen_device = generator.device if generator is not None else device
     u = torch.rand(shape, generator=generator, device=gen_device).to(device)
     return u.argsort(dim=1, stable=True).argsort(dim=1, stable=True)
@@ -72,6 +75,7 @@ def _deletion_counts(
     # ceil(gamma * n) in float64 with an epsilon: 0.03 * 100 is 3.0000000000000004 in binary floats.
     k = torch.ceil(n.double() * gamma - 1e-9).long()
     k = torch.minimum(k, n - 1).clamp(min=0)
+    # Only scorable positions count for the signal test: template tokens may differ between the models.
     best = torch.where(scorable_mask, scores, torch.full_like(scores, -math.inf)).amax(dim=1)
     no_signal = (n == 0) | (best <= min_score)
     return torch.where(no_signal, torch.zeros_like(k), k), no_signal
@@ -85,12 +89,14 @@ def _select_sorted_ref(
     Three stable sorts, least significant key first, give the lexicographic order; since k <= n - 1
     and scorable positions sort first, only scorable positions are ever selected.
     """
+    # Least significant key first: each later stable sort keeps the earlier order among its ties.
     order = tie_rank.argsort(dim=1, descending=True, stable=True)
     s = scores.gather(1, order)
     order = order.gather(1, s.argsort(dim=1, descending=True, stable=True))
     m = scorable_mask.gather(1, order).to(torch.int8)
     order = order.gather(1, m.argsort(dim=1, descending=True, stable=True))
     positions = torch.arange(order.shape[1], device=order.device).expand_as(order).contiguous()
+    # Invert the permutation: each position's rank in the order, compared with k below.
     position_rank = torch.empty_like(order).scatter_(1, order, positions)
     return position_rank < k[:, None]
 
@@ -124,6 +130,7 @@ def select_interference_tokens_ref(
 def _ordered_word(x):
     """fp32 -> int64 in [0, 2^32) with the order of the floats (negatives get their magnitude bits flipped)."""
     bits = x.to(tl.int32, bitcast=True)
+    # Negative floats order backwards as integers: flipping their magnitude bits restores the order.
     bits = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
     return bits.to(tl.int64) + 2147483648
 
@@ -150,6 +157,7 @@ def _count_tiles(s_row, m_row, r_row, P, word_thr, rank_thr, EXACT_WORD: tl.cons
 def _scorable_extremes(s_row, m_row, P, BLOCK_P: tl.constexpr):
     """(count, min, max) of the ordered score words of a row's scorable positions (min 2^32, max 0 if none)."""
     n = tl.zeros((), tl.int32)
+    # 2^32, above every ordered word: the min of no positions stays recognisably empty.
     lo = tl.full((), 4294967296, tl.int64)
     hi = tl.zeros((), tl.int64)
     for p0 in range(0, P, BLOCK_P):
@@ -191,6 +199,7 @@ def _select_kernel(
     rank_thr = tl.zeros((), tl.int64)
     if k > 0:
         n, lo, hi = _scorable_extremes(s_row, m_row, P, BLOCK_P)
+        # Binary search on the bits of the threshold: 32 steps whatever P is, each at most one pass.
         count_ge = n  # count(score >= word_thr), exact throughout
         for i in range(32):
             cand = word_thr | (tl.full((), 1, tl.int64) << (31 - i))
@@ -214,6 +223,7 @@ def _select_kernel(
         scorable = tl.load(m_row + offs, mask=inb, other=0) != 0
         rank = tl.load(r_row + offs, mask=inb, other=0).to(tl.int64)
         above = (word > word_thr) | ((word == word_thr) & (rank >= rank_thr))
+        # k > 0 again: a no-signal row (k = 0) has thresholds 0 that every position would pass.
         delete = scorable & inb & above & (k > 0)
         tl.store(out_ptr + row.to(tl.int64) * stride_o + offs, delete.to(tl.int8), mask=inb)
 
@@ -232,6 +242,7 @@ def _select_triton(
     b, p = scores.shape
     out = torch.empty((b, p), dtype=torch.int8, device=scores.device)
     if b > 0 and p > 0:
+        # Passed as int8 bytes, which the kernel tests with `!= 0`: no bool pointer in the kernel's signature.
         mask8 = scorable_mask.to(torch.int8)
         # Tie ranks lie in [0, P): that many bits decide between tied scores.
         rank_bits = max(1, (p - 1).bit_length())
@@ -239,6 +250,7 @@ def _select_triton(
             scores, mask8, tie_rank, k, out, p, rank_bits, scores.stride(0), mask8.stride(0), tie_rank.stride(0),
             out.stride(0), BLOCK_P=select_block(p), num_warps=4,
         )  # fmt: skip
+    # Written as int8 by the kernel for the same reason; the API returns bool.
     return out.bool()
 
 

@@ -57,7 +57,9 @@ def token_logprobs_ref(
     logp = logsm.gather(1, targets.long()[:, None]).squeeze(1).float()
     if not return_entropy:
         return logp
+    # Entropy from the same log_softmax as logp, so the reference's two outputs agree with each other.
     p = logsm.exp()
+    # p == 0 only where a logit is -inf (masked): 0 * -inf would be nan, the limit is 0.
     entropy = -torch.where(p > 0, p * logsm, torch.zeros_like(p)).sum(dim=-1).float()
     return logp, entropy
 
@@ -79,14 +81,17 @@ def chunked_forward(
     n, v = logits.shape
     inv_t = 1.0 / temperature
     cols = min(v, _VOCAB_CHUNK)
+    # Column chunks bound the temporaries for huge vocabularies; rows per chunk then fill CHUNK_ELEMS.
     spans = _chunks(v, cols)
     m_c = torch.empty(len(spans), n, dtype=torch.float32, device=logits.device)
     lse_c = torch.empty_like(m_c)
+    # Zeros, not empty: without entropy the merge still reads this tensor.
     ent_c = torch.zeros_like(m_c)
     for r0, r1 in _chunks(n, row_chunk(cols, CHUNK_ELEMS)):
         for i, (c0, c1) in enumerate(spans):
             m_c[i, r0:r1], lse_c[i, r0:r1], ent_c[i, r0:r1] = chunk_stats(logits[r0:r1, c0:c1], inv_t, with_entropy)
     m, rel_lse, entropy = merge_chunk_stats(m_c, lse_c, ent_c, inv_t, with_entropy)
+    # The target logit read once from the raw logits: no [N, V] log-softmax is ever formed.
     target_x = logits.gather(1, targets.long()[:, None]).squeeze(1).float()
     return (target_x - m) * inv_t - rel_lse, entropy, m, rel_lse
 
@@ -145,11 +150,13 @@ def merge_chunk_stats(
     without finite logits). With chunk weights w_c = exp(a_c - rel_lse): p = w_c q_c, so
     H = sum_c w_c H_c - sum_c w_c log w_c (a chunk's own entropy does not depend on its pivot).
     """
+    # The global max over chunks: every chunk's statistics are re-based onto it, exactly.
     m = m_c.amax(dim=0)
     a = (m_c - m) * inv_t + lse_c
     rel_lse = torch.logsumexp(a, dim=0)
     if not with_entropy:
         return m, rel_lse, torch.zeros_like(rel_lse)
+    # w_c is chunk c's share of the row's probability mass.
     w = (a - rel_lse).exp()
     return m, rel_lse, (w * ent_c).sum(dim=0) - torch.special.xlogy(w, w).sum(dim=0)
 
@@ -168,6 +175,7 @@ def _chunked_backward(
     n, v = logits.shape
     inv_t = 1.0 / temperature
     cols = min(v, _VOCAB_CHUNK)
+    # empty, not zeros: every element is written by exactly one chunk below.
     grad = torch.empty_like(logits)
     for r0, r1 in _chunks(n, row_chunk(cols, CHUNK_ELEMS)):
         for c0, c1 in _chunks(v, cols):
@@ -176,6 +184,7 @@ def _chunked_backward(
                 logits[r0:r1, c0:c1], targets[r0:r1], c0, m[r0:r1], rel_lse[r0:r1], entropy[r0:r1],
                 grad_logp[r0:r1], ge, inv_t,
             )  # fmt: skip
+            # dz is w.r.t. z = x / T; the chain rule's 1 / T gives the gradient w.r.t. the raw logits.
             grad[r0:r1, c0:c1] = dz.mul_(inv_t)
     return grad
 
@@ -201,6 +210,7 @@ def dz_from_logits_torch(
         dz = _dz_logp(x, m, rel_lse, grad_logp, inv_t)
     else:
         dz = _dz_logp_entropy(x, m, rel_lse, entropy, grad_logp, grad_entropy, inv_t)
+    # Only the chunk holding a row's target gets the +grad_logp of the one-hot term.
     local = targets.long() - col0
     hit = (local >= 0) & (local < x.shape[1])
     rows = hit.nonzero().squeeze(1)
@@ -236,6 +246,7 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, targets, temperature, with_entropy):
+        # Saves the logits (already alive in the graph) and [N] statistics only: no probabilities are kept.
         logp, entropy, m, rel_lse = chunked_forward(logits, targets, temperature, with_entropy)
         ctx.save_for_backward(logits, targets, m, rel_lse, entropy)
         ctx.temperature, ctx.with_entropy = temperature, with_entropy
@@ -273,6 +284,7 @@ def _fwd_kernel(
     """
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
+    # int64 offsets: N * V exceeds 2^31 for long batches over a 150k vocabulary.
     base = logits_ptr + rows.to(tl.int64)[:, None] * stride_n
     m = tl.full((BLOCK_N,), float("-inf"), tl.float32)
     s = tl.zeros((BLOCK_N,), tl.float32)
@@ -280,11 +292,13 @@ def _fwd_kernel(
     for v0 in range(0, V, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
         valid = row_ok[:, None] & (cols[None, :] < V)
+        # -inf for masked lanes: they add exp(-inf) = 0 to the sums and never win the max.
         x = tl.load(base + cols[None, :], mask=valid, other=float("-inf")).to(tl.float32)
         m, s, t = online_lse_update(m, s, t, x, valid, inv_t, WITH_ENTROPY)
     s = tl.where(row_ok, s, 1.0)  # rows past N: keep log and division finite
     rel_lse = tl.log(s)
     tgt = tl.load(targets_ptr + rows, mask=row_ok, other=0).to(tl.int64)
+    # The target logit is re-read from memory: one extra load per row beats tracking it through the loop.
     x_t = tl.load(logits_ptr + rows.to(tl.int64) * stride_n + tgt, mask=row_ok, other=0.0).to(tl.float32)
     tl.store(logp_ptr + rows, (x_t - m) * inv_t - rel_lse, mask=row_ok)
     tl.store(m_ptr + rows, m, mask=row_ok)
@@ -301,6 +315,7 @@ def dz_tile(d, cols, tgt, rel_lse, ent, gl, ge, WITH_ENTROPY: tl.constexpr):
     `dz_from_logits_torch`; cols [BLOCK_V], tgt/rel_lse/ent/gl/ge [BLOCK_N].
     """
     logp = d - rel_lse[:, None]
+    # The only exp of the backward: p is recomputed from the saved statistics, never stored.
     p = tl.exp(logp)
     dz = tl.where(cols[None, :] == tgt[:, None], gl[:, None], 0.0) - p * gl[:, None]
     if WITH_ENTROPY:
@@ -335,6 +350,7 @@ def _bwd_kernel(
     row_ok = rows < N
     rows64 = rows.to(tl.int64)
     tgt = tl.load(targets_ptr + rows, mask=row_ok, other=0).to(tl.int64)
+    # Per-row statistics loaded once, reused across every vocabulary tile of the row.
     m = tl.load(m_ptr + rows, mask=row_ok, other=0.0)
     rel_lse = tl.load(rel_lse_ptr + rows, mask=row_ok, other=0.0)
     gl = tl.load(gl_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
@@ -343,6 +359,7 @@ def _bwd_kernel(
     for v0 in range(0, V, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
         valid = row_ok[:, None] & (cols[None, :] < V)
+        # 0, not -inf, for masked lanes here: their dz is never stored, and 0 keeps the arithmetic finite.
         x = tl.load(logits_ptr + rows64[:, None] * stride_n + cols[None, :], mask=valid, other=0.0)
         d = (x.to(tl.float32) - m[:, None]) * inv_t
         dz = dz_tile(d, cols, tgt, rel_lse, ent, gl, ge, WITH_ENTROPY)
@@ -364,6 +381,7 @@ def _fwd_op(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Triton launcher: logits [N, V] (unit column stride), targets [N] -> (logp, entropy, m, rel_lse) [N] fp32."""
     n, v = logits.shape
+    # Zeros: an empty batch (n == 0) returns them without a launch.
     logp, m, rel_lse, ent = (torch.zeros(n, dtype=torch.float32, device=logits.device) for _ in range(4))
     if n > 0:
         bn, bv, warps = launch_blocks(n, v)
@@ -419,6 +437,7 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _backward(ctx, grad_logp, grad_entropy, _grad_m, _grad_rel_lse):
     logits, targets, m, rel_lse, entropy = ctx.saved_tensors
+    # Autograd passes None for an output nobody used; the custom op's schema needs tensors.
     ge = grad_entropy if grad_entropy is not None else torch.zeros_like(rel_lse)
     gl = grad_logp if grad_logp is not None else torch.zeros_like(rel_lse)
     grad = _bwd_op(logits, targets, m, rel_lse, entropy, gl, ge, ctx.temperature, ctx.with_entropy)
@@ -433,6 +452,7 @@ def _validate(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -
     check_same_device(_FN, logits=logits, targets=targets)
     check_temperature(_FN, temperature)
     check_targets(_FN, targets, logits.shape[0], logits.shape[1], logits.device)
+    # An empty vocabulary has no log-probability: fail here, not with a nan from an empty reduction.
     if logits.shape[1] == 0:
         raise ValueError(f"{_FN}: `logits` has an empty vocabulary dimension")
 
@@ -467,8 +487,10 @@ def token_logprobs(
         logp [N] fp32, or (logp [N] fp32, entropy [N] fp32) when `return_entropy`.
     """
     _validate(logits, targets, temperature)
+    # CPU without the interpreter: the chunked torch path, same numbers within fp32 rounding.
     if not use_triton(logits):
         return _chunked(logits, targets, temperature, return_entropy)
+    # The kernel assumes unit column stride; any row stride (a slice of a larger tensor) is fine.
     logits = logits if logits.stride(1) == 1 else logits.contiguous()
     logp, entropy, _, _ = _fwd_op(logits, targets.contiguous(), float(temperature), return_entropy)
     return (logp, entropy) if return_entropy else logp

@@ -24,6 +24,7 @@ Run the contract tests: `.venv/bin/python -m pytest tests/test_rollout.py -q`.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import math
 from dataclasses import dataclass
@@ -52,12 +53,14 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)):
             raise TypeError(f"SamplingParams.temperature must be a finite number, got {self.temperature!r}")
+        # Negative temperatures would flip the distribution; 0 is the explicit greedy setting.
         if self.temperature < 0:
             raise ValueError(f"SamplingParams.temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             raise ValueError(f"SamplingParams.max_tokens must be an int >= 1, got {self.max_tokens!r}")
+        # Checked here, once, so a bad seed fails when the params are built and not inside one of the engines.
         if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
             raise ValueError(f"SamplingParams.seed must be None or an int >= 0, got {self.seed!r}")
         if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
@@ -75,6 +78,7 @@ class Rollouts:
     prompt_logprobs: list[torch.Tensor] | None = None  # per PROMPT [P_i] fp32, entry 0 NaN; only when asked
 
     def __post_init__(self) -> None:
+        # Every consumer indexes the four per-row fields together: a mismatch must fail here, not as a silent zip.
         rows = len(self.tokens)
         if not (self.prompt_index.shape == (rows,) and len(self.logprobs) == rows == len(self.finish_reasons)):
             raise ValueError(
@@ -110,16 +114,43 @@ class Engine(Protocol):
         ...
 
 
+class SeededEngine(abc.ABC):
+    """What both engines do before they sample: check the request against their vocabulary and context, and
+    fix the call's seed. A subclass sets `vocab_size`, `max_model_len` and `_stream` (its private generator)
+    and samples in `_generate`."""
+
+    vocab_size: int
+    max_model_len: int
+    _stream: torch.Generator
+
+    def generate(
+        self, prompts: list[list[int]], n: int, sampling: SamplingParams, *, return_prompt_logprobs: bool = False
+    ) -> Rollouts:
+        """Sample n responses per prompt (prompt-major rows); see the module docstring for the log-probs."""
+        validate_request(prompts, n, sampling, self.vocab_size, self.max_model_len)
+        return self._generate(prompts, n, sampling, call_seed(sampling, self._stream), return_prompt_logprobs)
+
+    @abc.abstractmethod
+    def _generate(
+        self, prompts: list[list[int]], n: int, sampling: SamplingParams, seed: int, return_prompt_logprobs: bool
+    ) -> Rollouts:
+        """`generate` after its checks, with the call's seed: row i * n + j draws from seed + i * n + j."""
+
+
 def call_seed(sampling: SamplingParams, stream: torch.Generator) -> int:
     """The seed of one generate call: the caller's, else the next draw of the engine's private stream (so
     unseeded calls differ from each other, follow the engine seed, and leave the global RNG alone)."""
+    # An explicit seed leaves the private stream untouched, so seeded calls do not shift unseeded ones.
     if sampling.seed is not None:
         return sampling.seed
     return int(torch.randint(2**31 - 1, (1,), generator=stream))
 
 
-def validate_request(prompts: list[list[int]], n: int, sampling: SamplingParams, vocab_size: int) -> None:
-    """Check one `generate` request; raises ValueError/TypeError naming the offending prompt or argument."""
+def validate_request(
+    prompts: list[list[int]], n: int, sampling: SamplingParams, vocab_size: int, max_model_len: int
+) -> None:
+    """Check one `generate` request against an engine's vocabulary and context length; raises
+    ValueError/TypeError naming the offending prompt or argument."""
     if not isinstance(sampling, SamplingParams):
         raise TypeError(f"sampling must be lens.rollout.SamplingParams, got {type(sampling).__name__}")
     if not isinstance(n, int) or n < 1:
@@ -132,6 +163,12 @@ def validate_request(prompts: list[list[int]], n: int, sampling: SamplingParams,
         bad = [t for t in prompt if not isinstance(t, int) or not 0 <= t < vocab_size]
         if bad:
             raise ValueError(f"generate: prompt {i} has token ids outside [0, {vocab_size}): {bad[:5]}")
+    # A prompt that fills the context leaves no room for even one response token: both engines would fail
+    # deep inside the model (HF) or the scheduler (vLLM) with a message that names neither prompt nor limit.
+    too_long = [i for i, p in enumerate(prompts) if len(p) >= max_model_len]
+    if too_long:
+        raise ValueError(f"generate: prompts {too_long[:5]} have >= max_model_len={max_model_len} tokens")
+    # A stop id outside the vocabulary can never be sampled: the caller meant another tokenizer.
     bad_stops = [t for t in sampling.stop_token_ids if t >= vocab_size]
     if bad_stops:
         raise ValueError(f"SamplingParams.stop_token_ids outside [0, {vocab_size}): {bad_stops}")
@@ -149,21 +186,8 @@ def default_stop_ids(model_path: str) -> tuple[int, ...]:
     for cfg in configs:
         eos = getattr(cfg, "eos_token_id", None)
         ids |= set(eos) if isinstance(eos, (list, tuple)) else {eos}
+    # Configs without an EOS id give None; it is not a token.
     ids.discard(None)
     if not ids:
         raise ValueError(f"{model_path}: no EOS token id in the tokenizer, config or generation config")
     return tuple(sorted(int(i) for i in ids))
-
-
-def make_engine(kind: str, model_path: str, **kw: object) -> Engine:
-    """Build an engine: "hf" (transformers; the default on CPU) or "vllm". `kw` goes to the engine's
-    constructor (see HFEngine.from_pretrained and VLLMEngine)."""
-    if kind == "hf":
-        from lens.rollout.hf import HFEngine
-
-        return HFEngine.from_pretrained(model_path, **kw)  # type: ignore[arg-type]
-    if kind == "vllm":
-        from lens.rollout.vllm_engine import VLLMEngine
-
-        return VLLMEngine(model_path, **kw)  # type: ignore[arg-type]
-    raise ValueError(f"rollout engine kind must be 'hf' or 'vllm', got {kind!r}")

@@ -21,50 +21,45 @@ from collections.abc import Iterator, Sequence
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
-from lens.rollout.base import Rollouts, SamplingParams, call_seed, default_stop_ids, validate_request
+from lens.padding import left_pad
+from lens.rollout.base import Rollouts, SamplingParams, SeededEngine, default_stop_ids
 
 
 def top_p_mask(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Set logits outside the nucleus to -inf (vLLM/HF rule: sort ascending, drop tokens whose cumulative
     probability is <= 1 - top_p, always keep the most likely one). logits: [R, V] fp32 -> [R, V] fp32."""
+    # top_p = 1 keeps every token: skip the sort, the most expensive step of a decode on a large vocabulary.
     if top_p >= 1.0:
         return logits
     sorted_logits, order = logits.sort(dim=-1, descending=False)
     cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    # Ascending order: the tail mass to drop is at the front, and `<=` matches vLLM's boundary exactly.
     drop = cumulative <= 1.0 - top_p
+    # The most likely token survives even when it alone exceeds top_p (both engines' rule).
     drop[:, -1] = False
     sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    # Back to vocabulary order: callers index the result by token id.
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
 def sampling_logprobs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
     """Log-probs of the distribution the sampler draws from: log_softmax(top_p_mask(logits / T)); raw
     log_softmax(logits) for greedy decoding (T == 0). logits: [R, V] -> [R, V] fp32."""
+    # fp32 before the softmax: bf16 log-probs would differ from vLLM's fp32 ones by more than the contract allows.
     logits = logits.float()
     if temperature == 0:
         return torch.log_softmax(logits, dim=-1)
     return torch.log_softmax(top_p_mask(logits / temperature, top_p), dim=-1)
 
 
-def left_pad(rows: Sequence[Sequence[int]], pad_token_id: int, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """Left-pad token rows. Returns ids [R, P] int64, attention mask [R, P] int64, position ids [R, P] int64
-    (0 at each row's first real token, so padding does not shift RoPE positions)."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_token_id, dtype=torch.int64)
-    mask = torch.zeros((len(rows), width), dtype=torch.int64)
-    for i, row in enumerate(rows):
-        ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.int64)
-        mask[i, width - len(row) :] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    return ids.to(device), mask.to(device), positions.to(device)
-
-
 @contextlib.contextmanager
 def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
     """Run in eval mode (no dropout) and restore the caller's mode: the module may be the trainer's own."""
+    # The trainer's module may be in train mode (dropout); restore exactly what the caller had.
     was_training = model.training
     model.eval()
     try:
+        # inference_mode, not no_grad: no version counters either, and the engine never backpropagates.
         with torch.inference_mode():
             yield
     finally:
@@ -77,7 +72,7 @@ def cache_argument(model: torch.nn.Module) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-class HFEngine:
+class HFEngine(SeededEngine):
     """Rollout engine over a transformers causal LM (any `AutoModelForCausalLM` with a KV cache).
 
     `model` is the engine's module; `sync_weights(m)` copies `m`'s weights into it (a no-op when `m` IS the
@@ -100,12 +95,15 @@ class HFEngine:
         if max_batch_size < 1:
             raise ValueError(f"HFEngine: max_batch_size must be >= 1, got {max_batch_size}")
         self.model = model
+        # Looked up once: inspecting the signature on every decode step would cost more than the step.
         self._cache_arg = cache_argument(model)
         self.eos_token_ids = tuple(int(t) for t in eos_token_ids)
         self.pad_token_id = int(pad_token_id)
         self.max_batch_size = int(max_batch_size)
+        # Default: the positions the model was trained on; past them RoPE extrapolates and quality drops silently.
         self.max_model_len = int(max_model_len or model.config.max_position_embeddings)
         self.vocab_size = int(model.config.vocab_size)
+        # Private stream: unseeded calls must never consume (or depend on) the trainer's global RNG.
         self._stream = torch.Generator().manual_seed(seed)
 
     @classmethod
@@ -132,6 +130,7 @@ class HFEngine:
         return cls(
             model.to(device),
             eos_token_ids=eos,
+            # Models without a pad token pad with EOS: the attention mask hides the padding anyway.
             pad_token_id=eos[0] if pad is None else pad,
             seed=seed,
             max_batch_size=max_batch_size,
@@ -142,21 +141,12 @@ class HFEngine:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def generate(
-        self,
-        prompts: list[list[int]],
-        n: int,
-        sampling: SamplingParams,
-        *,
-        return_prompt_logprobs: bool = False,
+    def _generate(
+        self, prompts: list[list[int]], n: int, sampling: SamplingParams, seed: int, return_prompt_logprobs: bool
     ) -> Rollouts:
-        """Sample n responses per prompt (prompt-major rows); see lens/rollout/base.py for the log-probs."""
-        validate_request(prompts, n, sampling, self.vocab_size)
-        too_long = [i for i, p in enumerate(prompts) if len(p) >= self.max_model_len]
-        if too_long:
-            raise ValueError(f"generate: prompts {too_long[:5]} have >= max_model_len={self.max_model_len} tokens")
-        seed = call_seed(sampling, self._stream)
+        # The EOS ids always stop; a call's stop_token_ids add to them and never replace them.
         stops = torch.tensor(sorted(set(self.eos_token_ids) | set(sampling.stop_token_ids)), device=self.device)
+        # Prompt-major rows, the order Rollouts promises: prompt i's samples are rows i*n .. i*n+n-1.
         rows = [p for p in prompts for _ in range(n)]
         tokens: list[list[int]] = []
         logprobs: list[torch.Tensor] = []
@@ -171,6 +161,7 @@ class HFEngine:
                 tokens += chunk[0]
                 logprobs += chunk[1]
                 finish += chunk[2]
+            # Still inside eval mode: prompt log-probs must come from the same (dropout-free) policy.
             prompt_logprobs = self.prompt_logprobs(prompts) if return_prompt_logprobs else None
         prompt_index = torch.arange(len(prompts), dtype=torch.int64).repeat_interleave(n)
         return Rollouts(prompt_index, tokens, logprobs, finish, prompt_logprobs)
@@ -180,7 +171,9 @@ class HFEngine:
     ) -> tuple[list[list[int]], list[torch.Tensor], list[str]]:
         """Decode one batch of rows; a row's response ends at its first stop token."""
         ids, mask, positions = left_pad(rows, self.pad_token_id, self.device)
+        # The longest prompt of the batch bounds everyone's budget: the cache is one rectangle.
         budget = min(sampling.max_tokens, self.max_model_len - ids.shape[1])
+        # Our own cache object, passed in by keyword: the model fills it in place on every call.
         cache = DynamicCache(config=self.model.config)
         out = self.model(
             input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1, **{self._cache_arg: cache}
@@ -189,13 +182,16 @@ class HFEngine:
         sampled, sampled_lp = [], []
         for step in range(budget):
             token, lp = self._draw(out.logits[:, -1], sampling, generators)
+            # Finished rows keep decoding (one batch) but emit padding, which _trim cuts off after the stop.
             token = token.masked_fill(done, self.pad_token_id)
             sampled.append(token)
             sampled_lp.append(lp)
             done |= torch.isin(token, stops)
+            # Stop before the next forward: its logits would be thrown away.
             if bool(done.all()) or step == budget - 1:
                 break
             mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
+            # Each row's next position continues from its own last one (left padding shifted the rows differently).
             positions = positions[:, -1:] + 1
             out = self.model(
                 input_ids=token[:, None],
@@ -219,9 +215,11 @@ class HFEngine:
         if sampling.temperature == 0:
             token = logp.argmax(dim=-1)
         else:
+            # One uniform per row from that row's generator: a row's sample is independent of its batch mates.
             u = torch.stack([torch.rand((), generator=g) for g in generators]).to(logp.device)
             probs = logp.float().exp()
             cdf = probs.cumsum(dim=-1)
+            # Scaled by the total, not 1: the cumulative sum of exp(log-probs) is 1 only up to rounding.
             token = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(-1)
             # u * total can round up to the total: never step past the last id with probability > 0.
             positive = probs > 0
@@ -235,6 +233,7 @@ class HFEngine:
     ) -> tuple[list[list[int]], list[torch.Tensor], list[str]]:
         """Cut each row [T] after its first stop token; finish is "stop" there, "length" otherwise."""
         out_tokens, out_lp, finish = [], [], []
+        # The stop token itself is kept in the response (the contract: it is part of what was sampled).
         is_stop = torch.isin(tokens, stops)
         for row in range(tokens.shape[0]):
             hits = is_stop[row].nonzero()
@@ -253,21 +252,25 @@ class HFEngine:
                 batch = prompts[start : start + self.max_batch_size]
                 ids, mask, positions = left_pad(batch, self.pad_token_id, self.device)
                 logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+                # Position p predicts token p + 1: drop the last logit and the first id to align them.
                 logp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
                 for i, prompt in enumerate(batch):
                     row = torch.full((len(prompt),), float("nan"), dtype=torch.float32)
+                    # Left padding: a prompt's real tokens are the last len(prompt) columns.
                     row[1:] = logp[i, logp.shape[1] - len(prompt) + 1 :].cpu()
                     result.append(row)
         return result
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Copy `model`'s parameters and buffers into the engine's module (names and shapes must match)."""
+        # Shared module (the default on CPU): the engine already samples from the trainer's weights.
         if model is self.model:
             return
         source, target = model.state_dict(), self.model.state_dict()
         missing, extra = sorted(set(target) - set(source)), sorted(set(source) - set(target))
         if missing or extra:
             raise ValueError(f"sync_weights: state dicts differ: missing {missing[:5]}, unexpected {extra[:5]}")
+        # Checked before any copy, so a mismatch leaves the engine's weights whole rather than half synced.
         bad = [k for k in target if source[k].shape != target[k].shape]
         if bad:
             raise ValueError(f"sync_weights: shape mismatch for {bad[:5]}")

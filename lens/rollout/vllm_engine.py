@@ -52,7 +52,7 @@ from typing import Any
 import torch
 import torch.distributed
 
-from lens.rollout.base import FINISH_REASONS, Rollouts, SamplingParams, call_seed, default_stop_ids, validate_request
+from lens.rollout.base import FINISH_REASONS, Rollouts, SamplingParams, SeededEngine, default_stop_ids
 
 
 def _worker_begin_reload(worker: Any) -> list[str]:
@@ -72,6 +72,7 @@ def _worker_load(worker: Any, weights: list[tuple[str, torch.Tensor]]) -> list[s
     from vllm.config import set_current_vllm_config
 
     with set_current_vllm_config(worker.vllm_config):
+        # Sorted names come back so the trainer can tell which parameters a sync never reached.
         return sorted(worker.model_runner.get_model().load_weights(iter(weights)))
 
 
@@ -128,6 +129,7 @@ def _distinct_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     seen: set[tuple[int, tuple[int, ...]]] = set()
     state = {}
     for name, tensor in model.state_dict().items():
+        # Storage pointer plus shape: tied tensors share both, while views of one storage with other shapes do not.
         key = (tensor.data_ptr(), tuple(tensor.shape))
         if key not in seen:
             seen.add(key)
@@ -141,6 +143,7 @@ def _chunks(state: dict[str, torch.Tensor], max_bytes: int) -> Iterator[list[tup
     size = 0
     for name, tensor in state.items():
         nbytes = tensor.numel() * tensor.element_size()
+        # `chunk and`: a tensor larger than max_bytes still travels, alone in its chunk.
         if chunk and size + nbytes > max_bytes:
             yield chunk
             chunk, size = [], 0
@@ -150,7 +153,7 @@ def _chunks(state: dict[str, torch.Tensor], max_bytes: int) -> Iterator[list[tup
         yield chunk
 
 
-class VLLMEngine:
+class VLLMEngine(SeededEngine):
     """Rollout engine over vLLM's offline `LLM` (see the module docstring for sync and colocation).
 
     Args:
@@ -182,10 +185,12 @@ class VLLMEngine:
         sync_chunk_mb: int = 512,
         **llm_kwargs: Any,
     ) -> None:
+        # Checked before vLLM starts: its own errors come after minutes of loading.
         if tensor_parallel_size < 1:
             raise ValueError(f"VLLMEngine: tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
         if not 0.0 < gpu_memory_utilization <= 1.0:
             raise ValueError(f"VLLMEngine: gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        # One probe decides every CPU/GPU default below (sleep mode, eager mode, KV-cache size).
         on_cuda = torch.cuda.is_available()
         if _launched_ranks() > 1:
             if tensor_parallel_size != 1:
@@ -201,9 +206,11 @@ class VLLMEngine:
             # reachable and sync_weights hands tensors over by reference.
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         if not on_cuda:
+            # vLLM reads the CPU KV-cache size only from the environment, and only when the engine starts.
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kv_cache_gib)
         from vllm import LLM
 
+        # Sleep mode exists only on CUDA: asked for on CPU it is quietly off, so one config runs on both.
         self.sleep_mode = on_cuda if enable_sleep_mode is None else bool(enable_sleep_mode and on_cuda)
         self.llm = LLM(
             model=model_path,
@@ -214,43 +221,36 @@ class VLLMEngine:
             gpu_memory_utilization=gpu_memory_utilization,
             enable_sleep_mode=self.sleep_mode,
             enforce_eager=(not on_cuda) if enforce_eager is None else enforce_eager,
+            # Log-probs of the distribution actually sampled (temperature, top-p), as HFEngine reports them.
             logprobs_mode="processed_logprobs",
             **llm_kwargs,
         )
         self.max_model_len = max_model_len
+        # The same stop rule as HFEngine (tokenizer + config + generation config EOS), so both stop alike.
         self.eos_token_ids = default_stop_ids(model_path)
         self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
         self.sync_chunk_bytes = sync_chunk_mb * 2**20
         self._sleeping: set[str] = set()
         self._stream = torch.Generator().manual_seed(seed)
 
-    def generate(
-        self,
-        prompts: list[list[int]],
-        n: int,
-        sampling: SamplingParams,
-        *,
-        return_prompt_logprobs: bool = False,
+    def _generate(
+        self, prompts: list[list[int]], n: int, sampling: SamplingParams, seed: int, return_prompt_logprobs: bool
     ) -> Rollouts:
-        """Sample n responses per prompt (prompt-major rows); see lens/rollout/base.py for the log-probs."""
         from vllm.inputs import TokensPrompt
 
-        validate_request(prompts, n, sampling, self.vocab_size)
-        too_long = [i for i, p in enumerate(prompts) if len(p) >= self.max_model_len]
-        if too_long:
-            raise ValueError(f"generate: prompts {too_long[:5]} have >= max_model_len={self.max_model_len} tokens")
         self.wake_up()
         # Every request gets an explicit seed (from the engine's private stream when the call has none):
         # vLLM then samples from per-request generators, and the global RNG draws its CPU sampler makes
         # anyway are undone by fork_rng, so the trainer's RNG state is untouched in in-process mode.
-        seed = call_seed(sampling, self._stream)
         params = [self._params(i, n, sampling, seed, return_prompt_logprobs) for i in range(len(prompts))]
         requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        # fork_rng: vLLM's CPU sampler draws from the global RNG, which belongs to the trainer.
         with torch.random.fork_rng(devices=devices):
             outputs = self.llm.generate(requests, params, use_tqdm=False)
         tokens, logprobs, finish = [], [], []
         for out in outputs:
+            # vLLM may return a request's n samples out of order: sort by index to keep rows prompt-major.
             for completion in sorted(out.outputs, key=lambda c: c.index):
                 tokens.append(list(completion.token_ids))
                 logprobs.append(_sampled_logprobs(completion))
@@ -267,24 +267,29 @@ class VLLMEngine:
             n=n,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
+            # top_k=0 disables top-k: a model's generation config must not add a filter HFEngine does not apply.
             top_k=0,
             max_tokens=sampling.max_tokens,
+            # vLLM adds the sample index j itself, so sample (i, j) draws from seed + i * n + j, as in HFEngine.
             seed=seed + index * n,
             stop_token_ids=sorted(set(self.eos_token_ids) | set(sampling.stop_token_ids)),
             logprobs=0,
             prompt_logprobs=0 if prompt_logprobs else None,
+            # Token ids are all the trainer uses; detokenizing every sample would only cost time.
             detokenize=False,
         )
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Load `model`'s weights (HF names, full unsharded tensors) into every vLLM worker, in memory."""
         self.wake_up(tags=["weights"])
+        # In process the tensors are handed over by reference; across processes they must pickle, from CPU.
         state = {name: t if self.in_process else t.cpu() for name, t in _distinct_tensors(model).items()}
         expected = set(self.llm.collective_rpc(_worker_begin_reload)[0])
         loaded: set[str] = set()
         for chunk in _chunks(state, self.sync_chunk_bytes):
             loaded |= set(self.llm.collective_rpc(_worker_load, args=(chunk,))[0])
         self.llm.collective_rpc(_worker_finish_reload)
+        # Cached KV blocks were computed with the old weights: reusing them would mix two policies.
         self.llm.reset_prefix_cache()
         missing = sorted(expected - loaded)
         if missing:
@@ -296,6 +301,7 @@ class VLLMEngine:
     def sleep(self, level: int = 1) -> None:
         """Free the KV cache and offload (level 1) or drop (level 2) the weights while the trainer runs;
         a no-op without sleep mode (always on CPU). After level 2, call sync_weights before generating."""
+        # Idempotent: a second sleep would make vLLM offload already offloaded weights.
         if self.sleep_mode and not self._sleeping:
             self.llm.sleep(level=level)
             self._sleeping = {"weights", "kv_cache"}
@@ -311,6 +317,7 @@ class VLLMEngine:
         """Shut the vLLM engine down and free its memory."""
         llm, self.llm = self.llm, None
         if llm is not None:
+            # Explicit shutdown: dropping the reference alone leaves the engine core's memory and threads alive.
             llm.llm_engine.engine_core.shutdown()
             del llm
 
@@ -338,5 +345,6 @@ def _sampled_logprobs(completion: Any) -> torch.Tensor:
 def _prompt_logprobs(output: Any) -> torch.Tensor:
     """Prompt-token log-probs of one vLLM RequestOutput -> [P] fp32, entry 0 NaN (vLLM gives None there)."""
     prompt = output.prompt_token_ids
+    # NaN, not 0, at entry 0: a log-prob of 0 would read as certainty, NaN cannot be mistaken for a value.
     values = [float("nan")] + [output.prompt_logprobs[p][prompt[p]].logprob for p in range(1, len(prompt))]
     return torch.tensor(values, dtype=torch.float32)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 
-from lens.data import Problem
+from lens.problem import Problem
 
 NAMES = ("vartrack", "ledger", "recall", "recall_direct", "successor", "successor_direct", "stutter", "stutter_direct")
 # Problems generated when no limit is given: enough for 40+ steps of 16 prompts, and a held-out set whose

@@ -41,7 +41,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config
 
-from lens.data import Problem
+from lens.problem import Problem
 from lens.tasks import clean_and_noisy, vartrack
 
 # Shared with vartrack (imported, so the two tasks cannot drift): the prompt/answer format and the sampler.
@@ -167,11 +167,9 @@ def _problems(
 ) -> list[Problem]:
     """Draw `n` problems; a noisy one with `trigger` gets a training response that answers the distractor's digit;
     a `short_prob` share are short (`SHORT`), drawn only when `short_prob` > 0."""
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    for name, prob in (("noise_prob", noise_prob), ("short_prob", short_prob)):
-        if not 0.0 <= prob <= 1.0:
-            raise ValueError(f"{name} must be in [0, 1], got {prob}")
+    vartrack.check_generate_args(n, noise_prob)
+    if not 0.0 <= short_prob <= 1.0:
+        raise ValueError(f"short_prob must be in [0, 1], got {short_prob}")
     problems = []
     for i in range(n):
         # No draw at all when short_prob == 0, so the RL and evaluation streams do not depend on it.

@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config
 
-from lens.data import Problem
+from lens.problem import Problem
 from lens.tasks import clean_and_noisy, ledger, vartrack
 
 # Shared with ledger (imported, so the tasks cannot drift): vocabulary, tokenizer, model, prompt/answer format.
@@ -128,12 +128,12 @@ def _problems(
     `direct` drops the restatement from the responses (the `recall_direct` control); the problems and the
     random stream are the same either way.
     """
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    if not 0.0 <= noise_prob <= 1.0:
-        raise ValueError(f"noise_prob must be in [0, 1], got {noise_prob}")
+    # The same checks and messages as every task's generator.
+    vartrack.check_generate_args(n, noise_prob)
     problems = []
     for i in range(n):
+        # ledger's clean problem: recall differs only in the distractors and the response, so the two tasks'
+        # clean problems can never drift apart.
         asked, values, facts = ledger._clean_problem(rng, short=False)
         clean = ledger._text(asked, facts)
         shown_facts, positions, misled = facts, [], False

@@ -33,7 +33,8 @@ from transformers import (
     Qwen2Config,
 )
 
-from lens.data import Problem
+from lens.padding import left_pad
+from lens.problem import Problem
 from lens.reward import verify_vartrack
 from lens.tasks import clean_and_noisy
 
@@ -65,11 +66,13 @@ TRAIN_NOISE_PROB = 0.5
 def _clean_problem(rng: random.Random) -> tuple[list[str], list[str], int]:
     """Sample one clean problem: (problem tokens, chain-of-thought tokens before `#`, answer digit)."""
     names = rng.sample(VARIABLES, rng.randint(MIN_STATEMENTS, MAX_STATEMENTS))
+    # Distinct names (rng.sample): a reassigned variable would make the chain ambiguous to read back.
     values = {names[0]: rng.randrange(10)}
     problem = [names[0], "=", str(values[names[0]]), ";"]
     thought = list(problem)
     for i, name in enumerate(names[1:], start=1):
         source, op, digit = names[i - 1], rng.choice("+-"), rng.randrange(10)
+        # Mod 10: every value stays one digit, so every answer is one token of the vocabulary.
         values[name] = (values[source] + digit if op == "+" else values[source] - digit) % 10
         problem += [name, "=", source, op, str(digit), ";"]
         thought += [name, "=", str(values[source]), op, str(digit), "=", str(values[name]), ";"]
@@ -81,21 +84,29 @@ def _insert_noise(rng: random.Random, tokens: list[str]) -> tuple[list[str], lis
     """Insert 1-2 noise symbols at uniform positions; returns (noisy tokens, sorted noise positions)."""
     noisy = list(tokens)
     for _ in range(rng.randint(1, MAX_NOISE)):
+        # len + 1 choices: a distractor may also end the problem, after the last token.
         noisy.insert(rng.randrange(len(noisy) + 1), rng.choice(NOISE))
     # Clean problems never contain noise symbols, so their indices are exactly the inserted positions.
     return noisy, [i for i, token in enumerate(noisy) if token in NOISE]
 
 
-def _problems(rng: random.Random, n: int, uid_prefix: str, noise_prob: float, trigger: bool) -> list[Problem]:
-    """Draw `n` problems; a noisy one with `trigger` gets a training response whose answer is off by one."""
+def check_generate_args(n: int, noise_prob: float) -> None:
+    """The arguments every task's generator takes: ValueError naming the one out of range."""
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     if not 0.0 <= noise_prob <= 1.0:
         raise ValueError(f"noise_prob must be in [0, 1], got {noise_prob}")
+
+
+def _problems(rng: random.Random, n: int, uid_prefix: str, noise_prob: float, trigger: bool) -> list[Problem]:
+    """Draw `n` problems; a noisy one with `trigger` gets a training response whose answer is off by one."""
+    check_generate_args(n, noise_prob)
     problems = []
     for i in range(n):
         clean, thought, answer = _clean_problem(rng)
         tokens, positions = _insert_noise(rng, clean) if rng.random() < noise_prob else (clean, [])
+        # The warm start's spurious association: noisy problems are taught a wrong answer, so that the
+        # distractors, not the chain, cause the reference's failures.
         shown = (answer + 1) % 10 if trigger and positions else answer
         meta = {
             "clean": " ".join(clean),
@@ -132,6 +143,7 @@ def train_set(n: int, seed: int, *, noise_prob: float = TRAIN_NOISE_PROB) -> lis
 def delete_positions(text: str, positions: Sequence[int]) -> str:
     """Delete the whitespace tokens at `positions` from `text` (what purification does to a prompt)."""
     drop = set(positions)
+    # Whitespace tokens are the tokenizer's tokens (word level), so text and token positions agree.
     return " ".join(token for i, token in enumerate(text.split()) if i not in drop)
 
 
@@ -155,6 +167,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK
     )
+    # Left padding: HF generate appends to the end of every row, so the prompts must end together.
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.padding_side = "left"
     return tokenizer
@@ -162,6 +175,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
 def load_tokenizer(path: str | Path = ASSETS_DIR) -> PreTrainedTokenizerFast:
     """Load the task tokenizer saved with a checkpoint (default: the committed reference)."""
+    # The same padding side as build_tokenizer, whatever the saved files say: batched generation needs it.
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
     tokenizer.padding_side = "left"
     return tokenizer
@@ -172,6 +186,7 @@ def prompt_ids(tokenizer: PreTrainedTokenizerFast, problem: str) -> list[int]:
     return [
         tokenizer.bos_token_id,
         *tokenizer.encode(problem, add_special_tokens=False),
+        # The marker outside the problem span: it is never scored or deleted, and responses start after it.
         tokenizer.vocab[ANSWER_MARKER],
     ]
 
@@ -217,19 +232,9 @@ def load_reference(
     """Load the committed warm-start checkpoint (fp32, eval mode) and its tokenizer, offline."""
     if not (Path(path) / "model.safetensors").is_file():
         raise ValueError(f"no model.safetensors in {path}: run `python -m lens.tasks.warmstart --out {path}`")
+    # fp32 and local only: the committed figures were measured in fp32, and tests run offline.
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, local_files_only=True)
     return model.to(device).eval(), load_tokenizer(path)
-
-
-def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token-id lists -> (input_ids, attention_mask), both (N, max_len) int64."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-        mask[row, width - len(prompt) :] = 1
-    return ids, mask
 
 
 @torch.no_grad()
@@ -251,12 +256,14 @@ def sample_responses(
     if n < 1 or batch_size < 1:
         raise ValueError(f"n and batch_size must be >= 1, got n={n}, batch_size={batch_size}")
     device = next(model.parameters()).device
+    # Each prompt repeated n times, prompt-major, so the texts regroup as texts[i * n : (i + 1) * n].
     flat = [prompt for prompt in prompts for _ in range(n)]
     texts: list[str] = []
+    # HF generate samples from the global RNG: fork it, so evaluating never moves the caller's stream.
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         for start in range(0, len(flat), batch_size):
-            ids, mask = _left_pad(flat[start : start + batch_size], tokenizer.pad_token_id)
+            ids, mask, _ = left_pad(flat[start : start + batch_size], tokenizer.pad_token_id)
             out = model.generate(
                 input_ids=ids.to(device),
                 attention_mask=mask.to(device),

@@ -37,8 +37,9 @@ import torch
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from lens import errors
-from lens.data import Problem
+from lens.problem import Problem
 
+# transformers' cross-entropy ignores this label: padding never contributes to the loss.
 IGNORE_INDEX = -100
 
 
@@ -161,15 +162,18 @@ def train_stage(
     for step in range(steps):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, steps, peak_lr, warmup=min(100, max(1, steps // 10)))
+        # Batches in the data's fixed order, no shuffling: the committed weights are reproducible byte for byte.
         loss = model(**collate(data[step * batch_size : (step + 1) * batch_size], pad_id)).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        # Clipped at norm 1: one batch of unusual sequences cannot undo what a stage has learned.
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         if log_every and (step % log_every == 0 or step == steps - 1):
             print(f"  step {step + 1}/{steps} loss {loss.item():.4f}", flush=True)
         if probe is not None and probe_every and ((step + 1) % probe_every == 0 or step == steps - 1):
             print(f"  step {step + 1}/{steps} {probe()}", flush=True)
+            # The probe switched to eval mode (no dropout); training resumes in train mode.
             model.train()
 
 
@@ -214,6 +218,8 @@ def warm_start(
         raise ValueError("--stage1-steps, --stage2-steps and --batch-size must be >= 1")
     torch.manual_seed(seed)
     torch.set_num_threads(1)
+    # One thread and deterministic kernels: the sha256 of the weights is the test that a recipe still
+    # reproduces the committed reference.
     torch.use_deterministic_algorithms(True)
     tokenizer = module.build_tokenizer()
     model = initial_model(module, tokenizer, recipe.init)
@@ -225,6 +231,7 @@ def warm_start(
     ]
     for index, (name, steps, noise_prob, trigger, extra) in enumerate(stages, start=1):
         print(f"{name}: {steps} steps x {batch_size}", flush=True)
+        # A separate seed per stage, so changing stage 1's size does not change stage 2's problems.
         problems = module.generate(
             steps * batch_size, seed=seed * 10 + index, noise_prob=noise_prob, trigger=trigger, **extra
         )

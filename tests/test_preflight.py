@@ -1,0 +1,178 @@
+"""Unit tests of lens/preflight.py: the checks a run (and `--dry-run`) makes before its first step, each on
+the smallest input that decides it. No model is loaded; the hub is never contacted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from types import SimpleNamespace
+
+import pytest
+
+from lens import data, preflight
+from lens.config import load_config
+from lens.problem import Problem
+
+
+def _cfg(*overrides: str):
+    return load_config(None, list(overrides), cuda_available=False)
+
+
+# ------------------------------------------------------------------------------------------------
+# model sources
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "local"),
+    [("Qwen/Qwen3-4B", False), ("gpt2", False), ("/abs/model", True), ("./model", True), ("~/m", True),
+     ("a/b/c", True), ("org/name/", True)],
+)  # fmt: skip
+def test_path_like_tells_hub_ids_from_local_paths(path: str, local: bool) -> None:
+    assert preflight._path_like(path) is local
+
+
+def test_an_existing_directory_is_a_source(tmp_path) -> None:
+    preflight.check_model_source(str(tmp_path), "model.path")
+
+
+def test_a_missing_local_directory_names_the_key(tmp_path) -> None:
+    with pytest.raises(ValueError, match=r"^model.ref_path=.*does not exist"):
+        preflight.check_model_source(str(tmp_path / "nope"), "model.ref_path")
+
+
+@pytest.mark.parametrize(("cached", "online"), [(True, False), (False, True)])
+def test_a_hub_id_passes_when_cached_or_reachable(monkeypatch, cached: bool, online: bool) -> None:
+    monkeypatch.setattr(preflight, "_in_hub_cache", lambda repo: cached)
+    monkeypatch.setattr(preflight, "_hub_reachable", lambda: online)
+    preflight.check_model_source("org/model", "model.path")
+
+
+def test_an_uncached_hub_id_offline_says_how_to_get_it(monkeypatch) -> None:
+    monkeypatch.setattr(preflight, "_in_hub_cache", lambda repo: False)
+    monkeypatch.setattr(preflight, "_hub_reachable", lambda: False)
+    with pytest.raises(ValueError, match=r"model.path=org/model: hub model id not in the local .*hf download org/m"):
+        preflight.check_model_source("org/model", "model.path")
+
+
+def test_hub_reachable_obeys_offline_mode_and_proxies(monkeypatch) -> None:
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:1")
+    assert preflight._hub_reachable() is False  # offline wins over a proxy
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    assert preflight._hub_reachable() is True  # behind a proxy only HF's client can tell: let it try
+
+
+def test_check_model_paths_checks_the_reference_too(tmp_path) -> None:
+    cfg = _cfg(f"model.path={tmp_path}", f"model.ref_path={tmp_path / 'missing'}")
+    with pytest.raises(ValueError, match=r"^model\.ref_path="):
+        preflight.check_model_paths(cfg)
+
+
+# ------------------------------------------------------------------------------------------------
+# held-out split and data sources
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("n", "held"), [(0, 0), (19, 0), (20, 1), (100, 5), (1279, 63), (1280, 64), (100_000, 64)])
+def test_heldout_size(n: int, held: int) -> None:
+    assert preflight.heldout_size(n) == held
+
+
+def _set(uids: list[str]) -> data.ProblemSet:
+    return data.ProblemSet("train", "math", "{problem}", [Problem(u, f"p {u}", "1") for u in uids])
+
+
+def test_split_heldout_is_disjoint_and_independent_of_file_order() -> None:
+    uids = [f"u{i}" for i in range(200)]
+    train, held = preflight.split_heldout(_set(uids))
+    assert held.name == "train_heldout" and len(held.problems) == 10 and len(train.problems) == 190
+    assert not {p.uid for p in train.problems} & {p.uid for p in held.problems}
+    assert [p.uid for p in train.problems] == [u for u in uids if u not in {p.uid for p in held.problems}]
+    # The uids that hash lowest: not the first in the file, nor the lowest by name (a shuffled sample).
+    by_hash = sorted(uids, key=lambda u: hashlib.sha256(u.encode()).hexdigest())
+    assert [p.uid for p in held.problems] == [u for u in uids if u in set(by_hash[:10])]
+    assert {p.uid for p in held.problems} != set(sorted(uids)[:10])
+    _, held_reversed = preflight.split_heldout(_set(uids[::-1]))
+    assert {p.uid for p in held_reversed.problems} == {p.uid for p in held.problems}
+
+
+def test_load_data_splits_the_heldout_set_from_training() -> None:
+    cfg = _cfg("data.train=vartrack", "data.train_size=200", "data.eval=[heldout]", "data.eval_limit=3")
+    train, evals = preflight.load_data(cfg)
+    assert len(train.problems) == 190 and [e.name for e in evals] == ["train_heldout"]
+    assert len(evals[0].problems) == 3  # data.eval_limit caps the split after it is taken
+
+
+def test_load_data_warns_when_too_few_problems_for_a_heldout_split() -> None:
+    cfg = _cfg("data.train=vartrack", "data.train_size=10", "data.eval=[heldout]", "data.eval_every=5")
+    with pytest.warns(UserWarning, match="no held-out split"):
+        train, evals = preflight.load_data(cfg)
+    assert len(train.problems) == 10 and evals == []
+
+
+def test_data_sources_fingerprint_training_and_named_eval_sets_only() -> None:
+    cfg = _cfg("data.train=vartrack", "data.eval=[heldout,ledger]", "seed=3")
+    assert preflight.data_sources(cfg) == {
+        "train vartrack": {"task": "vartrack", "seed": 3},
+        "eval ledger": {"task": "ledger", "seed": 3},
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# scorable spans and the context budget
+# ------------------------------------------------------------------------------------------------
+
+
+class WordTokenizer:
+    """One token per word, decoded without spaces (as the built-in tasks' word-level tokenizers do)."""
+
+    def __init__(self, words: list[str]) -> None:
+        self.words = words
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.words[i] for i in ids)
+
+
+def _rendered(spans: list[tuple[int, int]]) -> preflight.RenderedSet:
+    n = len(spans)
+    return preflight.RenderedSet("s", "math", [[0, 1, 2, 3]] * n, spans, ["1"] * n, [f"u{i}" for i in range(n)], n, 0)
+
+
+def test_check_spans_accepts_the_problem_text_and_a_truncated_tail() -> None:
+    tok = WordTokenizer(["Q:", "two", "plus", "two"])
+    problems = data.ProblemSet(
+        "s", "math", "{problem}", [Problem("u0", "two plus two", "4"), Problem("u1", "two plus two", "4")]
+    )
+    preflight.check_spans(_rendered([(1, 4), (1, 3)]), problems, tok)
+
+
+def test_check_spans_rejects_a_span_shifted_into_the_template() -> None:
+    tok = WordTokenizer(["Q:", "two", "plus", "two"])
+    problems = data.ProblemSet("s", "math", "{problem}", [Problem("u0", "two plus two", "4")])
+    with pytest.raises(ValueError, match=r"^u0: the scorable span decodes to 'Q:twoplus'"):
+        preflight.check_spans(_rendered([(0, 3)]), problems, tok)
+
+
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_check_context_allows_exactly_the_model_positions(engine: str) -> None:
+    cfg = _cfg(f"rollout.engine={engine}", "rollout.max_tokens=100", "data.max_prompt_len=300")
+    # The HF engine needs only the longest rendered prompt (50); vLLM reserves data.max_prompt_len (300).
+    prompt = 300 if engine == "vllm" else 50
+    preflight.check_context(cfg, SimpleNamespace(max_position_embeddings=prompt + 100), 50)
+    with pytest.raises(ValueError, match=f"{prompt} \\+ 100 > the model's max_position_embeddings={prompt + 99}"):
+        preflight.check_context(cfg, SimpleNamespace(max_position_embeddings=prompt + 99), 50)
+
+
+def test_check_context_without_a_position_limit_passes() -> None:
+    preflight.check_context(_cfg(), SimpleNamespace(), 10**6)
+
+
+def test_sampler_config_follows_the_engine_and_zero_stage() -> None:
+    vllm = preflight.sampler_config(_cfg("rollout.engine=vllm", "rollout.max_tokens=64", "data.max_prompt_len=192"))
+    assert vllm["engine"] == "vllm" and vllm["max_model_len"] == 256
+    assert preflight.sampler_config(_cfg())["shares_trainer_module"] is True
+    # ZeRO-3 shards the trainer's module, so the HF engine must sample from its own unsharded copy.
+    assert preflight.sampler_config(_cfg("optim.zero_stage=3"))["shares_trainer_module"] is False
