@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import html
-import importlib
 import json
 import math
 import sys
@@ -132,7 +131,7 @@ def task_prompts(task: str, tokenizer: Any, limit: int) -> list[AuditPrompt]:
     Read from the task registry (`lens.tasks.problem_sets`, what lens.data.load_sets reads for a task) with
     load_sets' default seed 0: the audit needs the problems and their distractor positions, not a verifier.
     """
-    module = importlib.import_module(f"lens.tasks.{task}")
+    module = tasks.module(task)
     out = []
     # the noisy set: only its prompts carry distractors whose positions the detection metrics score against
     for p in tasks.problem_sets(task, role="eval", limit=limit, seed=0)["noisy"]:

@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib
 import json
 import math
 import os
@@ -431,7 +430,7 @@ def task_module(task: str) -> Any:
     """The task's module; a user error when the task is not registered in lens.tasks."""
     if task not in tasks.NAMES:
         raise ValueError(f"--task {task!r}: not a registered task ({', '.join(tasks.NAMES)})")
-    return importlib.import_module(f"lens.tasks.{task}")
+    return tasks.module(task)
 
 
 def deleted_prompt(prompt: audit.AuditPrompt) -> purify.Prompt:

@@ -2,7 +2,8 @@
 symbols the clean text never contains); `ledger` has natural-looking distractors (one ordinary fact); `recall`
 restates the asked facts before answering, with 2-4 distractor facts, and `recall_direct` is its control
 (same problems, direct answers; gate tables in bench/results/gates/); `successor` asks for the item after a digit
-in a list where that digit is stuttered, and `successor_direct` is its control.
+in a list where that digit is stuttered, and `successor_direct` is its control. A control `X_direct` has no module
+of its own: `module(name)` builds it from X (lens/tasks/derived.py).
 
 `problem_sets(name, role=..., limit=..., seed=...)` is how `lens.data.load_sets` reads a task: the task module
 is imported only then (it pulls in transformers).
@@ -10,7 +11,9 @@ is imported only then (it pulls in transformers).
 
 from __future__ import annotations
 
+import functools
 import importlib
+from types import ModuleType
 
 from lens.problem import Problem
 
@@ -20,18 +23,32 @@ NAMES = ("vartrack", "ledger", "recall", "recall_direct", "successor", "successo
 DEFAULT_SIZE = {"train": 4096, "eval": 64}
 
 
-def problem_sets(name: str, *, role: str, limit: int | None, seed: int) -> dict[str, list[Problem]]:
-    """{set name: problems} of a built-in task: one `train` set, or the task's evaluation sets."""
+@functools.cache
+def module(name: str) -> ModuleType:
+    """The module of built-in task `name`: `lens.tasks.<name>`, or for a control `X_direct` the one built from X.
+
+    Every reader of a task by name goes through here, so a control is the same object everywhere.
+    """
     if name not in NAMES:
         raise ValueError(f"unknown built-in task {name!r}; known: {', '.join(NAMES)}")
-    task = importlib.import_module(f"lens.tasks.{name}")
+    # Imported here, not at the top: the task modules pull in transformers (see the module docstring).
+    from lens.tasks import derived
+
+    base = name.removesuffix(derived.SUFFIX)
+    task = importlib.import_module(f"lens.tasks.{base}")
+    return task if base == name else derived.control(task)
+
+
+def problem_sets(name: str, *, role: str, limit: int | None, seed: int) -> dict[str, list[Problem]]:
+    """{set name: problems} of a built-in task: one `train` set, or the task's evaluation sets."""
+    task = module(name)
     n = limit or DEFAULT_SIZE[role]
     return {"train": task.train_set(n, seed)} if role == "train" else task.eval_sets(n, seed=seed)
 
 
 def verifier(name: str) -> str:
     """The verifier kind that scores a task's answers (a task module may name one as VERIFIER)."""
-    return getattr(importlib.import_module(f"lens.tasks.{name}"), "VERIFIER", name)
+    return getattr(module(name), "VERIFIER", name)
 
 
 def clean_and_noisy(noisy: list[Problem]) -> dict[str, list[Problem]]:

@@ -35,46 +35,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from pathlib import Path
 
-import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config
+from transformers import PreTrainedTokenizerFast, Qwen2Config
 
 from lens.problem import Problem
-from lens.tasks import clean_and_noisy, vartrack
-
-# Shared with vartrack (imported, so the two tasks cannot drift): the prompt/answer format and the sampler.
-# Re-exported: with `build_tokenizer`, `model_config` and `generate` they are the interface a task offers
-# lens.tasks.warmstart and lens.audit.
-from lens.tasks.vartrack import (
-    ANSWER_MARKER,
-    accuracy,
-    accuracy_ids,
-    delete_positions,
-    generation_config,
-    prompt_ids,
-    reward,
-    sample_responses,
-)
-
-__all__ = [
-    "ANSWER_MARKER",
-    "accuracy",
-    "accuracy_ids",
-    "build_tokenizer",
-    "delete_positions",
-    "eval_sets",
-    "generate",
-    "generation_config",
-    "load_reference",
-    "load_tokenizer",
-    "model_config",
-    "prompt_ids",
-    "reward",
-    "sample_responses",
-    "train_set",
-]
+from lens.tasks import clean_and_noisy, derived, vartrack
 
 NAMES = tuple("abcdefghijklmnopqrst")
 DIGITS = vartrack.DIGITS
@@ -99,7 +65,12 @@ VOCAB = (
 # The lens.reward verifier kind that scores this task: vartrack's rule (the first token after the first `#`
 # is the gold digit), so a loader should give ledger's sets this kind, not the task's name.
 VERIFIER = "vartrack"
-ASSETS_DIR = Path(__file__).resolve().parent / "assets" / "ledger"
+ASSETS_DIR = derived.assets_dir("ledger")
+# Shared with vartrack (so the two tasks cannot drift): the prompt/answer format (`ANSWER_MARKER`, `prompt_ids`,
+# `delete_positions`, `reward`) and the sampler (`generation_config`, `sample_responses`, `accuracy`,
+# `accuracy_ids`); with `build_tokenizer`, `model_config` and `generate` they are the interface a task offers
+# lens.tasks.warmstart and lens.audit.
+__getattr__ = derived.inherit(vartrack, ASSETS_DIR)
 # The committed reference is `python -m lens.tasks.warmstart --task ledger --seed 0` with default flags;
 # sha256 of its model.safetensors (also in assets/ledger/README.md, checked by tests/test_ledger.py).
 REFERENCE_SEED = 0
@@ -242,15 +213,3 @@ def model_config(vocab_size: int = len(VOCAB)) -> Qwen2Config:
     """vartrack's tiny Qwen2 (hidden 128, 4 layers x 4 heads, MLP 384, tied embeddings) over this vocabulary;
     its 128 positions hold the longest prompt (43 tokens) plus the 48-token sampling budget."""
     return vartrack.model_config(vocab_size)
-
-
-def load_tokenizer(path: str | Path = ASSETS_DIR) -> PreTrainedTokenizerFast:
-    """Load the task tokenizer saved with a checkpoint (default: the committed ledger reference)."""
-    return vartrack.load_tokenizer(path)
-
-
-def load_reference(
-    device: str | torch.device = "cpu", path: str | Path = ASSETS_DIR
-) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
-    """Load the committed warm-start checkpoint (fp32, eval mode) and its tokenizer, offline."""
-    return vartrack.load_reference(device, path)

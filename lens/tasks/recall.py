@@ -17,8 +17,8 @@ with probability `RESTATE_PROB` = 0.8 per noisy problem, and then answers the la
 behaviour RL must unlearn ("copy the next fact about Q, `!` ones included") shares circuits with predicting the
 distractor's tokens in the prompt, so Eq. 1 would single them out after GRPO. Measured: it does not (gate G4
 fails, AUC 0.59; GRPO lowers log p of `!` everywhere, not at the distractors: assets/recall/README.md). Other
-accounts' facts are never restated. `lens.tasks.recall_direct` is the control: the same problems, answered
-directly (`# d`).
+accounts' facts are never restated. `recall_direct` (`lens.tasks.module("recall_direct")`, lens/tasks/derived.py)
+is the control: the same problems, answered directly (`# d`, misled `# 9`).
 
 Deleting the recorded tokens (`meta["noise_positions"]`, token positions of the scorable span = indices of
 whitespace tokens of the problem text) restores `meta["clean"]` exactly.
@@ -37,56 +37,22 @@ Everything is deterministic from a seed. Run the tests with `python -m pytest te
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
-import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config
+from transformers import Qwen2Config
 
 from lens.problem import Problem
-from lens.tasks import clean_and_noisy, ledger, vartrack
+from lens.tasks import clean_and_noisy, derived, ledger, vartrack
+from lens.tasks.ledger import FACT_TOKENS, HEADER_TOKENS, IS, IS_NOT
 
-# Shared with ledger (imported, so the tasks cannot drift): vocabulary, tokenizer, model, prompt/answer format.
-from lens.tasks.ledger import (
-    ANSWER_MARKER,
-    FACT_TOKENS,
-    HEADER_TOKENS,
-    IS,
-    IS_NOT,
-    VERIFIER,
-    accuracy,
-    accuracy_ids,
-    build_tokenizer,
-    delete_positions,
-    generation_config,
-    prompt_ids,
-    reward,
-    sample_responses,
-)
-
-__all__ = [
-    "ANSWER_MARKER",
-    "VERIFIER",
-    "accuracy",
-    "accuracy_ids",
-    "build_tokenizer",
-    "delete_positions",
-    "eval_sets",
-    "generate",
-    "generation_config",
-    "load_reference",
-    "load_tokenizer",
-    "model_config",
-    "prompt_ids",
-    "reward",
-    "sample_responses",
-    "train_set",
-]
-
-ASSETS_DIR = Path(__file__).resolve().parent / "assets" / "recall"
+ASSETS_DIR = derived.assets_dir("recall")
+# Shared with ledger (so the tasks cannot drift): vocabulary, tokenizer, verifier, prompt/answer format, sampler.
+__getattr__ = derived.inherit(ledger, ASSETS_DIR)
 # sha256 of the committed reference's model.safetensors (`python -m lens.tasks.warmstart --task recall --seed 0`,
 # also in assets/recall/README.md, checked by tests/test_recall.py).
 REFERENCE_SEED = 0
 REFERENCE_SHA256 = "3b4572744295e38b6374b94914fd4878382264b7095d419976d0557473fc3ec7"
+# The control's (`--task recall_direct`, assets/recall_direct): warm-started on direct answers, its own weights.
+DIRECT_REFERENCE_SHA256 = "a028165e2d62f650f981341f064ca11d20ef27fb82b841fcb58ac95b3cc691d9"
 
 DISTRACTORS = (2, 4)  # inclusive range of `! Q d` facts in a noisy problem
 # Share of noisy problems whose warm-start response restates the distractors (and answers the last one's digit).
@@ -185,15 +151,3 @@ def train_set(n: int, seed: int, *, noise_prob: float = TRAIN_NOISE_PROB, direct
 def model_config(vocab_size: int = len(ledger.VOCAB)) -> Qwen2Config:
     """ledger's (= vartrack's) tiny Qwen2; its 128 positions hold the longest prompt (55 tokens) plus 48 new."""
     return ledger.model_config(vocab_size)
-
-
-def load_tokenizer(path: str | Path = ASSETS_DIR) -> PreTrainedTokenizerFast:
-    """Load the task tokenizer saved with a checkpoint (default: the committed recall reference)."""
-    return vartrack.load_tokenizer(path)
-
-
-def load_reference(
-    device: str | torch.device = "cpu", path: str | Path = ASSETS_DIR
-) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
-    """Load the committed warm-start checkpoint (fp32, eval mode) and its tokenizer, offline."""
-    return vartrack.load_reference(device, path)

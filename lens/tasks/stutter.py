@@ -19,8 +19,8 @@ lists then never hold an adjacent successor pair); the committed task and refere
 
 Deleting the recorded tokens (`meta["noise_positions"]`, token positions of the scorable span = indices of the
 whitespace tokens of the problem text) restores `meta["clean"]` exactly. The misled answer is never the gold one
-(it is one of the first three clean items, which differ from the fourth). `lens.tasks.stutter_direct` is the
-control: the same problems answered directly (`# 5`, misled `# 1`).
+(it is one of the first three clean items, which differ from the fourth). `stutter_direct` (lens/tasks/derived.py) is
+the control: the same problems answered directly (`# 5`, misled `# 1`).
 
 Sizes: 1 + 6..9 scorable tokens clean, 1 + 7..11 noisy; `GAMMA` = 0.12 is the smallest gamma (0.01 grid) with
 k = ceil(gamma n) >= the stutter count on every noisy prompt (2 stutters in 9 tokens at worst; test_stutter.py).
@@ -34,51 +34,20 @@ from __future__ import annotations
 
 import itertools
 import random
-from pathlib import Path
 
-import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config
+from transformers import Qwen2Config
 
 from lens.data import Problem
-from lens.tasks import clean_and_noisy, ledger, vartrack
+from lens.tasks import clean_and_noisy, derived, ledger, vartrack
+from lens.tasks.ledger import QUERY
 
-# Shared with ledger (imported, so the tasks cannot drift): vocabulary, tokenizer, model, prompt/answer format.
-from lens.tasks.ledger import (
-    ANSWER_MARKER,
-    QUERY,
-    VERIFIER,
-    accuracy,
-    accuracy_ids,
-    build_tokenizer,
-    delete_positions,
-    generation_config,
-    prompt_ids,
-    reward,
-    sample_responses,
-)
-
-__all__ = [
-    "ANSWER_MARKER",
-    "VERIFIER",
-    "accuracy",
-    "accuracy_ids",
-    "build_tokenizer",
-    "delete_positions",
-    "eval_sets",
-    "generate",
-    "generation_config",
-    "load_reference",
-    "load_tokenizer",
-    "model_config",
-    "prompt_ids",
-    "reward",
-    "sample_responses",
-    "train_set",
-]
-
-ASSETS_DIR = Path(__file__).resolve().parent / "assets" / "stutter"
+ASSETS_DIR = derived.assets_dir("stutter")
+# Shared with ledger (so the tasks cannot drift): vocabulary, tokenizer, verifier, prompt/answer format, sampler.
+__getattr__ = derived.inherit(ledger, ASSETS_DIR)
 REFERENCE_SEED = 0
 REFERENCE_SHA256 = "0829cf3a06220089e3c516c0fbc9c52c61d93b169bcdde4ff19c313992de8ea6"
+# The control's (`--task stutter_direct`, assets/stutter_direct): warm-started on direct answers, its own weights.
+DIRECT_REFERENCE_SHA256 = "c8b4c7c81d670e061568bcba7f079acbd08f0ea809511a0425c252dc0c92ad1b"
 
 HEADER = (QUERY,)
 LENGTH = (6, 9)  # inclusive range of the clean list's length
@@ -202,15 +171,3 @@ def train_set(n: int, seed: int, *, noise_prob: float = TRAIN_NOISE_PROB, direct
 def model_config(vocab_size: int = len(ledger.VOCAB)) -> Qwen2Config:
     """ledger's (= vartrack's) tiny Qwen2 over ledger's vocabulary."""
     return ledger.model_config(vocab_size)
-
-
-def load_tokenizer(path: str | Path = ASSETS_DIR) -> PreTrainedTokenizerFast:
-    """Load the task tokenizer saved with a checkpoint (default: the committed stutter reference)."""
-    return vartrack.load_tokenizer(path)
-
-
-def load_reference(
-    device: str | torch.device = "cpu", path: str | Path = ASSETS_DIR
-) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
-    """Load the committed warm-start checkpoint (fp32, eval mode) and its tokenizer, offline."""
-    return vartrack.load_reference(device, path)

@@ -38,53 +38,22 @@ from __future__ import annotations
 
 import itertools
 import random
-from pathlib import Path
 
-import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config
+from transformers import Qwen2Config
 
 from lens.data import Problem
-from lens.tasks import clean_and_noisy, ledger, vartrack
+from lens.tasks import clean_and_noisy, derived, ledger, vartrack
+from lens.tasks.ledger import QUERY
 
-# Shared with ledger (imported, so the tasks cannot drift): vocabulary, tokenizer, model, prompt/answer format.
-from lens.tasks.ledger import (
-    ANSWER_MARKER,
-    QUERY,
-    VERIFIER,
-    accuracy,
-    accuracy_ids,
-    build_tokenizer,
-    delete_positions,
-    generation_config,
-    prompt_ids,
-    reward,
-    sample_responses,
-)
-
-__all__ = [
-    "ANSWER_MARKER",
-    "VERIFIER",
-    "accuracy",
-    "accuracy_ids",
-    "build_tokenizer",
-    "delete_positions",
-    "eval_sets",
-    "generate",
-    "generation_config",
-    "load_reference",
-    "load_tokenizer",
-    "model_config",
-    "prompt_ids",
-    "reward",
-    "sample_responses",
-    "train_set",
-]
-
-ASSETS_DIR = Path(__file__).resolve().parent / "assets" / "successor"
+ASSETS_DIR = derived.assets_dir("successor")
+# Shared with ledger (so the tasks cannot drift): vocabulary, tokenizer, verifier, prompt/answer format, sampler.
+__getattr__ = derived.inherit(ledger, ASSETS_DIR)
 # sha256 of the committed reference's model.safetensors (`python -m lens.tasks.warmstart --task successor --seed 0`,
 # also in assets/successor/README.md, checked by tests/test_successor.py).
 REFERENCE_SEED = 0
 REFERENCE_SHA256 = "e88c3940f9a247c41ad20df95c88b93997439b8eb5bc7a480d3ebd0482d2db4a"
+# The control's (`--task successor_direct`, assets/successor_direct): warm-started on direct answers, its own weights.
+DIRECT_REFERENCE_SHA256 = "5c786fc2f96f28c2d698834688d2f0f3a34604a7b55932d03c5b0993f0d51e7d"
 
 LIST_LENGTH = (6, 9)  # inclusive range of the clean list's length
 HEADER_TOKENS = 2  # `? x`
@@ -180,15 +149,3 @@ def train_set(n: int, seed: int, *, noise_prob: float = TRAIN_NOISE_PROB, direct
 def model_config(vocab_size: int = len(ledger.VOCAB)) -> Qwen2Config:
     """ledger's (= vartrack's) tiny Qwen2; its 128 positions hold the longest prompt (14 tokens) plus 48 new."""
     return ledger.model_config(vocab_size)
-
-
-def load_tokenizer(path: str | Path = ASSETS_DIR) -> PreTrainedTokenizerFast:
-    """Load the task tokenizer saved with a checkpoint (default: the committed successor reference)."""
-    return vartrack.load_tokenizer(path)
-
-
-def load_reference(
-    device: str | torch.device = "cpu", path: str | Path = ASSETS_DIR
-) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
-    """Load the committed warm-start checkpoint (fp32, eval mode) and its tokenizer, offline."""
-    return vartrack.load_reference(device, path)

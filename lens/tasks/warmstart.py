@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from types import ModuleType
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-from lens import errors
+from lens import errors, tasks
 from lens.problem import Problem
 
 # transformers' cross-entropy ignores this label: padding never contributes to the loss.
@@ -108,10 +107,10 @@ RECIPES = {
 
 
 def task_module(name: str) -> ModuleType:
-    """The module `lens.tasks.<name>` of a task with a warm-start recipe."""
+    """The module of a task with a warm-start recipe (`lens.tasks.module`)."""
     if name not in RECIPES:
         raise ValueError(f"no warm-start recipe for task {name!r}; known: {', '.join(RECIPES)}")
-    return importlib.import_module(f"lens.tasks.{name}")
+    return tasks.module(name)
 
 
 def sequences(task: ModuleType, tokenizer: PreTrainedTokenizerFast, problems: Sequence[Problem]) -> list[list[int]]:
