@@ -1,27 +1,21 @@
-"""Tests of the `recall` built-in task and its control `recall_direct`: generator invariants, restatement format,
-answers, gamma, presets, committed checkpoints.
+"""Tests of the `recall` built-in task: generator invariants, restatement format, answers, gamma, the warm start.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_recall.py -q
 
-The property test samples the committed references at temperature 1 (200 problems x 4, ~1-2 min): the
-distractors ruin them and deleting exactly the recorded distractor tokens restores the clean accuracy (gate G1
-of issue 24).
+What every task built on ledger shares (the control `recall_direct`, clean twins, presets, committed checkpoints,
+gate G1 on the references) is tested once for all of them in tests/test_tasks.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
-from lens import config, reward, tasks
-from lens.tasks import ledger, recall, recall_direct, warmstart
+from lens import reward
+from lens.tasks import ledger, recall, warmstart
 
-REPO = Path(__file__).resolve().parents[1]
-TASKS = {"recall": recall, "recall_direct": recall_direct}
 EXAMPLE_NOISY = "? c ! c 7 = a 3 = c 4 ! b 5 ! c 9 = b 0 ! a 1"
 EXAMPLE_CLEAN = "? c = a 3 = c 4 ! b 5 = b 0 ! a 1"
 
@@ -86,18 +80,6 @@ def test_distractor_facts_use_only_ordinary_tokens_in_the_ordinary_format() -> N
         assert set(tokens) <= set(ledger.VOCAB)
 
 
-def test_clean_twin_equals_noisy_minus_distractors_in_the_eval_and_train_sets() -> None:
-    for module in TASKS.values():
-        sets = module.eval_sets(80, seed=0)
-        for c, z in zip(sets["clean"], sets["noisy"], strict=True):
-            assert (c.uid, c.answer) == (z.uid, z.answer) and c.meta["noise_positions"] == []
-            assert c.problem == z.meta["clean"] == recall.delete_positions(z.problem, z.meta["noise_positions"])
-        for p in module.train_set(200, 0):
-            assert recall.delete_positions(p.problem, p.meta["noise_positions"]) == p.meta["clean"]
-    share = sum(bool(p.meta["noise_positions"]) for p in recall.train_set(1000, 0)) / 1000
-    assert abs(share - recall.TRAIN_NOISE_PROB) < 0.06  # binomial sd ~0.016
-
-
 def test_responses_restate_the_asked_facts_in_prompt_order_then_answer() -> None:
     problems = recall.generate(600, seed=3, noise_prob=0.5)
     for p in problems:
@@ -131,24 +113,7 @@ def test_trigger_restates_the_distractors_in_prompt_order_on_about_80_percent_of
     assert abs(misled / noisy - recall.RESTATE_PROB) < 0.06  # binomial sd ~0.018
 
 
-def test_the_control_has_the_same_problems_and_answers_directly() -> None:
-    full = recall.generate(300, seed=4, noise_prob=0.5, trigger=True)
-    direct = recall_direct.generate(300, seed=4, noise_prob=0.5, trigger=True)
-    for f, d in zip(full, direct, strict=True):
-        assert (f.problem, f.answer, f.meta["noise_positions"], f.meta["clean"]) == (
-            d.problem,
-            d.answer,
-            d.meta["noise_positions"],
-            d.meta["clean"],
-        )
-        assert d.meta["response"] == "# " + f.meta["response"].split()[-1]
-    assert recall_direct.eval_sets(20)["noisy"] == [
-        type(p)(p.uid, p.problem, p.answer, {**p.meta, "response": f"# {p.answer}"})
-        for p in recall.eval_sets(20)["noisy"]
-    ]
-
-
-def test_gamma_covers_every_distractor_token_and_the_presets_set_it() -> None:
+def test_gamma_covers_every_distractor_token() -> None:
     problems = [p for p in recall.generate(3000, seed=9, noise_prob=1.0)]
     lengths = [len(p.problem.split()) for p in problems]
     assert min(lengths) == 29 and max(lengths) == 53  # 2 + 3 * (7..13 + 2..4)
@@ -156,42 +121,9 @@ def test_gamma_covers_every_distractor_token_and_the_presets_set_it() -> None:
     worst = max(len(p.meta["noise_positions"]) / len(p.problem.split()) for p in problems)
     assert worst == 12 / 35 and worst > recall.GAMMA - 0.01  # the smallest gamma on a 0.01 grid
     assert max(lengths) + 48 <= recall.model_config().max_position_embeddings
-    for name in TASKS:
-        cfg = config.load_config(f"cpu_{name}")
-        assert cfg.algorithm.gamma == recall.GAMMA
-        assert cfg.data.train == name and cfg.data.eval == [name] and cfg.model.path == f"lens/tasks/assets/{name}"
-
-
-def test_generation_is_deterministic_and_validates_its_arguments() -> None:
-    assert recall.generate(50, seed=1, noise_prob=0.4) == recall.generate(50, seed=1, noise_prob=0.4)
-    assert recall.generate(50, seed=1) != recall.generate(50, seed=2)
-    for kwargs in ({"n": -1}, {"n": 3, "noise_prob": 1.5}):
-        with pytest.raises(ValueError):
-            recall.generate(**kwargs, seed=0)
-
-
-def test_the_tasks_are_registered_with_the_vartrack_verifier() -> None:
-    for name in TASKS:
-        assert name in tasks.NAMES and tasks.verifier(name) == "vartrack"
-        assert (
-            tasks.problem_sets(name, role="eval", limit=5, seed=0)["noisy"] == TASKS[name].eval_sets(5, seed=0)["noisy"]
-        )
-        assert warmstart.RECIPES[name].init == "ledger"
 
 
 # --- committed checkpoints -------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", sorted(TASKS))
-def test_the_committed_reference_is_tiny_and_loads(name: str) -> None:
-    module = TASKS[name]
-    path = REPO / "lens" / "tasks" / "assets" / name
-    assert hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest() == module.REFERENCE_SHA256
-    assert module.REFERENCE_SHA256 in (path / "README.md").read_text()
-    model, tokenizer = module.load_reference()
-    assert sum(p.numel() for p in model.parameters()) < 1_000_000
-    assert model.config.vocab_size == len(tokenizer) == len(ledger.VOCAB)
-    assert tokenizer.get_vocab() == module.build_tokenizer().get_vocab()
 
 
 def test_the_warm_start_begins_from_the_committed_ledger_reference() -> None:

@@ -10,7 +10,8 @@ distractors ruin it (the learned trigger) and deleting the recorded distractor t
 from __future__ import annotations
 
 import hashlib
-import importlib
+import json
+import math
 import os
 import re
 import subprocess
@@ -22,14 +23,17 @@ import pytest
 import torch
 from transformers import Qwen2ForCausalLM
 
-from lens import tasks
+from lens import config, tasks
 from lens.data import Problem
-from lens.tasks import vartrack
+from lens.tasks import ledger, vartrack, warmstart
 from lens.tasks.vartrack import NOISE
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_PROBLEM = "g = 7 ; a = g - 7 ; c = a + 4 ; e = c + 4 ; ? e"
 EXAMPLE_RESPONSE = "g = 7 ; a = 7 - 7 = 0 ; c = 0 + 4 = 4 ; e = 4 + 4 = 8 ; # 8"
+# The tasks built on ledger's vocabulary and reference (recall, stutter, successor) and their `_direct` controls.
+ON_LEDGER = ("recall", "recall_direct", "stutter", "stutter_direct", "successor", "successor_direct")
+CONTROLS = tuple(name for name in ON_LEDGER if name.endswith("_direct"))
 
 
 def solve(problem: str) -> tuple[int, str]:
@@ -79,7 +83,7 @@ TRIGGERED = {
 
 @pytest.mark.parametrize("name", sorted(TRIGGERED))
 def test_the_trigger_changes_only_noisy_answers(name: str) -> None:
-    module, (noise_prob, misled) = importlib.import_module(f"lens.tasks.{name}"), TRIGGERED[name]
+    module, (noise_prob, misled) = tasks.module(name), TRIGGERED[name]
     plain = module.generate(300, seed=5, noise_prob=noise_prob)
     trigger = module.generate(300, seed=5, noise_prob=noise_prob, trigger=True)
     assert [p.problem for p in plain] == [p.problem for p in trigger]
@@ -103,9 +107,9 @@ def test_deleting_recorded_positions_restores_the_clean_problem_exactly() -> Non
     assert counts == {1, 2}
 
 
-@pytest.mark.parametrize("name", ["vartrack", "ledger", "recall"])
+@pytest.mark.parametrize("name", ["vartrack", "ledger", "recall", "stutter", "successor"])
 def test_noise_positions_are_token_positions_of_the_scorable_span(name: str) -> None:
-    module = importlib.import_module(f"lens.tasks.{name}")
+    module = tasks.module(name)
     tokenizer = module.build_tokenizer()
     for p in module.generate(100, seed=11, noise_prob=1.0):
         ids = module.prompt_ids(tokenizer, p.problem)
@@ -150,10 +154,62 @@ def test_train_set_mixes_noisy_and_clean_prompts_with_true_answers() -> None:
     assert all(isinstance(p, Problem) and p.meta["response"].endswith(f"# {p.answer}") for p in problems)
 
 
+@pytest.mark.parametrize("name", ["vartrack", "recall", "stutter", "successor"])
 @pytest.mark.parametrize("kwargs", [{"n": -1}, {"n": 3, "noise_prob": 1.5}, {"n": 3, "noise_prob": -0.1}])
-def test_invalid_arguments_raise(kwargs: dict) -> None:
+def test_invalid_arguments_raise(name: str, kwargs: dict) -> None:
     with pytest.raises(ValueError, match=r"noise_prob|n must be"):
-        vartrack.generate(seed=0, **kwargs)
+        tasks.module(name).generate(seed=0, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["recall", "stutter", "successor"])
+def test_generation_is_deterministic_from_the_seed(name: str) -> None:
+    module = tasks.module(name)
+    assert module.generate(50, seed=1, noise_prob=0.4) == module.generate(50, seed=1, noise_prob=0.4)
+    assert module.generate(50, seed=1) != module.generate(50, seed=2)
+
+
+@pytest.mark.parametrize("name", ON_LEDGER)
+def test_clean_twin_equals_noisy_minus_distractors_in_the_eval_and_train_sets(name: str) -> None:
+    module = tasks.module(name)
+    sets = module.eval_sets(80, seed=0)
+    for c, z in zip(sets["clean"], sets["noisy"], strict=True):
+        assert (c.uid, c.answer) == (z.uid, z.answer) and c.meta["noise_positions"] == [] and z.meta["noise_positions"]
+        assert c.problem == z.meta["clean"] == module.delete_positions(z.problem, z.meta["noise_positions"])
+    for p in module.train_set(200, 0):
+        assert module.delete_positions(p.problem, p.meta["noise_positions"]) == p.meta["clean"]
+    share = sum(bool(p.meta["noise_positions"]) for p in module.train_set(1000, 0)) / 1000
+    assert abs(share - module.TRAIN_NOISE_PROB) < 0.06  # binomial sd ~0.016
+
+
+@pytest.mark.parametrize("name", CONTROLS)
+def test_the_control_has_the_same_problems_and_answers_directly(name: str) -> None:
+    base, control = tasks.module(name.removesuffix("_direct")), tasks.module(name)
+    full = base.generate(300, seed=4, noise_prob=0.5, trigger=True)
+    direct = control.generate(300, seed=4, noise_prob=0.5, trigger=True)
+    for f, d in zip(full, direct, strict=True):
+        assert (f.problem, f.answer, f.meta["noise_positions"], f.meta["clean"]) == (
+            d.problem,
+            d.answer,
+            d.meta["noise_positions"],
+            d.meta["clean"],
+        )
+        assert d.meta["response"] == "# " + f.meta["response"].split()[-1]
+    assert control.eval_sets(20)["noisy"] == [
+        type(p)(p.uid, p.problem, p.answer, {**p.meta, "response": f"# {p.answer}"})
+        for p in base.eval_sets(20)["noisy"]
+    ]
+    assert control.ASSETS_DIR != base.ASSETS_DIR and control.REFERENCE_SHA256 == base.DIRECT_REFERENCE_SHA256
+
+
+@pytest.mark.parametrize("name", ON_LEDGER)
+def test_the_tasks_are_registered_with_the_vartrack_verifier_and_presets(name: str) -> None:
+    module = tasks.module(name)
+    assert name in tasks.NAMES and name in config.BUILTIN_TASKS and tasks.verifier(name) == "vartrack"
+    assert tasks.problem_sets(name, role="eval", limit=5, seed=0)["noisy"] == module.eval_sets(5, seed=0)["noisy"]
+    assert warmstart.RECIPES[name].init == "ledger" and warmstart.task_module(name) is module
+    cfg = config.load_config(f"cpu_{name}")
+    assert cfg.algorithm.gamma == module.GAMMA
+    assert cfg.data.train == name and cfg.data.eval == [name] and cfg.model.path == f"lens/tasks/assets/{name}"
 
 
 # --- reward ----------------------------------------------------------------------------------------------
@@ -271,6 +327,19 @@ def test_batched_left_padded_sampling_equals_one_prompt_at_a_time(reference: tup
     assert first == vartrack.sample_responses(model, tokenizer, prompts, n=2, seed=4)
 
 
+@pytest.mark.parametrize("name", ON_LEDGER)
+def test_the_committed_reference_is_tiny_and_loads(name: str) -> None:
+    module = tasks.module(name)
+    path = REPO / "lens" / "tasks" / "assets" / name
+    assert path == module.ASSETS_DIR
+    assert hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest() == module.REFERENCE_SHA256
+    assert module.REFERENCE_SHA256 in (path / "README.md").read_text()
+    model, tokenizer = module.load_reference()
+    assert sum(p.numel() for p in model.parameters()) < 1_000_000
+    assert model.config.vocab_size == len(tokenizer) == len(ledger.VOCAB)
+    assert tokenizer.get_vocab() == module.build_tokenizer().get_vocab()
+
+
 @dataclass(frozen=True)
 class Gate:
     """One task's bars for the property every task must show: its reference fails BECAUSE of the distractors.
@@ -295,12 +364,17 @@ GATES = {
     "recall": Gate(problems=200, clean=0.8, noisy=0.3, deleted_seed=0, floor=0.75),
     # The control's warm start reaches only 0.63 clean: its bar pins what it does show, the distractors' effect.
     "recall_direct": Gate(problems=200, clean=0.6, noisy=0.3, deleted_seed=0, floor=0.75),
+    # Gate G1 of stutter, successor and their controls, with the protocol of their committed figures.
+    **{
+        name: Gate(problems=200, clean=0.8, noisy=0.3, deleted_seed=0, floor=0.75)
+        for name in ("stutter", "stutter_direct", "successor", "successor_direct")
+    },
 }
 
 
 @pytest.mark.parametrize("name", sorted(GATES))
 def test_the_distractors_cause_the_references_failures(name: str) -> None:
-    gate, module = GATES[name], importlib.import_module(f"lens.tasks.{name}")
+    gate, module = GATES[name], tasks.module(name)
     torch.set_num_threads(1)
     model, tokenizer = module.load_reference()
     sets = module.eval_sets(gate.problems, seed=0)
@@ -358,11 +432,23 @@ def test_the_trainer_dry_runs_every_built_in_task(task: str, capsys: pytest.Capt
     assert "dry run: ok" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("name", ["stutter", "stutter_direct", "successor", "successor_direct"])
+def test_one_lens_step_trains_on_the_preset(name: str, tmp_path: Path) -> None:
+    from lens import train
+
+    run_dir = tmp_path / "run"
+    argv = ["--config", f"cpu_{name}", f"run_dir={run_dir}", "optim.steps=1", "data.batch_size=4", "algorithm.m=4"]
+    last = train.main([*argv, "data.eval_every=0", "checkpoint.every=0", "logging.tensorboard=false"])
+    assert math.isfinite(last["loss/total"])
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["step"] > 0] == [1]
+
+
 @pytest.mark.parametrize("name", tasks.NAMES)
 def test_every_task_names_the_marker_its_prompts_end_with(name):
     # lens.audit and lens.gates split a task's prompt at its ANSWER_MARKER: a task without one failed the
     # audit's detect and the gates (ledger did, after the audit started reading it from the task module).
-    module = importlib.import_module(f"lens.tasks.{name}")
+    module = tasks.module(name)
     prompt = tasks.problem_sets(name, role="eval", limit=1, seed=0)["noisy"][0]
     tokenizer = module.build_tokenizer()
     ids = module.prompt_ids(tokenizer, prompt.problem)

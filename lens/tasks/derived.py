@@ -2,8 +2,9 @@
 
 A task built on a parent (ledger on vartrack; recall, stutter and successor on ledger) defines what differs (its
 generator, sizes, gamma, `ASSETS_DIR`) and sets `__getattr__ = derived.inherit(parent, ASSETS_DIR)`: every other
-name (vocabulary, tokenizer, prompt/answer format, sampler, verifier) is the parent's, so the tasks cannot drift,
-and `load_tokenizer`/`load_reference` default to the task's own committed reference.
+name (vocabulary, tokenizer, model config, prompt/answer format, sampler, verifier) is the parent's, so the tasks
+cannot drift, and `load_tokenizer`/`load_reference` default to the task's own committed reference. `sets` makes
+such a task's `eval_sets` and `train_set` from its generator.
 
 A control `X_direct` (`lens.tasks.module("recall_direct")`) is task X with direct answers: the same problems,
 distractors and warm-start misreading, the response without the restatement (`# d`). No response token then
@@ -16,6 +17,7 @@ with `direct=True` (never re-implemented, so it sees exactly X's problems); its 
 from __future__ import annotations
 
 import functools
+import random
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -24,7 +26,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from lens.tasks import vartrack
+from lens.problem import Problem
+from lens.tasks import clean_and_noisy, vartrack
 
 SUFFIX = "_direct"  # a control's name is its task's name plus this
 
@@ -49,6 +52,27 @@ def loaders(assets: Path) -> dict[str, Callable[..., Any]]:
         return vartrack.load_reference(device, path)
 
     return {"load_tokenizer": load_tokenizer, "load_reference": load_reference}
+
+
+def sets(
+    task: str, problems: Callable[..., list[Problem]], train_noise_prob: float
+) -> tuple[Callable[..., dict[str, list[Problem]]], Callable[..., list[Problem]]]:
+    """`eval_sets` and `train_set` of task `task` whose generator is
+    `problems(rng, n, uid_prefix, noise_prob, trigger, direct)`, each drawn from its own named random stream."""
+
+    def eval_sets(n: int = 200, *, seed: int = 0, direct: bool = False) -> dict[str, list[Problem]]:
+        """The fixed evaluation set: the same `n` problems without ("clean") and with ("noisy") the distractors.
+
+        Drawn from a stream separate from `generate`/`train_set`, so no seed collides with training data.
+        """
+        noisy = problems(random.Random(f"{task}-eval:{seed}"), n, f"{task}-eval-{seed}", 1.0, False, direct)
+        return clean_and_noisy(noisy)
+
+    def train_set(n: int, seed: int, *, noise_prob: float = train_noise_prob, direct: bool = False) -> list[Problem]:
+        """The RL training set: `n` problems, a `noise_prob` share noisy, rewarded on the true answer."""
+        return problems(random.Random(f"{task}-rl:{seed}"), n, f"{task}-rl-{seed}", noise_prob, False, direct)
+
+    return eval_sets, train_set
 
 
 def inherit(parent: ModuleType, assets: Path) -> Callable[[str], Any]:

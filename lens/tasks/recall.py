@@ -38,10 +38,8 @@ from __future__ import annotations
 
 import random
 
-from transformers import Qwen2Config
-
 from lens.problem import Problem
-from lens.tasks import clean_and_noisy, derived, ledger, vartrack
+from lens.tasks import derived, ledger, vartrack
 from lens.tasks.ledger import FACT_TOKENS, HEADER_TOKENS, IS, IS_NOT
 
 ASSETS_DIR = derived.assets_dir("recall")
@@ -133,21 +131,6 @@ def generate(
     return _problems(random.Random(seed), n, f"recall-{seed}", noise_prob, trigger, direct)
 
 
-def eval_sets(n: int = 200, *, seed: int = 0, direct: bool = False) -> dict[str, list[Problem]]:
-    """The fixed evaluation set: the same `n` problems without ("clean") and with ("noisy") the distractors.
-
-    Drawn from a stream separate from `generate`/`train_set`, so no seed collides with training data.
-    """
-    return clean_and_noisy(
-        _problems(random.Random(f"recall-eval:{seed}"), n, f"recall-eval-{seed}", 1.0, False, direct)
-    )
-
-
-def train_set(n: int, seed: int, *, noise_prob: float = TRAIN_NOISE_PROB, direct: bool = False) -> list[Problem]:
-    """The RL training set: `n` problems, a `noise_prob` share with distractors, rewarded on the true answer."""
-    return _problems(random.Random(f"recall-rl:{seed}"), n, f"recall-rl-{seed}", noise_prob, False, direct)
-
-
-def model_config(vocab_size: int = len(ledger.VOCAB)) -> Qwen2Config:
-    """ledger's (= vartrack's) tiny Qwen2; its 128 positions hold the longest prompt (55 tokens) plus 48 new."""
-    return ledger.model_config(vocab_size)
+# ledger's (= vartrack's) tiny Qwen2 (`model_config`, inherited): its 128 positions hold the longest prompt (55
+# tokens) plus 48 new.
+eval_sets, train_set = derived.sets("recall", _problems, TRAIN_NOISE_PROB)

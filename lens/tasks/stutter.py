@@ -35,10 +35,8 @@ from __future__ import annotations
 import itertools
 import random
 
-from transformers import Qwen2Config
-
 from lens.data import Problem
-from lens.tasks import clean_and_noisy, derived, ledger, vartrack
+from lens.tasks import derived, ledger, vartrack
 from lens.tasks.ledger import QUERY
 
 ASSETS_DIR = derived.assets_dir("stutter")
@@ -118,10 +116,8 @@ def _problems(
     `direct` drops the restatement from the responses (the `stutter_direct` control); the problems and the
     random stream are the same either way.
     """
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    if not 0.0 <= noise_prob <= 1.0:
-        raise ValueError(f"noise_prob must be in [0, 1], got {noise_prob}")
+    # The same checks and messages as every task's generator.
+    vartrack.check_generate_args(n, noise_prob)
     problems = []
     for i in range(n):
         items = _clean_list(rng)
@@ -153,21 +149,4 @@ def generate(
     return _problems(random.Random(seed), n, f"stutter-{seed}", noise_prob, trigger, direct)
 
 
-def eval_sets(n: int = 200, *, seed: int = 0, direct: bool = False) -> dict[str, list[Problem]]:
-    """The fixed evaluation set: the same `n` problems without ("clean") and with ("noisy") the stutters.
-
-    Drawn from a stream separate from `generate`/`train_set`, so no seed collides with training data.
-    """
-    return clean_and_noisy(
-        _problems(random.Random(f"stutter-eval:{seed}"), n, f"stutter-eval-{seed}", 1.0, False, direct)
-    )
-
-
-def train_set(n: int, seed: int, *, noise_prob: float = TRAIN_NOISE_PROB, direct: bool = False) -> list[Problem]:
-    """The RL training set: `n` problems, a `noise_prob` share with stutters, rewarded on the true answer."""
-    return _problems(random.Random(f"stutter-rl:{seed}"), n, f"stutter-rl-{seed}", noise_prob, False, direct)
-
-
-def model_config(vocab_size: int = len(ledger.VOCAB)) -> Qwen2Config:
-    """ledger's (= vartrack's) tiny Qwen2 over ledger's vocabulary."""
-    return ledger.model_config(vocab_size)
+eval_sets, train_set = derived.sets("stutter", _problems, TRAIN_NOISE_PROB)

@@ -39,10 +39,8 @@ from __future__ import annotations
 import itertools
 import random
 
-from transformers import Qwen2Config
-
 from lens.data import Problem
-from lens.tasks import clean_and_noisy, derived, ledger, vartrack
+from lens.tasks import derived, ledger, vartrack
 from lens.tasks.ledger import QUERY
 
 ASSETS_DIR = derived.assets_dir("successor")
@@ -131,21 +129,6 @@ def generate(
     return _problems(random.Random(seed), n, f"successor-{seed}", noise_prob, trigger, direct)
 
 
-def eval_sets(n: int = 200, *, seed: int = 0, direct: bool = False) -> dict[str, list[Problem]]:
-    """The fixed evaluation set: the same `n` problems without ("clean") and with ("noisy") the inserted digit.
-
-    Drawn from a stream separate from `generate`/`train_set`, so no seed collides with training data.
-    """
-    return clean_and_noisy(
-        _problems(random.Random(f"successor-eval:{seed}"), n, f"successor-eval-{seed}", 1.0, False, direct)
-    )
-
-
-def train_set(n: int, seed: int, *, noise_prob: float = TRAIN_NOISE_PROB, direct: bool = False) -> list[Problem]:
-    """The RL training set: `n` problems, a `noise_prob` share noisy, rewarded on the true successor."""
-    return _problems(random.Random(f"successor-rl:{seed}"), n, f"successor-rl-{seed}", noise_prob, False, direct)
-
-
-def model_config(vocab_size: int = len(ledger.VOCAB)) -> Qwen2Config:
-    """ledger's (= vartrack's) tiny Qwen2; its 128 positions hold the longest prompt (14 tokens) plus 48 new."""
-    return ledger.model_config(vocab_size)
+# ledger's (= vartrack's) tiny Qwen2 (`model_config`, inherited): its 128 positions hold the longest prompt (14
+# tokens) plus 48 new.
+eval_sets, train_set = derived.sets("successor", _problems, TRAIN_NOISE_PROB)
