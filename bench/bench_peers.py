@@ -16,14 +16,27 @@ paper's Qwen2.5-7B head, N = 16,384 tokens. Run: `pytest bench/bench_peers.py --
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
+import os
+import statistics
+import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
-from harness import matmul_rate, run_case
+from harness import RESULTS_FILE, git_commit, matmul_rate, peak_memory, quantiles, record, run_case
 
-from lens_kernels import linear_token_logprobs, linear_token_logprobs_ref
+from lens_kernels import (
+    interference_scores,
+    interference_scores_ref,
+    linear_token_logprobs,
+    linear_token_logprobs_ref,
+    token_logprobs,
+    token_logprobs_ref,
+)
 
 CUDA = torch.cuda.is_available()
 HAS_LIGER = importlib.util.find_spec("liger_kernel") is not None
@@ -102,27 +115,162 @@ def _checked(name: str, fn: LogprobFn, hidden: torch.Tensor, weight: torch.Tenso
 
 # (N, H, V): a small head, and Qwen2.5-3B's real head (H 2048, V 151,936) at a CPU-sized token count.
 CPU_SHAPES = [(1024, 256, 32000), (256, 2048, 151936)]
+CPU_PEERS = ["torch_ref", "torch_compile", "torch_linear_ce", "lens"]
+PEERS_FILE = RESULTS_FILE.parent / "peers_cpu.json"
+# Interleaved rounds per case (PEERS_ROUNDS): every round runs each provider once, in a rotating order.
+ROUNDS = int(os.environ.get("PEERS_ROUNDS", "5"))
+
+
+def _interleaved(closures: dict[str, Callable[[], None]], rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Wall and process-CPU seconds of `rounds` calls per provider, interleaved in a rotating order.
+
+    On a shared machine the load changes within seconds: every provider of a round sees about the same
+    load, so per-round ratios are fair where absolute times are not. One thread: CPU time is the work
+    done, which the load inflates less than wall time (it still pays for cache misses).
+    """
+    names = list(closures)
+    out = {name: {"wall": [], "cpu": []} for name in names}
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order if r % 2 == 0 else order[::-1]:
+            t0, c0 = time.perf_counter(), time.process_time()
+            closures[name]()
+            out[name]["wall"].append(time.perf_counter() - t0)
+            out[name]["cpu"].append(time.process_time() - c0)
+    return out
+
+
+def _ratio(num: list[float], den: list[float]) -> list[float]:
+    """(median, q1, q3) of the per-round ratios num / den."""
+    ratios = sorted(a / b for a, b in zip(num, den, strict=True))
+    if len(ratios) == 1:
+        return [ratios[0]] * 3
+    q1, med, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return [med, q1, q3]
+
+
+def _peer_case(case: str, shape: dict[str, int], closures: dict[str, Callable[[], None]]) -> dict[str, Any]:
+    """Warm every provider (compiles), time them interleaved, measure peak memory; store and return the case."""
+    for run in closures.values():
+        run()
+    load0 = os.getloadavg()[0]
+    times = _interleaved(closures, ROUNDS)
+    peaks = {name: peak_memory(run, "cpu") for name, run in closures.items()}
+    entry = {
+        "case": case, "shape": shape, "rounds": ROUNDS, "threads": torch.get_num_threads(),
+        "load": [load0, os.getloadavg()[0]], "commit": git_commit(), "torch": torch.__version__,
+        "providers": {
+            name: {
+                "wall_ms": 1e3 * statistics.median(t["wall"]), "cpu_ms": 1e3 * statistics.median(t["cpu"]),
+                "peak_mib": peaks[name] / 2**20,
+                "lens_over_wall": _ratio(times["lens"]["wall"], t["wall"]),
+                "lens_over_cpu": _ratio(times["lens"]["cpu"], t["cpu"]),
+            }
+            for name, t in times.items()
+        },
+    }  # fmt: skip
+    for name, t in times.items():
+        med, p20, p80 = quantiles(t["wall"])
+        record(f"peers_{case}", name, shape, med, p20, p80, peaks[name], "cpu", interleaved_rounds=ROUNDS)
+    cases = json.loads(PEERS_FILE.read_text()) if PEERS_FILE.exists() else {}
+    cases[f"{case} {shape}"] = entry
+    PEERS_FILE.write_text(json.dumps(cases, indent=1) + "\n")
+    PEERS_FILE.with_suffix(".md").write_text(peers_table(cases))
+    return entry
+
+
+def peers_table(cases: dict[str, dict[str, Any]]) -> str:
+    """The markdown table of bench/results/peers_cpu.json: one row per case and provider."""
+    lines = [
+        "# Peers on CPU, interleaved (bench/bench_peers.py, `pytest bench/bench_peers.py -k cpu`)",
+        "",
+        "fp32, one thread. Each case: every provider warmed once (torch.compile compiles then), then "
+        "rounds in which each provider runs once, in a rotating order; lens / peer ratios are per round, "
+        "median [IQR]; < 1 means lens is faster. CPU = process CPU time of the call (one thread: the work "
+        "done; less inflated by the machine's load than wall time). Peak = torch allocations live during "
+        "one call above what was live before it (torch profiler), including the gradients the call "
+        "creates: at the Qwen-like head dweight alone is 1,187 MiB. Load = 1-minute load average before "
+        "and after the timed rounds on this shared 2-core machine.",
+        "",
+        "| case | shape | provider | wall ms | CPU ms | peak MiB | lens/peer wall | lens/peer CPU | rounds, load |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for entry in cases.values():
+        shape = " ".join(f"{k} {v:,}" for k, v in entry["shape"].items())
+        for name, p in entry["providers"].items():
+            ratio = "-" if name == "lens" else "{:.2f} [{:.2f}-{:.2f}]"
+            lines.append(
+                f"| {entry['case']} | {shape} | {name} | {p['wall_ms']:,.0f} | {p['cpu_ms']:,.0f} | "
+                f"{p['peak_mib']:,.1f} | {ratio.format(*p['lens_over_wall'])} | {ratio.format(*p['lens_over_cpu'])} | "
+                f"{entry['rounds']}, {entry['load'][0]:.1f}-{entry['load'][1]:.1f} |"
+            )
+    lines += ["", f"Commit {next(iter(cases.values()))['commit']} (each case: see peers_cpu.json), torch "
+              f"{next(iter(cases.values()))['torch']}.", ""]  # fmt: skip
+    return "\n".join(lines)
 
 
 @cpu_only
-@pytest.mark.parametrize("provider", ["torch_ref", "torch_compile", "torch_linear_ce", "lens"])
+@pytest.mark.parametrize("pass_", ["fwd", "fwd_bwd"])
 @pytest.mark.parametrize(("n", "h", "v"), CPU_SHAPES)
-def test_logprobs_fwd_cpu(benchmark, device, provider: str, n: int, h: int, v: int) -> None:
+def test_logprobs_cpu(device, pass_: str, n: int, h: int, v: int) -> None:
     hidden, weight, targets = _case(n, h, v, torch.float32, device)
-    fn = providers()[provider]()
-    _checked(provider, fn, hidden, weight, targets)
-    run_case(benchmark, "peers_logprobs_fwd", provider, {"N": n, "H": h, "V": v}, _forward(fn, hidden, weight, targets),
-             device=device, rounds=5, dtype="float32")  # fmt: skip
+    closures = {}
+    for name in CPU_PEERS:
+        fn = providers()[name]()
+        _checked(name, fn, hidden, weight, targets)
+        closures[name] = (_forward if pass_ == "fwd" else _fwd_bwd)(fn, hidden, weight, targets)
+    entry = _peer_case(f"linear_logprobs_{pass_}", {"N": n, "H": h, "V": v}, closures)
+    assert all(math.isfinite(p["wall_ms"]) for p in entry["providers"].values())
+
+
+def _compiled_plain(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """torch.compile(dynamic=True) of a plain reference expression (what a user would write and compile)."""
+    return torch.compile(fn, dynamic=True)
+
+
+LOGITS_PEERS: dict[str, dict[str, Callable[..., torch.Tensor]]] = {
+    "token_logprobs": {
+        "torch_ref": token_logprobs_ref,
+        "torch_compile": _compiled_plain(token_logprobs_ref),
+        "lens": token_logprobs,
+    },
+    "interference_scores": {
+        "torch_ref": interference_scores_ref,
+        "torch_compile": _compiled_plain(interference_scores_ref),
+        "lens": interference_scores,
+    },
+}
 
 
 @cpu_only
-@pytest.mark.parametrize("provider", ["torch_ref", "torch_compile", "torch_linear_ce", "lens"])
-def test_logprobs_fwd_bwd_cpu(benchmark, device, provider: str) -> None:
-    n, h, v = CPU_SHAPES[0]
-    hidden, weight, targets = _case(n, h, v, torch.float32, device)
-    fn = providers()[provider]()
-    run_case(benchmark, "peers_logprobs_fwd_bwd", provider, {"N": n, "H": h, "V": v},
-             _fwd_bwd(fn, hidden, weight, targets), device=device, rounds=5, dtype="float32")  # fmt: skip
+@pytest.mark.parametrize(
+    ("op", "pass_", "n", "v"),
+    [("token_logprobs", "fwd", 2048, 32000), ("token_logprobs", "fwd_bwd", 2048, 32000),
+     ("interference_scores", "fwd", 1024, 32000)],
+)  # fmt: skip
+def test_logits_ops_cpu(device, op: str, pass_: str, n: int, v: int) -> None:
+    g = torch.Generator().manual_seed(0)
+    logits = 3 * torch.randn(n, v, generator=g)
+    other = logits + 0.1 * torch.randn(n, v, generator=g)
+    targets = torch.randint(0, v, (n,), generator=g)
+    x = logits.detach().requires_grad_(pass_ == "fwd_bwd")
+    args = (x, targets) if op == "token_logprobs" else (logits, other, targets)
+    want = LOGITS_PEERS[op]["torch_ref"](*args)
+    closures = {}
+    for name, fn in LOGITS_PEERS[op].items():
+        assert (fn(*args) - want).abs().max().item() < 1e-4, name
+
+        def run(fn: Callable[..., torch.Tensor] = fn) -> None:
+            if pass_ == "fwd":
+                with torch.no_grad():
+                    fn(*args)
+            else:
+                x.grad = None
+                fn(*args).sum().backward()
+
+        closures[name] = run
+    entry = _peer_case(f"{op}_{pass_}", {"N": n, "V": v}, closures)
+    assert all(math.isfinite(p["wall_ms"]) for p in entry["providers"].values())
 
 
 GPU_N, GPU_H, GPU_V = 16384, 3584, 152064  # Qwen2.5-7B's head, 16K response tokens
