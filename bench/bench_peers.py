@@ -9,8 +9,13 @@ Log-probs of the sampled tokens from hidden states and the LM head, logp = log_s
   liger_flce       Liger-Kernel's fused linear cross entropy, reduction="none" (GPU only)
 and, on GPU, the GRPO clipped-surrogate loss from hidden states: eager torch (torch_ref), lens (its fused
 log-probs + the same surrogate) and Liger's LigerFusedLinearGRPOLoss (liger_grpo).
-CPU: fp32, forward (no grad, as for old/reference log-probs) and forward + backward. GPU: bf16 at the
-paper's Qwen2.5-7B head, N = 16,384 tokens. Run: `pytest bench/bench_peers.py --benchmark-only`.
+CPU: fp32, one thread, forward (no grad, as for old/reference log-probs) and forward + backward, at a
+small head and Qwen2.5-3B's head; also the logits-input ops token_logprobs and interference_scores against
+eager and the compiled plain expression. CPU cases run interleaved (every provider once per round, in a
+rotating order: the machine is shared) and write bench/results/peers_cpu.{json,md} with wall time,
+process CPU time, peak memory and lens/peer ratios, median [IQR]:
+`PEERS_ROUNDS=5 pytest bench/bench_peers.py -k cpu` (the Qwen-like forward + backward takes minutes).
+GPU: bf16 at the paper's Qwen2.5-7B head, N = 16,384 tokens: `pytest bench/bench_peers.py --benchmark-only`.
 """
 
 from __future__ import annotations

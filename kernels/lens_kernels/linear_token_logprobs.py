@@ -42,10 +42,10 @@ from lens_kernels.token_logprobs import (
 _FN = "linear_token_logprobs"
 # Elements of one [rows, vocab] chunk of the backward on GPU (bf16: 512 MiB).
 _GPU_CHUNK_ELEMS = 1 << 28
-# Elements of one fp32 [rows, vocab] logits chunk of the CPU path (2 MiB). Measured at the Qwen2.5-3B head
-# (N 256, H 2048, V 151,936, one thread; bench/results/linear_head_cpu.md): chunks of 2^19 make the chunk
-# GEMMs ~10 % cheaper than 2^22-element chunks, and the chunk stays in cache across the in-place
-# passes and the two GEMMs that read it.
+# Elements of one fp32 [rows, vocab] logits chunk of the CPU path (2 MiB): small enough to stay in cache
+# across the in-place passes and the two GEMMs that read it. Measured at the Qwen2.5-3B head (N 256,
+# H 2048, V 151,936, fp32, one thread, forward + backward with the logits recomputed; process CPU s, one
+# round at load 9): 2^18 8.76, 2^19 8.68, 2^20 9.44, 2^21 9.48, 2^22 (the old size) 9.77; eager 7.45.
 CHUNK_ELEMS: int = 1 << 19
 # See `keeps_logits`: kept [N, V] fp32 logits may take at most this fraction of the weight's bytes.
 KEEP_LOGITS_FRACTION = 0.25
@@ -229,9 +229,8 @@ class _ChunkedLinearTokenLogprobs(torch.autograd.Function):
     """Autograd of the chunked torch path: saves [N] statistics, and the logits chunks where `keeps_logits`."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, temperature, with_entropy):
-        grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
-        ctx.kept = [] if grad and keeps_logits(hidden.shape[0], weight) else None
+    def forward(ctx, hidden, weight, targets, temperature, with_entropy, keep):
+        ctx.kept = [] if keep else None
         logp, entropy, m, rel_lse = chunked_forward(hidden, weight, targets, temperature, with_entropy, ctx.kept)
         ctx.save_for_backward(hidden, weight, targets, m, rel_lse, entropy)
         ctx.temperature, ctx.with_entropy = temperature, with_entropy
@@ -246,7 +245,7 @@ class _ChunkedLinearTokenLogprobs(torch.autograd.Function):
         dh, dw = _chunked_backward(
             hidden, weight, targets, m, rel_lse, entropy, grad_logp.float(), ge, ctx.temperature, kept
         )  # fmt: skip
-        return dh, dw, None, None, None
+        return dh, dw, None, None, None, None
 
 
 @triton.jit
@@ -581,7 +580,10 @@ def _validate(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
 def _chunked(
     hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float, return_entropy: bool
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    logp, entropy = _ChunkedLinearTokenLogprobs.apply(hidden, weight, targets, temperature, return_entropy)
+    # Decided here: autograd.Function.forward runs with grad mode off.
+    grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    keep = grad and keeps_logits(hidden.shape[0], weight)
+    logp, entropy = _ChunkedLinearTokenLogprobs.apply(hidden, weight, targets, temperature, return_entropy, keep)
     return (logp, entropy) if return_entropy else logp
 
 

@@ -169,8 +169,11 @@ def test_chunked_backward_keeps_or_recomputes_logits(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(lin, "CHUNK_ELEMS", 300)
     monkeypatch.setattr(lin, "KEEP_LOGITS_FRACTION", fraction)
     hidden, weight, targets = _inputs(7, 24, 700, dtype, seed=3)
-    assert lin.keeps_logits(7, weight) == (fraction > 0)
+    kept = []
+    backward = lin._chunked_backward
+    monkeypatch.setattr(lin, "_chunked_backward", lambda *a: kept.append(a[-1] is not None) or backward(*a))
     got = _fwd_bwd(linear_token_logprobs_chunked, hidden, weight, targets, 0.8, seed=2)
+    assert kept == [fraction > 0]
     gold = _fwd_bwd(linear_token_logprobs_ref, hidden.float(), weight.float(), targets, 0.8, seed=2)
     if dtype == torch.float32:
         for a, b, what in zip(got, gold, NAMES, strict=True):
@@ -186,9 +189,13 @@ def test_kept_logits_survive_a_second_backward(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(lin, "KEEP_LOGITS_FRACTION", 1e9)
     hidden, weight, targets = _inputs(5, 16, 300, torch.float32, seed=4)
     h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    kept = []
+    backward = lin._chunked_backward
+    monkeypatch.setattr(lin, "_chunked_backward", lambda *a: kept.append(a[-1] is not None) or backward(*a))
     loss = linear_token_logprobs_chunked(h, w, targets).sum()
     first = torch.autograd.grad(loss, (h, w), retain_graph=True)
     second = torch.autograd.grad(loss, (h, w))
+    assert kept == [True, False]
     for a, b in zip(first, second, strict=True):
         assert_close_fp32(a, b, "second backward")
 
