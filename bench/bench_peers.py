@@ -20,6 +20,7 @@ GPU: bf16 at the paper's Qwen2.5-7B head, N = 16,384 tokens: `pytest bench/bench
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import math
@@ -195,7 +196,9 @@ def peers_table(cases: dict[str, dict[str, Any]]) -> str:
         "done; less inflated by the machine's load than wall time). Peak = torch allocations live during "
         "one call above what was live before it (torch profiler), including the gradients the call "
         "creates: at the Qwen-like head dweight alone is 1,187 MiB. Load = 1-minute load average before "
-        "and after the timed rounds on this shared 2-core machine.",
+        "and after the timed rounds on this shared 2-core machine. Forward + backward cases also time lens with "
+        "the forward's logits always kept for the backward (lens_keep) and always recomputed (lens_recompute); "
+        "`lens` is the default, which keeps them only where they are at most a quarter of the weight's bytes.",
         "",
         "| case | shape | provider | wall ms | CPU ms | peak MiB | lens/peer wall | lens/peer CPU | rounds, load |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -224,8 +227,28 @@ def test_logprobs_cpu(device, pass_: str, n: int, h: int, v: int) -> None:
         fn = providers()[name]()
         _checked(name, fn, hidden, weight, targets)
         closures[name] = (_forward if pass_ == "fwd" else _fwd_bwd)(fn, hidden, weight, targets)
+    if pass_ == "fwd_bwd":  # both backward modes of lens's CPU path, whichever `keeps_logits` picks
+        for mode, fraction in (("keep", math.inf), ("recompute", 0.0)):
+            # Own tensors: the profiler subtracts a freed gradient only if it saw it allocated, so a
+            # closure sharing lens's tensors would get lens's gradients subtracted from its peak.
+            run = _fwd_bwd(providers()["lens"](), hidden, weight, targets)
+            closures[f"lens_{mode}"] = _with_keep_fraction(fraction, run)
     entry = _peer_case(f"linear_logprobs_{pass_}", {"N": n, "H": h, "V": v}, closures)
     assert all(math.isfinite(p["wall_ms"]) for p in entry["providers"].values())
+
+
+def _with_keep_fraction(fraction: float, run: Callable[[], None]) -> Callable[[], None]:
+    """`run` with lens's KEEP_LOGITS_FRACTION set to `fraction` (inf: always keep the logits, 0: never)."""
+    lin = importlib.import_module("lens_kernels.linear_token_logprobs")
+
+    def wrapped() -> None:
+        default, lin.KEEP_LOGITS_FRACTION = lin.KEEP_LOGITS_FRACTION, fraction
+        try:
+            run()
+        finally:
+            lin.KEEP_LOGITS_FRACTION = default
+
+    return wrapped
 
 
 def _compiled_plain(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -233,15 +256,28 @@ def _compiled_plain(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tens
     return torch.compile(fn, dynamic=True)
 
 
+def plain_token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The shortest plain form (T = 1): log_softmax(logits)[targets], no max shift of lens's reference."""
+    return torch.log_softmax(logits.float(), dim=-1).gather(1, targets[:, None]).squeeze(1)
+
+
+def plain_interference_scores(policy: torch.Tensor, ref: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """|log pi_theta(t) - log pi_ref(t)| in the shortest plain form (T = 1)."""
+    return (plain_token_logprobs(policy, targets) - plain_token_logprobs(ref, targets)).abs()
+
+
+# torch_compile: lens's reference compiled (max-shifted before / T); torch_compile_plain: the shortest form.
 LOGITS_PEERS: dict[str, dict[str, Callable[..., torch.Tensor]]] = {
     "token_logprobs": {
         "torch_ref": token_logprobs_ref,
         "torch_compile": _compiled_plain(token_logprobs_ref),
+        "torch_compile_plain": _compiled_plain(plain_token_logprobs),
         "lens": token_logprobs,
     },
     "interference_scores": {
         "torch_ref": interference_scores_ref,
         "torch_compile": _compiled_plain(interference_scores_ref),
+        "torch_compile_plain": _compiled_plain(plain_interference_scores),
         "lens": interference_scores,
     },
 }
