@@ -6,7 +6,9 @@ online max / log-sum-exp (one exp per logit); per-slice partial sums are merged 
 Backward: over vocabulary chunks of bounded size, a Triton kernel recomputes the logits of the chunk
 and writes dz = d loss / d logits in the input dtype, then two matmuls give dhidden += dz @ W_c and
 dweight[c] = dz.T @ hidden; the full [N, V] gradient of the logits never exists either.
-On CPU without the interpreter, `linear_token_logprobs_chunked` does the same with torch ops.
+On CPU without the interpreter, `linear_token_logprobs_chunked` does the same with torch ops (no JIT),
+except that it keeps the forward's logits for the backward where they are small beside the weight
+(`keeps_logits`: one GEMM fewer).
 Like token_logprobs, every path carries the row max m of the raw logits hidden @ weight.T and the relative
 log-sum rel_lse = log sum exp((logits - m) / T) separately (precise at any logit magnitude); 1/T is applied
 to logits - m, never to the logits or to hidden.
