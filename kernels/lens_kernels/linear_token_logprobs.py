@@ -120,6 +120,11 @@ def chunked_forward(
     return (target_x - m) * inv_t - rel_lse, entropy, m, rel_lse
 
 
+def _scaled(x: torch.Tensor, inv_t: float) -> torch.Tensor:
+    """x * inv_t in place; no pass over the chunk at T = 1 (the common case)."""
+    return x if inv_t == 1.0 else x.mul_(inv_t)
+
+
 def _logits_stats(x: torch.Tensor, inv_t: float, with_entropy: bool) -> tuple[torch.Tensor, ...]:
     """(max, relative log-sum, entropy) [R] fp32 of a [R, C] fp32 logits chunk, which is overwritten.
 
@@ -128,7 +133,7 @@ def _logits_stats(x: torch.Tensor, inv_t: float, with_entropy: bool) -> tuple[to
     (token_logprobs' chunk_stats guards them for masked logits). Same formulas as `chunk_stats`.
     """
     m = x.amax(dim=1)
-    d = x.sub_(m[:, None]).mul_(inv_t)  # (x - m) / T: 1/T applied after the shift (module doc)
+    d = _scaled(x.sub_(m[:, None]), inv_t)  # (x - m) / T: 1/T applied after the shift (module doc)
     if not with_entropy:
         return m, d.exp_().sum(dim=1).log_(), torch.zeros_like(m)
     e = d.exp()
@@ -155,7 +160,7 @@ def _dz_in_place(
     per-row factors, so both GEMMs of the backward take dz as it is.
     """
     gl = grad_logp * inv_t
-    logp = x.sub_(m[:, None]).mul_(inv_t).sub_(rel_lse[:, None])
+    logp = _scaled(x.sub_(m[:, None]), inv_t).sub_(rel_lse[:, None])
     if grad_entropy is None:
         dz = logp.exp_().mul_(-gl[:, None])
     else:
