@@ -115,6 +115,25 @@ SCALING_SHAPE = (4096, 2048)
 SCALING_CONFIGS = [("fp32", 1), ("fp32", 2), ("bf16", 1), ("bf16", 2)]
 
 
+def _thread_ticks() -> dict[str, int]:
+    """CPU clock ticks (user + system) used so far by each thread of this process (Linux /proc)."""
+    ticks = {}
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks[tid] = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return ticks
+
+
+def _busiest_share(used: dict[str, int]) -> float:
+    """The busiest thread's share of the CPU ticks `used` per thread (summed by `_add_ticks`).
+
+    1.0: one thread did all the work; 0.5: two threads split it evenly. Unlike CPU seconds per wall
+    second this does not depend on how much of the machine other processes leave to the call.
+    """
+    return max(used.values()) / max(1, sum(used.values()))
+
+
 def _ratio_stats(num: list[float], den: list[float]) -> dict[str, float]:
     ratios = sorted(a / b for a, b in zip(num, den, strict=True))
     q1, med, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
@@ -130,6 +149,7 @@ def test_crpo_loss_cpu_threads_and_bf16(rounds: int = 9) -> None:
     # Process CPU seconds per wall second of each call: > 1 shows the threads at work even where a
     # loaded machine gives them no spare core to finish sooner.
     busy: dict[tuple[str, int], list[float]] = {cfg: [] for cfg in SCALING_CONFIGS}
+    split: dict[tuple[str, int], dict[str, int]] = {cfg: {} for cfg in SCALING_CONFIGS}
     threads = torch.get_num_threads()
     try:
         for cfg, run in runs.items():  # warm-up: allocator, first-touch of the gradient
@@ -139,10 +159,11 @@ def test_crpo_loss_cpu_threads_and_bf16(rounds: int = 9) -> None:
             order = SCALING_CONFIGS[r % 4 :] + SCALING_CONFIGS[: r % 4]
             for cfg in order if r % 2 == 0 else order[::-1]:
                 torch.set_num_threads(cfg[1])
-                t0, c0 = time.perf_counter(), time.process_time()
+                t0, c0, k0 = time.perf_counter(), time.process_time(), _thread_ticks()
                 runs[cfg]()
                 times[cfg].append(time.perf_counter() - t0)
                 busy[cfg].append((time.process_time() - c0) / times[cfg][-1])
+                _add_ticks(split[cfg], k0, _thread_ticks())
     finally:
         torch.set_num_threads(threads)
     ratios = {
@@ -154,13 +175,21 @@ def test_crpo_loss_cpu_threads_and_bf16(rounds: int = 9) -> None:
     for (dtype, nthreads), samples in times.items():
         med, p20, p80 = quantiles(samples)
         record("crpo_loss_fwd_bwd", f"native x{nthreads}", {"N": n, "T": t, "dtype": dtype}, med, p20, p80, 0, "cpu")
-    _write_scaling(times, busy, ratios, rounds)
+    shares = {cfg: _busiest_share(split[cfg]) for cfg in SCALING_CONFIGS}
+    _write_scaling(times, busy, shares, ratios, rounds)
     assert all(math.isfinite(v["median"]) for v in ratios.values())
+
+
+def _add_ticks(acc: dict[str, int], before: dict[str, int], after: dict[str, int]) -> None:
+    """Add the per-thread ticks used between two `_thread_ticks` readings to acc."""
+    for tid, tick in after.items():
+        acc[tid] = acc.get(tid, 0) + tick - before.get(tid, 0)
 
 
 def _write_scaling(
     times: dict[tuple[str, int], list[float]],
     busy: dict[tuple[str, int], list[float]],
+    shares: dict[tuple[str, int], float],
     ratios: dict[str, dict[str, float]],
     rounds: int,
 ) -> None:
@@ -170,12 +199,15 @@ def _write_scaling(
         f"Forward + backward of `lens.algos.crpo_loss(impl='native')`, N {SCALING_SHAPE[0]} x T {SCALING_SHAPE[1]}, "
         f"{rounds} interleaved rounds, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
         f"(a shared machine: the 2-thread figures need 2 idle cores), commit {git_commit()}.",
+        "Busiest thread's share: of the CPU time all threads of the process used during the timed calls "
+        "(/proc/self/task), the part of the busiest thread; 0.5 = the work split evenly over two threads, "
+        "whatever the load.",
         "",
-        "| dtype | threads | median (ms) | CPU s per wall s (median) |",
-        "|---|---|---|---|",
+        "| dtype | threads | median (ms) | CPU s per wall s (median) | busiest thread's share |",
+        "|---|---|---|---|---|",
     ]
     lines += [
-        f"| {d} | {k} | {1e3 * statistics.median(v):.1f} | {statistics.median(busy[d, k]):.2f} |"
+        f"| {d} | {k} | {1e3 * statistics.median(v):.1f} | {statistics.median(busy[d, k]):.2f} | {shares[d, k]:.2f} |"
         for (d, k), v in times.items()
     ]
     lines += ["", "| ratio | median [IQR] |", "|---|---|"]

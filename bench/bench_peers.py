@@ -9,21 +9,40 @@ Log-probs of the sampled tokens from hidden states and the LM head, logp = log_s
   liger_flce       Liger-Kernel's fused linear cross entropy, reduction="none" (GPU only)
 and, on GPU, the GRPO clipped-surrogate loss from hidden states: eager torch (torch_ref), lens (its fused
 log-probs + the same surrogate) and Liger's LigerFusedLinearGRPOLoss (liger_grpo).
-CPU: fp32, forward (no grad, as for old/reference log-probs) and forward + backward. GPU: bf16 at the
-paper's Qwen2.5-7B head, N = 16,384 tokens. Run: `pytest bench/bench_peers.py --benchmark-only`.
+CPU: fp32, one thread, forward (no grad, as for old/reference log-probs) and forward + backward, at a
+small head and Qwen2.5-3B's head; also the logits-input ops token_logprobs and interference_scores against
+eager and the compiled plain expression. CPU cases run interleaved (every provider once per round, in a
+rotating order: the machine is shared) and write bench/results/peers_cpu.{json,md} with wall time,
+process CPU time, peak memory and lens/peer ratios, median [IQR]:
+`PEERS_ROUNDS=5 pytest bench/bench_peers.py -k cpu` (the Qwen-like forward + backward takes minutes).
+GPU: bf16 at the paper's Qwen2.5-7B head, N = 16,384 tokens: `pytest bench/bench_peers.py --benchmark-only`.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import json
+import math
+import os
+import statistics
+import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
-from harness import matmul_rate, run_case
+from harness import RESULTS_FILE, git_commit, matmul_rate, peak_memory, quantiles, record, run_case
 
-from lens_kernels import linear_token_logprobs, linear_token_logprobs_ref
+from lens_kernels import (
+    interference_scores,
+    interference_scores_ref,
+    linear_token_logprobs,
+    linear_token_logprobs_ref,
+    token_logprobs,
+    token_logprobs_ref,
+)
 
 CUDA = torch.cuda.is_available()
 HAS_LIGER = importlib.util.find_spec("liger_kernel") is not None
@@ -102,27 +121,197 @@ def _checked(name: str, fn: LogprobFn, hidden: torch.Tensor, weight: torch.Tenso
 
 # (N, H, V): a small head, and Qwen2.5-3B's real head (H 2048, V 151,936) at a CPU-sized token count.
 CPU_SHAPES = [(1024, 256, 32000), (256, 2048, 151936)]
+CPU_PEERS = ["torch_ref", "torch_compile", "torch_linear_ce", "lens"]
+PEERS_FILE = RESULTS_FILE.parent / "peers_cpu.json"
+# Interleaved rounds per case (PEERS_ROUNDS): every round runs each provider once, in a rotating order.
+ROUNDS = int(os.environ.get("PEERS_ROUNDS", "5"))
+
+
+def _interleaved(closures: dict[str, Callable[[], None]], rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Wall and process-CPU seconds of `rounds` calls per provider, interleaved in a rotating order.
+
+    On a shared machine the load changes within seconds: every provider of a round sees about the same
+    load, so per-round ratios are fair where absolute times are not. One thread: CPU time is the work
+    done, which the load inflates less than wall time (it still pays for cache misses).
+    """
+    names = list(closures)
+    out = {name: {"wall": [], "cpu": []} for name in names}
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order if r % 2 == 0 else order[::-1]:
+            t0, c0 = time.perf_counter(), time.process_time()
+            closures[name]()
+            out[name]["wall"].append(time.perf_counter() - t0)
+            out[name]["cpu"].append(time.process_time() - c0)
+    return out
+
+
+def _ratio(num: list[float], den: list[float]) -> list[float]:
+    """(median, q1, q3) of the per-round ratios num / den."""
+    ratios = sorted(a / b for a, b in zip(num, den, strict=True))
+    if len(ratios) == 1:
+        return [ratios[0]] * 3
+    q1, med, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return [med, q1, q3]
+
+
+def _peer_case(case: str, shape: dict[str, int], closures: dict[str, Callable[[], None]]) -> dict[str, Any]:
+    """Warm every provider (compiles), time them interleaved, measure peak memory; store and return the case."""
+    for run in closures.values():
+        run()
+    load0 = os.getloadavg()[0]
+    times = _interleaved(closures, ROUNDS)
+    peaks = {name: peak_memory(run, "cpu") for name, run in closures.items()}
+    entry = {
+        "case": case, "shape": shape, "rounds": ROUNDS, "threads": torch.get_num_threads(),
+        "load": [load0, os.getloadavg()[0]], "commit": git_commit(), "torch": torch.__version__,
+        "providers": {
+            name: {
+                "wall_ms": 1e3 * statistics.median(t["wall"]), "cpu_ms": 1e3 * statistics.median(t["cpu"]),
+                "peak_mib": peaks[name] / 2**20,
+                "lens_over_wall": _ratio(times["lens"]["wall"], t["wall"]),
+                "lens_over_cpu": _ratio(times["lens"]["cpu"], t["cpu"]),
+            }
+            for name, t in times.items()
+        },
+    }  # fmt: skip
+    for name, t in times.items():
+        med, p20, p80 = quantiles(t["wall"])
+        record(f"peers_{case}", name, shape, med, p20, p80, peaks[name], "cpu", interleaved_rounds=ROUNDS)
+    cases = json.loads(PEERS_FILE.read_text()) if PEERS_FILE.exists() else {}
+    cases[f"{case} {shape}"] = entry
+    PEERS_FILE.write_text(json.dumps(cases, indent=1) + "\n")
+    PEERS_FILE.with_suffix(".md").write_text(peers_table(cases))
+    return entry
+
+
+def peers_table(cases: dict[str, dict[str, Any]]) -> str:
+    """The markdown table of bench/results/peers_cpu.json: one row per case and provider."""
+    lines = [
+        "# Peers on CPU, interleaved (bench/bench_peers.py, `pytest bench/bench_peers.py -k cpu`)",
+        "",
+        "fp32, one thread. Each case: every provider warmed once (torch.compile compiles then), then "
+        "rounds in which each provider runs once, in a rotating order; lens / peer ratios are per round, "
+        "median [IQR]; < 1 means lens is faster. CPU = process CPU time of the call (one thread: the work "
+        "done; less inflated by the machine's load than wall time). Peak = torch allocations live during "
+        "one call above what was live before it (torch profiler), including the gradients the call "
+        "creates: at the Qwen-like head dweight alone is 1,187 MiB. Load = 1-minute load average before "
+        "and after the timed rounds on this shared 2-core machine. Forward + backward cases also time lens with "
+        "the forward's logits always kept for the backward (lens_keep) and always recomputed (lens_recompute); "
+        "`lens` is the default, which keeps them only where they are at most a quarter of the weight's bytes.",
+        "",
+        "| case | shape | provider | wall ms | CPU ms | peak MiB | lens/peer wall | lens/peer CPU | rounds, load |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for entry in cases.values():
+        shape = " ".join(f"{k} {v:,}" for k, v in entry["shape"].items())
+        for name, p in entry["providers"].items():
+            ratio = "-" if name == "lens" else "{:.2f} [{:.2f}-{:.2f}]"
+            lines.append(
+                f"| {entry['case']} | {shape} | {name} | {p['wall_ms']:,.0f} | {p['cpu_ms']:,.0f} | "
+                f"{p['peak_mib']:,.1f} | {ratio.format(*p['lens_over_wall'])} | {ratio.format(*p['lens_over_cpu'])} | "
+                f"{entry['rounds']}, {entry['load'][0]:.1f}-{entry['load'][1]:.1f} |"
+            )
+    lines += ["", f"Commit {next(iter(cases.values()))['commit']} (each case: see peers_cpu.json), torch "
+              f"{next(iter(cases.values()))['torch']}.", ""]  # fmt: skip
+    return "\n".join(lines)
 
 
 @cpu_only
-@pytest.mark.parametrize("provider", ["torch_ref", "torch_compile", "torch_linear_ce", "lens"])
+@pytest.mark.parametrize("pass_", ["fwd", "fwd_bwd"])
 @pytest.mark.parametrize(("n", "h", "v"), CPU_SHAPES)
-def test_logprobs_fwd_cpu(benchmark, device, provider: str, n: int, h: int, v: int) -> None:
+def test_logprobs_cpu(device, pass_: str, n: int, h: int, v: int) -> None:
     hidden, weight, targets = _case(n, h, v, torch.float32, device)
-    fn = providers()[provider]()
-    _checked(provider, fn, hidden, weight, targets)
-    run_case(benchmark, "peers_logprobs_fwd", provider, {"N": n, "H": h, "V": v}, _forward(fn, hidden, weight, targets),
-             device=device, rounds=5, dtype="float32")  # fmt: skip
+    closures = {}
+    for name in CPU_PEERS:
+        fn = providers()[name]()
+        _checked(name, fn, hidden, weight, targets)
+        closures[name] = (_forward if pass_ == "fwd" else _fwd_bwd)(fn, hidden, weight, targets)
+    if pass_ == "fwd_bwd":  # both backward modes of lens's CPU path, whichever `keeps_logits` picks
+        for mode, fraction in (("keep", math.inf), ("recompute", 0.0)):
+            # Own tensors: the profiler subtracts a freed gradient only if it saw it allocated, so a
+            # closure sharing lens's tensors would get lens's gradients subtracted from its peak.
+            run = _fwd_bwd(providers()["lens"](), hidden, weight, targets)
+            closures[f"lens_{mode}"] = _with_keep_fraction(fraction, run)
+    entry = _peer_case(f"linear_logprobs_{pass_}", {"N": n, "H": h, "V": v}, closures)
+    assert all(math.isfinite(p["wall_ms"]) for p in entry["providers"].values())
+
+
+def _with_keep_fraction(fraction: float, run: Callable[[], None]) -> Callable[[], None]:
+    """`run` with lens's KEEP_LOGITS_FRACTION set to `fraction` (inf: always keep the logits, 0: never)."""
+    lin = importlib.import_module("lens_kernels.linear_token_logprobs")
+
+    def wrapped() -> None:
+        default, lin.KEEP_LOGITS_FRACTION = lin.KEEP_LOGITS_FRACTION, fraction
+        try:
+            run()
+        finally:
+            lin.KEEP_LOGITS_FRACTION = default
+
+    return wrapped
+
+
+def _compiled_plain(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """torch.compile(dynamic=True) of a plain reference expression (what a user would write and compile)."""
+    return torch.compile(fn, dynamic=True)
+
+
+def plain_token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The shortest plain form (T = 1): log_softmax(logits)[targets], no max shift of lens's reference."""
+    return torch.log_softmax(logits.float(), dim=-1).gather(1, targets[:, None]).squeeze(1)
+
+
+def plain_interference_scores(policy: torch.Tensor, ref: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """|log pi_theta(t) - log pi_ref(t)| in the shortest plain form (T = 1)."""
+    return (plain_token_logprobs(policy, targets) - plain_token_logprobs(ref, targets)).abs()
+
+
+# torch_compile: lens's reference compiled (max-shifted before / T); torch_compile_plain: the shortest form.
+LOGITS_PEERS: dict[str, dict[str, Callable[..., torch.Tensor]]] = {
+    "token_logprobs": {
+        "torch_ref": token_logprobs_ref,
+        "torch_compile": _compiled_plain(token_logprobs_ref),
+        "torch_compile_plain": _compiled_plain(plain_token_logprobs),
+        "lens": token_logprobs,
+    },
+    "interference_scores": {
+        "torch_ref": interference_scores_ref,
+        "torch_compile": _compiled_plain(interference_scores_ref),
+        "torch_compile_plain": _compiled_plain(plain_interference_scores),
+        "lens": interference_scores,
+    },
+}
 
 
 @cpu_only
-@pytest.mark.parametrize("provider", ["torch_ref", "torch_compile", "torch_linear_ce", "lens"])
-def test_logprobs_fwd_bwd_cpu(benchmark, device, provider: str) -> None:
-    n, h, v = CPU_SHAPES[0]
-    hidden, weight, targets = _case(n, h, v, torch.float32, device)
-    fn = providers()[provider]()
-    run_case(benchmark, "peers_logprobs_fwd_bwd", provider, {"N": n, "H": h, "V": v},
-             _fwd_bwd(fn, hidden, weight, targets), device=device, rounds=5, dtype="float32")  # fmt: skip
+@pytest.mark.parametrize(
+    ("op", "pass_", "n", "v"),
+    [("token_logprobs", "fwd", 2048, 32000), ("token_logprobs", "fwd_bwd", 2048, 32000),
+     ("interference_scores", "fwd", 1024, 32000)],
+)  # fmt: skip
+def test_logits_ops_cpu(device, op: str, pass_: str, n: int, v: int) -> None:
+    g = torch.Generator().manual_seed(0)
+    logits = 3 * torch.randn(n, v, generator=g)
+    other = logits + 0.1 * torch.randn(n, v, generator=g)
+    targets = torch.randint(0, v, (n,), generator=g)
+    x = logits.detach().requires_grad_(pass_ == "fwd_bwd")
+    args = (x, targets) if op == "token_logprobs" else (logits, other, targets)
+    want = LOGITS_PEERS[op]["torch_ref"](*args)
+    closures = {}
+    for name, fn in LOGITS_PEERS[op].items():
+        assert (fn(*args) - want).abs().max().item() < 1e-4, name
+
+        def run(fn: Callable[..., torch.Tensor] = fn) -> None:
+            if pass_ == "fwd":
+                with torch.no_grad():
+                    fn(*args)
+            else:
+                x.grad = None
+                fn(*args).sum().backward()
+
+        closures[name] = run
+    entry = _peer_case(f"{op}_{pass_}", {"N": n, "V": v}, closures)
+    assert all(math.isfinite(p["wall_ms"]) for p in entry["providers"].values())
 
 
 GPU_N, GPU_H, GPU_V = 16384, 3584, 152064  # Qwen2.5-7B's head, 16K response tokens

@@ -6,7 +6,9 @@ online max / log-sum-exp (one exp per logit); per-slice partial sums are merged 
 Backward: over vocabulary chunks of bounded size, a Triton kernel recomputes the logits of the chunk
 and writes dz = d loss / d logits in the input dtype, then two matmuls give dhidden += dz @ W_c and
 dweight[c] = dz.T @ hidden; the full [N, V] gradient of the logits never exists either.
-On CPU without the interpreter, `linear_token_logprobs_chunked` does the same with torch ops.
+On CPU without the interpreter, `linear_token_logprobs_chunked` does the same with torch ops (no JIT),
+except that it keeps the forward's logits for the backward where they are small beside the weight
+(`keeps_logits`: one GEMM fewer).
 Like token_logprobs, every path carries the row max m of the raw logits hidden @ weight.T and the relative
 log-sum rel_lse = log sum exp((logits - m) / T) separately (precise at any logit magnitude); 1/T is applied
 to logits - m, never to the logits or to hidden.
@@ -24,7 +26,6 @@ import triton
 import triton.language as tl
 
 from lens_kernels._common import (
-    CHUNK_ELEMS,
     INTERPRET,
     cast_for_store,
     check_float_2d,
@@ -35,16 +36,21 @@ from lens_kernels._common import (
     use_triton,
 )
 from lens_kernels.token_logprobs import (
-    chunk_stats,
-    dz_from_logits_torch,
     dz_tile,
     merge_chunk_stats,
     token_logprobs_ref,
 )
 
 _FN = "linear_token_logprobs"
-# Elements of one [rows, vocab] chunk of the backward on GPU (bf16: 512 MiB); CPU uses CHUNK_ELEMS.
+# Elements of one [rows, vocab] chunk of the backward on GPU (bf16: 512 MiB).
 _GPU_CHUNK_ELEMS = 1 << 28
+# Elements of one fp32 [rows, vocab] logits chunk of the CPU path (2 MiB): small enough to stay in cache
+# across the in-place passes and the two GEMMs that read it. Measured at the Qwen2.5-3B head (N 256,
+# H 2048, V 151,936, fp32, one thread, forward + backward with the logits recomputed; process CPU s, one
+# round at load 9): 2^18 8.76, 2^19 8.68, 2^20 9.44, 2^21 9.48, 2^22 (the old size) 9.77; eager 7.45.
+CHUNK_ELEMS: int = 1 << 19
+# See `keeps_logits`: kept [N, V] fp32 logits may take at most this fraction of the weight's bytes.
+KEEP_LOGITS_FRACTION = 0.25
 _MIN_VOCAB_CHUNK = 256
 
 
@@ -79,13 +85,19 @@ def _spans(n: int, size: int) -> list[tuple[int, int]]:
 
 
 def chunked_forward(
-    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+    keep: list[torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Torch forward over [rows, cols] logits chunks: (logp, entropy, m, rel_lse), each [N] fp32.
 
     Vocabulary chunks are the outer loop so that each weight slice is converted to fp32 once; the
-    per-chunk statistics ([vocab chunks, N] fp32) are merged exactly at the end. 1/T is applied inside
-    the fused chunk reductions, to logits - max (no extra pass over the chunk).
+    per-chunk statistics ([vocab chunks, N] fp32) are merged exactly at the end. Each chunk's logits are
+    a fresh GEMM output: its statistics are taken in place (`_logits_stats`), unless `keep` is a list,
+    which then receives every chunk's logits unchanged, in loop order, for the backward.
     """
     n, v = hidden.shape[0], weight.shape[0]
     inv_t = 1.0 / temperature
@@ -98,10 +110,66 @@ def chunked_forward(
     for i, (c0, c1) in enumerate(spans):
         wf = weight[c0:c1].float()
         for r0, r1 in _spans(n, rows):
-            m_c[i, r0:r1], lse_c[i, r0:r1], ent_c[i, r0:r1] = chunk_stats(hf[r0:r1] @ wf.T, inv_t, with_entropy)
+            x = hf[r0:r1] @ wf.T
+            if keep is not None:
+                keep.append(x)
+                x = x.clone()
+            m_c[i, r0:r1], lse_c[i, r0:r1], ent_c[i, r0:r1] = _logits_stats(x, inv_t, with_entropy)
     m, rel_lse, entropy = merge_chunk_stats(m_c, lse_c, ent_c, inv_t, with_entropy)
     target_x = (hf * weight[targets.long()].float()).sum(dim=1)
     return (target_x - m) * inv_t - rel_lse, entropy, m, rel_lse
+
+
+def _scaled(x: torch.Tensor, inv_t: float) -> torch.Tensor:
+    """x * inv_t in place; no pass over the chunk at T = 1 (the common case)."""
+    return x if inv_t == 1.0 else x.mul_(inv_t)
+
+
+def _logits_stats(x: torch.Tensor, inv_t: float, with_entropy: bool) -> tuple[torch.Tensor, ...]:
+    """(max, relative log-sum, entropy) [R] fp32 of a [R, C] fp32 logits chunk, which is overwritten.
+
+    In-place eager passes over a chunk that fits in cache (see CHUNK_ELEMS), no [R, C] temporary without
+    entropy and one with it. Logits of a GEMM of finite inputs are finite: no -inf rows to guard here
+    (token_logprobs' chunk_stats guards them for masked logits). Same formulas as `chunk_stats`.
+    """
+    m = x.amax(dim=1)
+    d = _scaled(x.sub_(m[:, None]), inv_t)  # (x - m) / T: 1/T applied after the shift (module doc)
+    if not with_entropy:
+        return m, d.exp_().sum(dim=1).log_(), torch.zeros_like(m)
+    e = d.exp()
+    s = e.sum(dim=1)
+    rel_lse = s.log()
+    return m, rel_lse, rel_lse - e.mul_(d).sum(dim=1) / s
+
+
+def _dz_in_place(
+    x: torch.Tensor,
+    targets: torch.Tensor,
+    col0: int,
+    m: torch.Tensor,
+    rel_lse: torch.Tensor,
+    entropy: torch.Tensor,
+    grad_logp: torch.Tensor,
+    grad_entropy: torch.Tensor | None,
+    inv_t: float,
+) -> torch.Tensor:
+    """d loss / d raw logits of one [R, C] fp32 logits chunk, written over the chunk `x` and returned.
+
+    Same formula as `dz_from_logits_torch` (then / T): with logp_j = (x_j - m) / T - rel_lse and p = exp(logp),
+    dz_j = ([j == target] gl - p_j (gl + ge (logp_j + H))) / T. gl / T and ge / T are folded into the
+    per-row factors, so both GEMMs of the backward take dz as it is.
+    """
+    gl = grad_logp * inv_t
+    logp = _scaled(x.sub_(m[:, None]), inv_t).sub_(rel_lse[:, None])
+    if grad_entropy is None:
+        dz = logp.exp_().mul_(-gl[:, None])
+    else:
+        p = logp.exp()
+        dz = logp.add_(entropy[:, None]).mul_(grad_entropy[:, None] * inv_t).add_(gl[:, None]).mul_(p).neg_()
+    local = targets.long() - col0
+    rows = ((local >= 0) & (local < x.shape[1])).nonzero().squeeze(1)
+    dz[rows, local[rows]] += gl[rows]
+    return dz
 
 
 def _chunked_backward(
@@ -114,40 +182,63 @@ def _chunked_backward(
     grad_logp: torch.Tensor,
     grad_entropy: torch.Tensor | None,
     temperature: float,
+    kept: list[torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dhidden [N, H], dweight [V, H]) in the input dtypes, recomputing logits chunk by chunk."""
+    """(dhidden [N, H], dweight [V, H]) in the input dtypes, chunk by chunk.
+
+    Per chunk: one GEMM recomputes the logits (or they are the forward's, `kept`: then consumed), dz
+    overwrites them in place, two GEMMs add dz @ W_c to
+    dhidden and write dz.T @ hidden into dweight's rows. fp32 weights: the first row chunk writes
+    straight into dweight's rows (a contiguous view; `out=`, no zero pass, no [cols, H] temporary and
+    copy: at a 151,936 x 2,048 head that was 128 MiB and a copy per chunk); other dtypes go through an
+    fp32 [cols, H] accumulator.
+    """
     n, v = hidden.shape[0], weight.shape[0]
     inv_t = 1.0 / temperature
     hf = hidden.float()
     rows, cols = _chunk_sizes(n, v, CHUNK_ELEMS)
     dh = torch.zeros_like(hf)
-    dw = torch.empty_like(weight)
+    dw = torch.empty_like(weight, memory_format=torch.contiguous_format)
     for c0, c1 in _spans(v, cols):
         wf = weight[c0:c1].float()
-        # fp32 weights: accumulate straight into dw's rows (a contiguous view), not into a [cols, H]
-        # temporary that is then copied (at a 151,936 x 2,048 head: 128 MiB and a copy per chunk).
-        in_place = dw.dtype == torch.float32
-        dwc = dw[c0:c1].zero_() if in_place else torch.zeros_like(wf)
-        for r0, r1 in _spans(n, rows):
+        dwc = dw[c0:c1] if dw.dtype == torch.float32 else torch.empty_like(wf)
+        for k, (r0, r1) in enumerate(_spans(n, rows)):
             ge = None if grad_entropy is None else grad_entropy[r0:r1]
-            dz = dz_from_logits_torch(
-                hf[r0:r1] @ wf.T, targets[r0:r1], c0, m[r0:r1], rel_lse[r0:r1], entropy[r0:r1], grad_logp[r0:r1],
+            x = kept.pop(0) if kept else hf[r0:r1] @ wf.T
+            dz = _dz_in_place(
+                x, targets[r0:r1], c0, m[r0:r1], rel_lse[r0:r1], entropy[r0:r1], grad_logp[r0:r1],
                 ge, inv_t,
             )  # fmt: skip
-            # d/d raw logits = dz / T: folded into the two GEMMs (alpha) rather than a pass over dz.
-            dh[r0:r1].addmm_(dz, wf, alpha=inv_t)
-            dwc.addmm_(dz.T, hf[r0:r1], alpha=inv_t)
-        if not in_place:
+            dh[r0:r1].addmm_(dz, wf)
+            if k == 0:
+                torch.mm(dz.T, hf[r0:r1], out=dwc)
+            else:
+                dwc.addmm_(dz.T, hf[r0:r1])
+        if dwc.data_ptr() != dw[c0:c1].data_ptr():
             dw[c0:c1] = dwc
     return dh.to(hidden.dtype), dw
 
 
+def keeps_logits(n: int, weight: torch.Tensor) -> bool:
+    """Whether the CPU path keeps the forward's fp32 [n, V] logits for the backward instead of recomputing them.
+
+    Recomputing costs one more GEMM of the size of the forward's (4 instead of 3: ~30 % more time at a
+    real head, bench/results/peers_cpu.md); keeping costs n * V * 4 bytes until the backward. Kept when
+    those bytes are at most KEEP_LOGITS_FRACTION of the weight's: the backward allocates dweight, as
+    large as the weight, anyway, so the extra memory stays a small part of the call's peak, which is
+    then at or below the plain form's (whose [n, V] logits and their gradient exist as well). Large
+    batches (n > H / 4 for fp32 weights) recompute, and their memory stays bounded by the chunk size.
+    """
+    return n * weight.shape[0] * 4 <= KEEP_LOGITS_FRACTION * weight.numel() * weight.element_size()
+
+
 class _ChunkedLinearTokenLogprobs(torch.autograd.Function):
-    """Autograd of the chunked torch path: saves only [N] statistics and recomputes the logits."""
+    """Autograd of the chunked torch path: saves [N] statistics, and the logits chunks where `keeps_logits`."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, temperature, with_entropy):
-        logp, entropy, m, rel_lse = chunked_forward(hidden, weight, targets, temperature, with_entropy)
+    def forward(ctx, hidden, weight, targets, temperature, with_entropy, keep):
+        ctx.kept = [] if keep else None
+        logp, entropy, m, rel_lse = chunked_forward(hidden, weight, targets, temperature, with_entropy, ctx.kept)
         ctx.save_for_backward(hidden, weight, targets, m, rel_lse, entropy)
         ctx.temperature, ctx.with_entropy = temperature, with_entropy
         return logp, entropy
@@ -156,8 +247,12 @@ class _ChunkedLinearTokenLogprobs(torch.autograd.Function):
     def backward(ctx, grad_logp, grad_entropy):
         hidden, weight, targets, m, rel_lse, entropy = ctx.saved_tensors
         ge = grad_entropy.float() if ctx.with_entropy else None
-        dh, dw = _chunked_backward(hidden, weight, targets, m, rel_lse, entropy, grad_logp.float(), ge, ctx.temperature)
-        return dh, dw, None, None, None
+        # The kept chunks are overwritten by the backward: a second backward (retain_graph) recomputes.
+        kept, ctx.kept = ctx.kept, None
+        dh, dw = _chunked_backward(
+            hidden, weight, targets, m, rel_lse, entropy, grad_logp.float(), ge, ctx.temperature, kept
+        )  # fmt: skip
+        return dh, dw, None, None, None, None
 
 
 @triton.jit
@@ -492,7 +587,10 @@ def _validate(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
 def _chunked(
     hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float, return_entropy: bool
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    logp, entropy = _ChunkedLinearTokenLogprobs.apply(hidden, weight, targets, temperature, return_entropy)
+    # Decided here: autograd.Function.forward runs with grad mode off.
+    grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    keep = grad and keeps_logits(hidden.shape[0], weight)
+    logp, entropy = _ChunkedLinearTokenLogprobs.apply(hidden, weight, targets, temperature, return_entropy, keep)
     return (logp, entropy) if return_entropy else logp
 
 
