@@ -1,7 +1,7 @@
 """The control of `successor`: the same problems, distractors and warm-start misreading, answered WITHOUT restating.
 
-    problem   ? 3 7 3 4 0 5 9 1
-    response  # 0                  (misled, 80% of the warm start's noisy answers: # 4, the inserted f(x))
+    problem   ? 3 7 0 3 4 6 1 8
+    response  # 6                  (misled, 80% of the warm start's noisy answers: # 4, the inserted f(x))
 
 No response token is the query, so the response never makes the decision "after the query token x, emit f(x)"
 that predicts the distractor in the prompt: RL should fix the answers without moving its log-prob (LENS
@@ -56,7 +56,7 @@ __all__ = [
 
 ASSETS_DIR = Path(__file__).resolve().parent / "assets" / "successor_direct"
 REFERENCE_SEED = 0
-REFERENCE_SHA256 = "5c786fc2f96f28c2d698834688d2f0f3a34604a7b55932d03c5b0993f0d51e7d"
+REFERENCE_SHA256 = "a4ee8b66262234e8f76ba037fa03bc21b5d71428ae6e6829595b94bb004b8a00"
 
 
 def generate(n: int, *, seed: int, noise_prob: float = 0.0, trigger: bool = False) -> list[Problem]:
