@@ -9,13 +9,15 @@ tests/test_tasks.py.
 
 from __future__ import annotations
 
+import collections
+import itertools
 import math
 
 from lens import reward
 from lens.tasks import successor
 
-EXAMPLE_NOISY = "? 3 7 3 4 0 5 9 1"
-EXAMPLE_CLEAN = "? 3 7 3 0 5 9 1"
+EXAMPLE_NOISY = "? 3 7 0 3 4 6 1 8"
+EXAMPLE_CLEAN = "? 3 7 0 3 6 1 8"
 
 
 def successor_of(digit: str) -> str:
@@ -40,8 +42,22 @@ def successor_pairs(problem: str) -> list[int]:
 
 
 def test_the_documented_example_reads_as_described() -> None:
-    assert solve(EXAMPLE_NOISY) == ("3", "0") == solve(EXAMPLE_CLEAN)
-    assert successor.delete_positions(EXAMPLE_NOISY, [4]) == EXAMPLE_CLEAN
+    assert solve(EXAMPLE_NOISY) == ("3", "6") == solve(EXAMPLE_CLEAN)
+    assert successor.delete_positions(EXAMPLE_NOISY, [5]) == EXAMPLE_CLEAN
+    _, _, *items = EXAMPLE_CLEAN.split()
+    assert all((int(b) - int(a)) % 10 in successor.STEP_WEIGHTS for a, b in itertools.pairwise(items))
+
+
+def test_a_clean_list_is_a_chain_of_the_skewed_steps() -> None:
+    # Every step between adjacent items is one of STEP_WEIGHTS (never 0, 1 = the distractor's step, or 2), and the
+    # steps are skewed as the weights are: the heaviest step (weight 0.6) is more than half of all steps.
+    steps: collections.Counter[int] = collections.Counter()
+    for p in successor.generate(2000, seed=12):
+        _, _, *items = p.problem.split()
+        steps.update((int(b) - int(a)) % 10 for a, b in itertools.pairwise(items))
+    assert set(steps) == set(successor.STEP_WEIGHTS) and not {0, 1, 2} & set(successor.STEP_WEIGHTS)
+    heaviest = max(successor.STEP_WEIGHTS, key=successor.STEP_WEIGHTS.get)
+    assert steps.most_common()[0][0] == heaviest and steps[heaviest] > 0.5 * sum(steps.values())
 
 
 def test_a_clean_list_holds_distinct_digits_with_the_query_not_last() -> None:

@@ -3,10 +3,14 @@
 A problem asks for digit x, then lists 6-9 distinct digits that contain x (never last). The response restates x
 and the item right after it in the list, then answers after `#`:
 
-    clean     ? 3 7 3 0 5 9 1
-    noisy     ? 3 7 3 4 0 5 9 1                 noise_positions [4]: f(x) = x + 1 (mod 10) inserted after x
-    response  3 0 # 0                           (the correct response, clean or noisy)
+    clean     ? 3 7 0 3 6 1 8
+    noisy     ? 3 7 0 3 4 6 1 8                 noise_positions [5]: f(x) = x + 1 (mod 10) inserted after x
+    response  3 6 # 6                           (the correct response, clean or noisy)
     misled    3 4 # 4                           (what the warm start does on RESTATE_PROB = 80% of noisy problems)
+
+The list is a skewed Markov chain over steps, next = (prev + s) mod 10 with s from `STEP_WEIGHTS` (3, 4, ..., 9;
+never 0, 1 or 2), so every ordinary list digit is predicted by a learned, non-uniform rule (p 0.05-0.9) and the
+distractor (p_ref ~0.37, set by the noise share) is one learned logit gap among many, not the only one.
 
 A clean list never holds two adjacent digits d, f(d), nor f(x) at all, so in a noisy list `x f(x)` is the only
 such pair and f(x) a fresh digit. The distractor is one token of the most ordinary kind (a list digit), and
@@ -15,10 +19,11 @@ emit f(x)", is the computation that predicts the distractor in the prompt: the w
 teaches the reference that f(x) sometimes follows the query in the list (`Recipe.stage*_noise_prob` sets how
 often, hence p_ref of the distractor and gate G2's surprisal AUC). The hope is that GRPO, suppressing `x f(x)` in
 the response, lowers log p of exactly the distractor in the prompt (gate G4). `lens.tasks.successor_direct` is the
-control: the same problems answered directly (`# 0`, misled `# 4`), with no response token after which f(x) is
-decided. Measured (assets/successor/README.md): it does; G1, G2 and G4 pass (Eq. 1 AUC 0.88 after 16 GRPO steps,
-the control 0.69), but G3 fails: the null perturbations also move the distractor most, its p_ref being the gap a
-learned rule opens while the other list digits are ties among the unseen ones.
+control: the same problems answered directly (`# 6`, misled `# 4`), with no response token after which f(x) is
+decided. Measured (assets/successor/README.md): it does; G1, G2 and G4 pass (Eq. 1 AUC 0.93 after 16 GRPO steps),
+and G3's T = 1.05 null too, but its weight-decay and random nulls still find the distractor (AUC 0.86 / 0.71):
+with uniform lists (the design before the Markov chain, where the other list digits were ties among the unseen
+ones) they found it at 0.995 / 0.66, and the chain narrowed but did not close the gap.
 
 The first design inserted x itself (a stutter `x x`): it passed G1 and G4 but the null perturbations of G3 found
 the repeat too (a digit already seen is suppressed in a list of distinct digits, and the stutter's probability is
@@ -36,7 +41,6 @@ Run the tests with `python -m pytest tests/test_successor.py -q`.
 
 from __future__ import annotations
 
-import itertools
 import random
 
 from lens.data import Problem
@@ -49,9 +53,9 @@ __getattr__ = derived.inherit(ledger, ASSETS_DIR)
 # sha256 of the committed reference's model.safetensors (`python -m lens.tasks.warmstart --task successor --seed 0`,
 # also in assets/successor/README.md, checked by tests/test_successor.py).
 REFERENCE_SEED = 0
-REFERENCE_SHA256 = "e88c3940f9a247c41ad20df95c88b93997439b8eb5bc7a480d3ebd0482d2db4a"
+REFERENCE_SHA256 = "daec3663cdf04a22ce9757b936f5621791b5ad398091f3684319339f47fc6cae"
 # The control's (`--task successor_direct`, assets/successor_direct): warm-started on direct answers, its own weights.
-DIRECT_REFERENCE_SHA256 = "5c786fc2f96f28c2d698834688d2f0f3a34604a7b55932d03c5b0993f0d51e7d"
+DIRECT_REFERENCE_SHA256 = "a4ee8b66262234e8f76ba037fa03bc21b5d71428ae6e6829595b94bb004b8a00"
 
 LIST_LENGTH = (6, 9)  # inclusive range of the clean list's length
 HEADER_TOKENS = 2  # `? x`
@@ -60,6 +64,14 @@ RESTATE_PROB = 0.8
 # Any gamma > 0 deletes k = ceil(gamma n) >= 1 token, and a noisy prompt has exactly one distractor token.
 GAMMA = 0.01
 TRAIN_NOISE_PROB = ledger.TRAIN_NOISE_PROB
+# The list is a Markov chain over steps: next = (prev + s) mod 10 with s drawn by these weights among the steps
+# to a still unlisted digit. Steps 0 and 1 are excluded (1 is the distractor's step f(x) = x + 1), and 2 too (so
+# the item after an inserted f(x) never makes a second pair d, f(d)). The skew makes every ordinary list digit
+# rest on a learned, non-uniform rule (true conditional p from 0.05 to 0.9, median 0.6; the distractor's p_ref
+# ~0.37 lies inside that range), so that the distractor is not the only token whose probability is a learned
+# logit gap (gate G3). Tuned to the gates only (assets/successor/README.md: a flatter table with 3: 0.35 passed
+# G3's random null less well than this one passes its weight-decay null; neither passes G3).
+STEP_WEIGHTS = {3: 0.6, 7: 0.15, 5: 0.08, 4: 0.06, 8: 0.05, 6: 0.03, 9: 0.03}
 
 
 def inserted(query: int) -> int:
@@ -67,18 +79,30 @@ def inserted(query: int) -> int:
     return (query + 1) % 10
 
 
-def _clean_list(rng: random.Random) -> tuple[list[int], int]:
-    """A clean list and the query's index in it, by rejection: 6-9 distinct digits, no two adjacent ones d, f(d)
-    anywhere, the query x not last, f(x) absent and x's successor y not f(f(x)) (so the inserted f(x) is a fresh
-    digit and x, f(x) the only adjacent pair d, f(d) of a noisy list)."""
+def _chain(rng: random.Random, length: int) -> list[int]:
+    """`length` distinct digits: a uniform first digit, then next = (prev + s) mod 10 with the step s drawn from
+    STEP_WEIGHTS among the steps to a digit not yet listed (restarting in the rare dead end)."""
     while True:
-        items = rng.sample(range(10), rng.randint(*LIST_LENGTH))
-        places = [
-            at
-            for at in range(len(items) - 1)
-            if inserted(items[at]) not in items and items[at + 1] != inserted(inserted(items[at]))
-        ]
-        if places and all(b != inserted(a) for a, b in itertools.pairwise(items)):
+        items = [rng.randrange(10)]
+        while len(items) < length:
+            free = [s for s in STEP_WEIGHTS if (items[-1] + s) % 10 not in items]
+            if not free:
+                break
+            step = rng.choices(free, weights=[STEP_WEIGHTS[s] for s in free])[0]
+            items.append((items[-1] + step) % 10)
+        if len(items) == length:
+            return items
+
+
+def _clean_list(rng: random.Random) -> tuple[list[int], int]:
+    """A clean list (a STEP_WEIGHTS chain of 6-9 distinct digits) and the query's index in it, by rejection: the
+    query x not last and f(x) absent. No step is 1 or 2, so no two adjacent digits are d, f(d) and x's successor
+    is never f(f(x)): the inserted f(x) is a fresh digit and x, f(x) the only adjacent pair d, f(d) of a noisy
+    list."""
+    while True:
+        items = _chain(rng, rng.randint(*LIST_LENGTH))
+        places = [at for at in range(len(items) - 1) if inserted(items[at]) not in items]
+        if places:
             return items, rng.choice(places)
 
 

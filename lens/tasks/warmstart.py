@@ -87,13 +87,13 @@ RECIPES = {
     ),
     # successor/successor_direct: ledger's vocabulary, so they start from ledger's reference (it copies the token
     # after an asked one). The noise shares set p_ref of the inserted digit after the query, hence gate G2's
-    # surprisal AUC: 20% in both stages gives p_ref ~0.2, as surprising as the other list digits (AUC ~0.5;
-    # lens/tasks/successor.py, assets/successor/README.md).
+    # surprisal AUC: 40% in both stages gives p_ref ~0.37, about as surprising as the other list digits of the
+    # skewed chain (`successor.STEP_WEIGHTS`; AUC 0.58, 30% gave 0.63; assets/successor/README.md).
     "successor": Recipe(
-        stage1_noise_prob=0.2, stage2_noise_prob=0.2, stage1_steps=300, stage2_steps=400, lr=1e-3, init="ledger"
+        stage1_noise_prob=0.4, stage2_noise_prob=0.4, stage1_steps=300, stage2_steps=400, lr=1e-3, init="ledger"
     ),
     "successor_direct": Recipe(
-        stage1_noise_prob=0.2, stage2_noise_prob=0.2, stage1_steps=300, stage2_steps=400, lr=1e-3, init="ledger"
+        stage1_noise_prob=0.4, stage2_noise_prob=0.4, stage1_steps=300, stage2_steps=400, lr=1e-3, init="ledger"
     ),
     # stutter/stutter_direct: ledger's vocabulary (its induction copies the list). Stage 2's 40% noisy prompts set
     # the reference's repeat probability so that surprisal does not find the stutters (gate G2; 50%: AUC 0.28).
