@@ -12,18 +12,18 @@ The list is a skewed Markov chain over steps, next = (prev + s) mod 10 with s fr
 never 0, 1 or 2), so every ordinary list digit is predicted by a learned, non-uniform rule (p 0.05-0.9) and the
 distractor (p_ref ~0.37, set by the noise share) is one learned logit gap among many, not the only one.
 
-A clean list never holds two adjacent digits d, f(d), nor f(x) at all, so in a noisy list `x f(x)` is the only
-such pair and f(x) a fresh digit. The distractor is one token of the most ordinary kind (a list digit), and
-deleting it restores `meta["clean"]` exactly. The misled response's deciding token, "after the query token x,
-emit f(x)", is the computation that predicts the distractor in the prompt: the warm start's full-sequence LM loss
-teaches the reference that f(x) sometimes follows the query in the list (`Recipe.stage*_noise_prob` sets how
-often, hence p_ref of the distractor and gate G2's surprisal AUC). The hope is that GRPO, suppressing `x f(x)` in
-the response, lowers log p of exactly the distractor in the prompt (gate G4). `lens.tasks.successor_direct` is the
+A clean list never holds two adjacent digits d, f(d), nor f(x) at all, so in a noisy list `x f(x)` is the only such
+pair and f(x) a fresh digit. The distractor is one token of the most ordinary kind (a list digit), and deleting it
+restores `meta["clean"]` exactly. The misled response's deciding token, "after the query token x, emit f(x)", is the
+computation that predicts the distractor in the prompt: the warm start's full-sequence LM loss teaches the reference
+that f(x) sometimes follows the query in the list (`Recipe.stage*_noise_prob` sets how often, hence p_ref of the
+distractor and gate G2's surprisal AUC). The hope is that GRPO, suppressing `x f(x)` in the response, lowers log p
+of exactly the distractor in the prompt (gate G4). `successor_direct` (built by lens/tasks/derived.py) is the
 control: the same problems answered directly (`# 6`, misled `# 4`), with no response token after which f(x) is
 decided. Measured (assets/successor/README.md): it does; G1, G2 and G4 pass (Eq. 1 AUC 0.93 after 16 GRPO steps),
-and G3's T = 1.05 null too, but its weight-decay and random nulls still find the distractor (AUC 0.86 / 0.71):
-with uniform lists (the design before the Markov chain, where the other list digits were ties among the unseen
-ones) they found it at 0.995 / 0.66, and the chain narrowed but did not close the gap.
+and G3's T = 1.05 null too, but its weight-decay and random nulls still find the distractor (AUC 0.86 / 0.71): with
+uniform lists (the design before the Markov chain, where the other list digits were ties among the unseen ones) they
+found it at 0.995 / 0.66, and the chain narrowed but did not close the gap.
 
 The first design inserted x itself (a stutter `x x`): it passed G1 and G4 but the null perturbations of G3 found
 the repeat too (a digit already seen is suppressed in a list of distinct digits, and the stutter's probability is
