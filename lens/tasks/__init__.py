@@ -2,8 +2,9 @@
 symbols the clean text never contains); `ledger` has natural-looking distractors (one ordinary fact); `recall`
 restates the asked facts before answering, with 2-4 distractor facts, and `recall_direct` is its control
 (same problems, direct answers; gate tables in bench/results/gates/); `successor` asks for the item after a digit
-in a list where that digit is stuttered, and `successor_direct` is its control. A control `X_direct` has no module
-of its own: `module(name)` builds it from X (lens/tasks/derived.py).
+in a list where the digit x+1 was inserted right after it, `stutter` for the fourth item of a list with repeated
+items, each with its `_direct` control. A control `X_direct` has no module of its own: `module(name)` builds it
+from X (lens/tasks/derived.py).
 
 `problem_sets(name, role=..., limit=..., seed=...)` is how `lens.data.load_sets` reads a task: the task module
 is imported only then (it pulls in transformers).
