@@ -45,6 +45,7 @@ FORCED = ("data.eval=[]", "data.eval_every=0", "logging.tensorboard=false")
 def step_rows(rows: list[dict[str, Any]], warmup: int) -> list[dict[str, Any]]:
     """Training-step rows of a metrics.jsonl (the step-0 eval row has no time/step), first `warmup` dropped."""
     steps = [r for r in rows if "time/step" in r]
+    # Refused rather than reporting medians of nothing: an empty table would read as a measurement.
     if warmup >= len(steps):
         raise ValueError(f"--warmup {warmup} leaves no step to measure out of {len(steps)}")
     return steps[warmup:]
@@ -56,12 +57,14 @@ def summarize(rows: list[dict[str, Any]], batch_size: int) -> dict[str, Any]:
     A stage a row never entered (GRPO has no score) counts 0 s in that row, so medians stay comparable.
     """
     stages = {s: statistics.median(r.get(f"time/{s}", 0.0) for r in rows) for s in STAGES}
+    # Keep a stage that ran in ~0 s (it was entered), drop one this algorithm never has (GRPO's score).
     stages = {s: v for s, v in stages.items() if v > 0 or any(f"time/{s}" in r for r in rows)}
     step = statistics.median(r["time/step"] for r in rows)
     return {
         "stages": {**stages, "step": step},
         "step": step,
         "tokens_per_s": statistics.median(r.get("tokens_per_s", 0.0) for r in rows),
+        # A share of the batch, not a count, so runs with different batch sizes compare.
         "purified_share": statistics.median(r.get("lens/purified", 0.0) / batch_size for r in rows),
         "steps_measured": len(rows),
     }
@@ -70,6 +73,7 @@ def summarize(rows: list[dict[str, Any]], batch_size: int) -> dict[str, Any]:
 def ratio_spread(grpo_rows: list[dict[str, Any]], lens_rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-step LENS / GRPO step-time ratios (rows paired by step) -> {"pair_ratios", "ratio" (their median),
     "ratio_p25", "ratio_p75"}: interleaved pairs ran seconds apart, so each ratio saw the same load."""
+    # strict: both ran the same steps with the same warm-up, so unequal lengths mean a pairing bug.
     ratios = [lens["time/step"] / grpo["time/step"] for grpo, lens in zip(grpo_rows, lens_rows, strict=True)]
     if not ratios:
         raise ValueError("no measured step pairs")
@@ -87,6 +91,8 @@ def compare(grpo: dict[str, Any], lens: dict[str, Any]) -> dict[str, float]:
     (purify_generate + purify_reward) / LENS step x 100.
     """
     g, s = grpo["stages"], lens["stages"]
+    # Differences, not LENS's totals: GRPO computes old/ref log-probs and groups too, and only the excess
+    # is LENS's cost. The extra generation is reported apart, since it buys the purified prompts.
     extra_logprobs = s.get("old_ref_logprobs", 0.0) - g.get("old_ref_logprobs", 0.0)
     bookkeeping = s.get("score", 0.0) + s.get("groups", 0.0) - g.get("groups", 0.0)
     extra_gen = s.get("purify_generate", 0.0) + s.get("purify_reward", 0.0)
@@ -100,6 +106,7 @@ def compare(grpo: dict[str, Any], lens: dict[str, Any]) -> dict[str, float]:
 def markdown(summaries: dict[str, dict[str, Any]], comparison: dict[str, Any] | None) -> str:
     """A Markdown table: one row per stage and summary figure, one column per algorithm."""
     algos = list(summaries)
+    # STAGES order (the order of a step), so the table reads top to bottom like the step it times.
     stages = [s for s in (*STAGES, "step") if any(s in v["stages"] for v in summaries.values())]
     lines = ["| median | " + " | ".join(algos) + " |", "|---" * (len(algos) + 1) + "|"]
     for s in stages:
@@ -129,6 +136,7 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "torch": torch.__version__,
+        # The name, not just a flag: step times are only comparable on the same accelerator model.
         "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
 
@@ -157,6 +165,7 @@ def run_interleaved(args: argparse.Namespace, root: Path) -> dict[str, list[dict
     for algo in args.algorithms:
         overrides = [*args.overrides, *FORCED, f"algorithm.name={algo}", f"optim.steps={args.steps}"]
         cfg = lens_config.load_config(args.config, [*overrides, f"run_dir={root / algo}"])
+        # Every run is set up before any step, so the interleaved loop times steps only, never a model load.
         runs[algo] = train.setup(cfg)[0]
     rows: dict[str, list[dict[str, Any]]] = {a: [] for a in args.algorithms}
     for step in range(args.steps):
@@ -164,6 +173,7 @@ def run_interleaved(args: argparse.Namespace, root: Path) -> dict[str, list[dict
         # within a step pair does not favour one of them.
         for algo in args.algorithms if step % 2 == 0 else args.algorithms[::-1]:
             rows[algo].append(train_step(runs[algo], step))
+    # The verifier holds worker processes; closing them keeps one bench from leaking into the next.
     for run in runs.values():
         run.verifier.close()
     return rows
@@ -172,6 +182,7 @@ def run_interleaved(args: argparse.Namespace, root: Path) -> dict[str, list[dict
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = errors.ArgumentParser(prog="python -m lens.bench_step", description=__doc__.split("\n")[0])
     p.add_argument("--config", default=None, help="YAML preset; default: the built-in CPU run")
+    # 12 steps, 1 dropped: 11 interleaved pairs, enough for a median and quartiles while a CPU run stays short.
     p.add_argument("--steps", type=int, default=12, help="training steps per algorithm, warm-up included")
     p.add_argument("--algorithms", default="grpo,lens", help="comma-separated algorithm names")
     p.add_argument("--warmup", type=int, default=1, help="first steps dropped from the medians")
@@ -190,6 +201,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse(argv)
     cfg = lens_config.load_config(args.config, list(args.overrides))  # fail on a bad flag before any run
+    # Run directories are thrown away: only the metrics rows matter, and a fresh directory each time
+    # keeps the trainer's used-run_dir check from refusing a second bench.
     with tempfile.TemporaryDirectory(prefix="lens_bench_step_") as tmp:
         raw = {a: step_rows(rows, args.warmup) for a, rows in run_interleaved(args, Path(tmp)).items()}
     summaries = {a: summarize(rows, cfg.data.batch_size) for a, rows in raw.items()}
@@ -210,6 +223,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "config": cfg.to_dict(),
         "algorithms": summaries,
         "lens_vs_grpo": comparison,
+        # The raw rows too, so the summary can be recomputed (another warm-up, another statistic) without a rerun.
         "rows": raw,
     }
     out = Path(args.out)

@@ -54,6 +54,7 @@ R = TypeVar("R")
 def one_line(error: BaseException) -> str:
     """The message of `error` on one line (inner newlines and runs of spaces collapsed)."""
     text = " ".join(str(error).split())
+    # An empty message (`raise ValueError()`) would print a bare "lens: error:"; the type at least names it.
     return text or type(error).__name__
 
 
@@ -62,6 +63,7 @@ def show_warnings_once() -> None:
     showed in a per-module registry that is cleared whenever any library touches the filters (the "once"
     action included), so DeepSpeed's collective deprecations came back every step; the dedup therefore sits
     in `warnings.showwarning`, after the filters, which still decide what is shown at all."""
+    # Idempotent: every entry point calls it, and wrapping twice would stack two sets for nothing.
     if getattr(warnings.showwarning, "lens_once", False):
         return
     show, shown = warnings.showwarning, set()
@@ -88,6 +90,7 @@ def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
             if os.environ.get("LENS_DEBUG", "0") == "1":
                 raise
             line = f"lens: error: {one_line(error)}"
+            # Every rank records, whether it prints or not: the launcher must see a mistake only rank 1 found.
             record_for_launcher(line)
             if os.environ.get("RANK", "0") == "0" and LAUNCHER_ENV not in os.environ:
                 print(line, file=sys.stderr, flush=True)
@@ -133,6 +136,7 @@ def record_for_launcher(line: str) -> None:
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path:
         return
+    # torchrun parses the timestamp as an int string; lens.launch ranks the failures by it (earliest first).
     stamp = str(int(time.time()))
     body = {"message": {"message": line, "extraInfo": {"py_callstack": line, "timestamp": stamp}}}
     with contextlib.suppress(OSError):  # the line is then lost to the launcher, never the exit code

@@ -61,8 +61,10 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
         if arg == "--":
             return argv[:i], argv[i + 1 :]
         name = arg.split("=", 1)[0]
+        # The first unknown argument starts the trainer's part, as `accelerate launch` splits: no `--` needed.
         if name not in options:
             break
+        # A valued option spelled `--opt value` consumes the next argument too; `--opt=value` does not.
         i += 2 if options[name] and "=" not in arg else 1
     return argv[:i], argv[i:]
 
@@ -71,11 +73,13 @@ def check_before_workers(train_args: list[str]) -> None:
     """What the trainer would refuse in its first seconds, checked here without a worker: ValueError (one
     line). The trainer checks it all again (and the lock decides a race between two launches)."""
     cfg, args = parse_args(train_args)
+    # A dry run only prints the config: it must work on a busy or used run_dir and without the data.
     if args.dry_run:
         return
     runlock.check_free(cfg.run_dir)
     if cfg.checkpoint.resume in (None, "", "none"):
         checkpoint.refuse_used_run_dir(cfg.run_dir)
+    # Cheapest first: paths are a stat each, while loading the data can take seconds.
     preflight.check_model_paths(cfg)
     preflight.load_data(cfg)
 
@@ -88,6 +92,7 @@ def first_user_error(failures: Mapping[int, ProcessFailure]) -> str | None:
         message = failure.message.get("message") if isinstance(failure.message, dict) else None
         if failure.exitcode == EXIT_USER_ERROR and isinstance(message, str) and message.startswith("lens: error:"):
             found.append((failure.timestamp, rank, message))
+    # The earliest line is the cause: later ranks often fail only because the first one left.
     return min(found)[2] if found else None
 
 
@@ -107,6 +112,7 @@ def _held_worker_logs() -> Iterator[_HeldRecords]:
     logger = logging.getLogger(_WORKER_LOGS)
     held, propagate = _HeldRecords(), logger.propagate
     logger.addHandler(held)
+    # Not propagating is what holds them: the root handlers would print them the moment they are logged.
     logger.propagate = False
     try:
         yield held

@@ -59,6 +59,7 @@ def lock_path(run_dir: str | os.PathLike) -> Path:
 def _read_holder(fd: int) -> Holder | None:
     """The holder written in an open lock file (None when it is empty or unreadable: being written)."""
     try:
+        # pread from offset 0 whatever the fd's position; a name still being written fails to parse: None.
         info = json.loads(os.pread(fd, 4096, 0).decode())
         return Holder(pid=int(info["pid"]), host=str(info["host"]), since=float(info["since"]))
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
@@ -95,12 +96,15 @@ class RunLock:
         """Lock run_dir (created when missing) for this process -> the lock. RunDirInUse when a live process
         holds it; a stale lock file of a dead run is taken over with a warning naming that run."""
         root = Path(run_dir)
+        # Noted before mkdir: only a directory this lock created may be removed again on release.
         created = not root.exists()
         root.mkdir(parents=True, exist_ok=True)
         path = lock_path(root)
         while True:
+            # O_CLOEXEC: a subprocess of the run (a verifier, git) must not inherit the lock and outlive it.
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
+                # Non-blocking: a second launch must fail at once with the holder's name, not wait for the run.
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = _named_holder(fd)
@@ -115,6 +119,7 @@ class RunLock:
             if current == os.fstat(fd).st_ino:
                 break
             os.close(fd)
+        # We hold the flock, so whatever name the file still holds is of a run that died without releasing.
         stale = _read_holder(fd)
         if stale is not None:
             warnings.warn(
@@ -122,8 +127,10 @@ class RunLock:
                 stacklevel=2,
             )
         me = Holder(pid=os.getpid(), host=socket.gethostname(), since=time.time())
+        # Truncate first: a stale name longer than ours would leave trailing bytes and unreadable JSON.
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": me.pid, "host": me.host, "since": me.since}).encode(), 0)
+        # fsync: a launch on another node (NFS, Lustre) reads the name from the file, not our page cache.
         os.fsync(fd)
         return cls(root=root, fd=fd, holder=me, created_dir=created)
 
@@ -132,6 +139,7 @@ class RunLock:
         lock created it and the run wrote nothing into it."""
         if self.fd < 0:
             return
+        # Unlink before closing: once closed, another launch could lock the file we are about to remove.
         lock_path(self.root).unlink(missing_ok=True)
         os.close(self.fd)
         self.fd = -1

@@ -52,6 +52,8 @@ def request_stop(run_dir: str | os.PathLike) -> Path:
     up, lens.runlock). A pending request is simply written again.
     """
     root = Path(run_dir)
+    # Refuse a wrong path here: a STOP file in a directory no trainer watches would be silently ignored,
+    # and the person would wait for a stop that never comes.
     if not root.exists():
         raise FileNotFoundError(f"run_dir {root} does not exist")
     if not root.is_dir():
@@ -75,11 +77,12 @@ def discard_stale_request(run_dir: str | os.PathLike, launched: float) -> bool:
     """
     request = request_path(run_dir)
     try:
+        # mtime, not existence: a request written while this run starts is genuine (issue 28.9).
         if request.stat().st_mtime >= launched:
             return False
     except FileNotFoundError:
         return False
-    request.unlink(missing_ok=True)
+    request.unlink(missing_ok=True)  # missing_ok: a concurrent start may have removed it since the stat
     warnings.warn(f"removed {request}: a stop request left from before this run started", stacklevel=2)
     return True
 

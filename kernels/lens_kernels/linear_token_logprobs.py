@@ -51,6 +51,8 @@ _GPU_CHUNK_ELEMS = 1 << 28
 CHUNK_ELEMS: int = 1 << 19
 # See `keeps_logits`: kept [N, V] fp32 logits may take at most this fraction of the weight's bytes.
 KEEP_LOGITS_FRACTION = 0.25
+# The column granule of `_chunk_sizes` (16-aligned rows of the dz chunk) and its floor: when N alone fills the
+# budget, the rows shrink, never the columns below this.
 _MIN_VOCAB_CHUNK = 256
 
 
@@ -112,10 +114,14 @@ def chunked_forward(
         for r0, r1 in _spans(n, rows):
             x = hf[r0:r1] @ wf.T
             if keep is not None:
+                # `_logits_stats` overwrites its input, so the backward gets the original and the stats a copy:
+                # a copy is cheaper than the GEMM it saves (peers_cpu.md, Qwen head: 5.9 s CPU kept, 8.3 s not).
                 keep.append(x)
                 x = x.clone()
             m_c[i, r0:r1], lse_c[i, r0:r1], ent_c[i, r0:r1] = _logits_stats(x, inv_t, with_entropy)
     m, rel_lse, entropy = merge_chunk_stats(m_c, lse_c, ent_c, inv_t, with_entropy)
+    # The target logits as N row dot products after the loop: simpler and cheaper than finding each
+    # target's chunk and column while the chunks exist (and the stats have overwritten them by then).
     target_x = (hf * weight[targets.long()].float()).sum(dim=1)
     return (target_x - m) * inv_t - rel_lse, entropy, m, rel_lse
 
@@ -136,6 +142,7 @@ def _logits_stats(x: torch.Tensor, inv_t: float, with_entropy: bool) -> tuple[to
     d = _scaled(x.sub_(m[:, None]), inv_t)  # (x - m) / T: 1/T applied after the shift (module doc)
     if not with_entropy:
         return m, d.exp_().sum(dim=1).log_(), torch.zeros_like(m)
+    # The entropy needs d after the exp, so here (only) exp writes a new [R, C] tensor.
     e = d.exp()
     s = e.sum(dim=1)
     rel_lse = s.log()
@@ -159,6 +166,7 @@ def _dz_in_place(
     dz_j = ([j == target] gl - p_j (gl + ge (logp_j + H))) / T. gl / T and ge / T are folded into the
     per-row factors, so both GEMMs of the backward take dz as it is.
     """
+    # 1/T folded into [R] factors: the [R, C] chunk is never multiplied by it a second time.
     gl = grad_logp * inv_t
     logp = _scaled(x.sub_(m[:, None]), inv_t).sub_(rel_lse[:, None])
     if grad_entropy is None:
@@ -166,6 +174,8 @@ def _dz_in_place(
     else:
         p = logp.exp()
         dz = logp.add_(entropy[:, None]).mul_(grad_entropy[:, None] * inv_t).add_(gl[:, None]).mul_(p).neg_()
+    # The one-hot term touches only rows whose target lies in this vocabulary chunk: index those (at most R
+    # entries) rather than build an [R, C] mask.
     local = targets.long() - col0
     rows = ((local >= 0) & (local < x.shape[1])).nonzero().squeeze(1)
     dz[rows, local[rows]] += gl[rows]
@@ -197,13 +207,18 @@ def _chunked_backward(
     inv_t = 1.0 / temperature
     hf = hidden.float()
     rows, cols = _chunk_sizes(n, v, CHUNK_ELEMS)
+    # fp32 across all vocabulary chunks, rounded to hidden's dtype once at the end.
     dh = torch.zeros_like(hf)
+    # empty, not zeros: each chunk's first row block overwrites its rows. Contiguous, so dw[c0:c1] is a
+    # contiguous view that `torch.mm(..., out=)` accepts without a copy.
     dw = torch.empty_like(weight, memory_format=torch.contiguous_format)
     for c0, c1 in _spans(v, cols):
         wf = weight[c0:c1].float()
         dwc = dw[c0:c1] if dw.dtype == torch.float32 else torch.empty_like(wf)
         for k, (r0, r1) in enumerate(_spans(n, rows)):
             ge = None if grad_entropy is None else grad_entropy[r0:r1]
+            # Same spans in the same order as the forward, so the next kept chunk is this one; popping frees
+            # each as it is used, and the peak falls through the backward instead of holding all of them.
             x = kept.pop(0) if kept else hf[r0:r1] @ wf.T
             dz = _dz_in_place(
                 x, targets[r0:r1], c0, m[r0:r1], rel_lse[r0:r1], entropy[r0:r1], grad_logp[r0:r1],
@@ -229,6 +244,9 @@ def keeps_logits(n: int, weight: torch.Tensor) -> bool:
     then at or below the plain form's (whose [n, V] logits and their gradient exist as well). Large
     batches (n > H / 4 for fp32 weights) recompute, and their memory stays bounded by the chunk size.
     """
+    # 4 bytes whatever the weight's dtype: the kept logits are the fp32 GEMM outputs. peers_cpu.md: at N 256 of
+    # the Qwen head (12 % of the weight) keeping cost 144 MiB of peak (1,337 vs 1,193) for 29 % less CPU; at
+    # N 1,024, H 256 (400 %) it would have quadrupled the peak (157 vs 36 MiB), so that case recomputes.
     return n * weight.shape[0] * 4 <= KEEP_LOGITS_FRACTION * weight.numel() * weight.element_size()
 
 
@@ -237,6 +255,8 @@ class _ChunkedLinearTokenLogprobs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, temperature, with_entropy, keep):
+        # On ctx, not save_for_backward: the backward consumes them (pops, then overwrites in place), which
+        # saved tensors cannot express; a second backward then finds none and recomputes.
         ctx.kept = [] if keep else None
         logp, entropy, m, rel_lse = chunked_forward(hidden, weight, targets, temperature, with_entropy, ctx.kept)
         ctx.save_for_backward(hidden, weight, targets, m, rel_lse, entropy)
@@ -246,6 +266,7 @@ class _ChunkedLinearTokenLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_logp, grad_entropy):
         hidden, weight, targets, m, rel_lse, entropy = ctx.saved_tensors
+        # None, not zeros: without entropy `_dz_in_place` takes its one-pass branch.
         ge = grad_entropy.float() if ctx.with_entropy else None
         # The kept chunks are overwritten by the backward: a second backward (retain_graph) recomputes.
         kept, ctx.kept = ctx.kept, None
@@ -270,6 +291,7 @@ def linear_logits_tile(
     full-precision dot instead of TF32, so fp32 log-probs match the fp32 reference.
     """
     acc = tl.zeros((BLOCK_N, BLOCK_V), tl.float32)
+    # int64 offsets: rows * stride passes 2^31 elements for long batches (N * H), and int32 would wrap.
     h_base = h_ptr + rows.to(tl.int64)[:, None] * stride_h
     w_base = w_ptr + cols.to(tl.int64)[None, :] * stride_w
     for h0 in range(0, H, BLOCK_H):
@@ -310,6 +332,7 @@ def _fwd_kernel(
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     split = tl.program_id(1)
     row_ok = rows < N
+    # Clamped, not masked, so the tile loads stay unmasked (see linear_logits_tile); -1 matches no column.
     rows_in = tl.minimum(rows, N - 1)
     tgt = tl.load(targets_ptr + rows, mask=row_ok, other=-1).to(tl.int64)
     m = tl.full((BLOCK_N,), float("-inf"), tl.float32)
@@ -323,6 +346,8 @@ def _fwd_kernel(
             h_ptr, w_ptr, rows_in, tl.minimum(cols, V - 1), stride_h, stride_w, H, BLOCK_N, BLOCK_V, BLOCK_H,
             EVEN_H, UPCAST, IEEE,
         )  # fmt: skip
+        # Picked from the tile in registers (no second load of the target's weight row). The unclamped cols
+        # are compared: the clamped duplicates of column V - 1 must not add the target logit again.
         zt += tl.sum(tl.where(cols[None, :] == tgt[:, None], x, 0.0), axis=1)
         m, s, t = online_lse_update(m, s, t, x, row_ok[:, None] & col_ok[None, :], inv_t, WITH_ENTROPY)
     out = split * N + rows
@@ -383,6 +408,7 @@ def launch_blocks(n: int, dtype: torch.dtype, interpret: bool = INTERPRET) -> Li
     so tiny tests stay fast.
     """
     if interpret:
+        # 16: tl.dot's smallest tile side; a power of two, as tl.arange requires.
         return LinearBlocks(min(64, max(16, triton.next_power_of_2(n))), 256, 64, 4, 1)
     if dtype == torch.float32:
         return LinearBlocks(32, 128, 32, 8, 3)
@@ -403,6 +429,8 @@ def num_splits(row_blocks: int, vocab_tiles: int, sms: int) -> int:
     """Vocabulary splits so that the grid has ~4 programs per SM (1 split for a 1-SM 'device')."""
     if sms <= 1:
         return 1
+    # Log-prob batches are often a few row blocks: splitting the vocabulary is what fills the SMs, and each
+    # split costs only one more [N] partial for `merge_partials`.
     return max(1, min(vocab_tiles, triton.cdiv(4 * sms, row_blocks)))
 
 
@@ -422,6 +450,7 @@ def merge_partials(
     rel_lse = big_s.log()
     if not with_entropy:
         return mx, rel_lse, torch.zeros_like(rel_lse)
+    # where, not the bare product: an empty split has shift = -inf and s = 0, and -inf * 0 is NaN.
     big_t = torch.where(s > 0, scale * (t + shift * s), torch.zeros_like(s)).sum(dim=0)
     return mx, rel_lse, rel_lse - big_t / big_s
 
@@ -488,6 +517,7 @@ def _fwd_op(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Triton forward: hidden [N, H], weight [V, H] (unit column stride) -> (logp, entropy, m, rel_lse) [N] fp32."""
     n = hidden.shape[0]
+    # No launch for an empty batch: the kernels clamp rows to N - 1, which assumes a row exists.
     if n == 0:
         return tuple(hidden.new_zeros(0, dtype=torch.float32) for _ in range(4))
     inv_t = 1.0 / temperature
@@ -525,6 +555,7 @@ def _bwd_op(
     dw = torch.zeros_like(weight, memory_format=torch.contiguous_format)
     if n == 0:
         return dh.to(hidden.dtype), dw
+    # The interpreter (CPU) keeps the cache-sized chunk; a GPU takes large chunks to amortize launches.
     budget = _GPU_CHUNK_ELEMS if hidden.is_cuda else CHUNK_ELEMS
     rows, cols = _chunk_sizes(n, v, budget)
     gl, ge = grad_logp.float().contiguous(), grad_entropy.float().contiguous()
@@ -559,6 +590,7 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _backward(ctx, grad_logp, grad_entropy, _grad_m, _grad_rel_lse):
     hidden, weight, targets, m, rel_lse, entropy = ctx.saved_tensors
+    # Autograd passes None for an output that was not used; the custom op's schema takes tensors only.
     gl = grad_logp if grad_logp is not None else torch.zeros_like(rel_lse)
     ge = grad_entropy if grad_entropy is not None else torch.zeros_like(rel_lse)
     dh, dw = _bwd_op(hidden, weight, targets, m, rel_lse, entropy, gl, ge, ctx.temperature, ctx.with_entropy)
@@ -631,6 +663,8 @@ def linear_token_logprobs(
     _validate(hidden, weight, targets, temperature)
     if not use_triton(hidden):
         return _chunked(hidden, weight, targets, float(temperature), return_entropy)
+    # The kernels take row strides only (unit column stride assumed): copy just the views that lack it,
+    # e.g. a transposed tied embedding, and leave row-sliced views as they are.
     hidden = hidden if hidden.stride(1) == 1 else hidden.contiguous()
     weight = weight if weight.stride(1) == 1 else weight.contiguous()
     logp, entropy, _, _ = _fwd_op(hidden, weight, targets.contiguous(), float(temperature), return_entropy)
