@@ -65,6 +65,7 @@ __all__ = [
 MATH_BENCHMARKS = ("math500", "aime24", "aime25", "amc23", "minerva_math", "olympiadbench", "gaokao2023en")
 PAPER_AVG16 = ("amc23", "aime24", "aime25")  # the paper reports avg@16 on these, pass@1 elsewhere
 VARTRACK = "vartrack"
+# The size of the task's own fixed evaluation set, so the CLI reports what training logs as eval/.
 VARTRACK_DEFAULT_SIZE = 200
 # The trainer's evaluation seed is the run seed moved by this offset, so it never equals a training seed.
 EVAL_SEED_OFFSET = 12345
@@ -82,12 +83,14 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     and no cancellation; when fewer than k samples are wrong (n - c < k) every k-subset holds a correct one.
     """
     for name, value in (("n", n), ("c", c), ("k", k)):
+        # Floats would make the product silently wrong (pass@k is defined on counts); bool is an int subclass.
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"pass_at_k: {name} must be an int, got {value!r}")
     if not 0 <= c <= n:
         raise ValueError(f"pass_at_k: need 0 <= c <= n, got c={c}, n={n}")
     if not 1 <= k <= n:
         raise ValueError(f"pass_at_k: need 1 <= k <= n, got k={k}, n={n}")
+    # Every k-subset then holds a correct sample: return exactly 1 rather than a product that only rounds to it.
     if n - c < k:
         return 1.0
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
@@ -102,12 +105,14 @@ def extract_answer(kind: str, text: str, *, fallback_last_number: bool = True) -
     completion. The same functions as the verifiers (lens/answers.py), so the two cannot drift.
     """
     if kind == "math":
+        # Delegated, never re-implemented: samples.jsonl must show exactly what the verifier compared.
         return reward.extract_math_answer(text, fallback_last_number=fallback_last_number)
     if kind == "choice":
         return reward.extract_choice(text)
     if kind == "text":
         return answers.extract_final(text)
     if kind == "vartrack":
+        # The first `#` only, the rule of the task's verifier, so the answer shown is the one it scored.
         tokens = text.partition("#")[2].split(maxsplit=1) if "#" in text else []
         return tokens[0] if tokens else None
     if kind == "exact":
@@ -150,12 +155,14 @@ class EvalResult:
 
     def pass_at(self, k: int) -> float:
         """Mean over problems of the unbiased pass@k (a sample counts as correct when its reward is > 0.5)."""
+        # A threshold, not equality with 1.0: rewards are float32, and the estimator needs a yes/no per sample.
         correct = (self.rewards > 0.5).sum(dim=1).tolist()
         return sum(pass_at_k(self.n, int(c), k) for c in correct) / len(correct)
 
     def verdicts(self) -> dict[str, int]:
         """Count of every verdict of `REASONS` (zeros included, so reports keep stable keys)."""
         counts = Counter(r for row in self.reasons for r in row)
+        # Zeros included so results.json of different runs have the same keys and diff cleanly.
         return {r: counts.get(r, 0) for r in REASONS}
 
 
@@ -166,6 +173,7 @@ def eval_sampling(*, temperature: float, top_p: float, max_tokens: int, seed: in
 
 def _chunk_sampling(sampling: SamplingParams, first_row: int) -> SamplingParams:
     """The sampling of a batch starting at global row `first_row`: row r then draws from seed + r, as in one call."""
+    # Unseeded sampling stays unseeded (None + offset would raise): each call then draws its own seed.
     return sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + first_row)
 
 
@@ -189,6 +197,7 @@ def evaluate_set(
     """
     from tqdm import tqdm
 
+    # Checked before sampling: a mismatch found after minutes of generation would waste them all.
     if len(prompts) != len(answers) or not prompts:
         raise ValueError(f"evaluate: need as many answers as prompts (> 0), got {len(prompts)} and {len(answers)}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -196,6 +205,7 @@ def evaluate_set(
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"evaluate: batch_size={batch_size!r}: expected None or an int >= 1")
     start = time.perf_counter()
+    # None means one call: the engine then batches as it likes (vLLM schedules internally).
     step = batch_size or len(prompts)
     rewards: list[torch.Tensor] = []
     texts: list[str] = []
@@ -205,8 +215,11 @@ def evaluate_set(
     bar = tqdm(total=len(prompts), desc=progress, unit="prompt", disable=progress is None, leave=False)
     for lo in range(0, len(prompts), step):
         chunk = [list(p) for p in prompts[lo : lo + step]]
+        # Offset by the global row (lo * n), so batching never changes which seed a sample draws.
         out = engine.generate(chunk, n, _chunk_sampling(sampling, lo * n))
+        # Special tokens dropped so an <eos> or chat marker cannot end up inside an extracted answer.
         decoded = tokenizer.batch_decode(out.tokens, skip_special_tokens=True)
+        # Golds repeated n times: the engine returns samples prompt-major, n per prompt in a row.
         scored = verifier.score(decoded, [a for a in answers[lo : lo + step] for _ in range(n)])
         rewards.append(scored.rewards)
         texts += decoded
@@ -233,6 +246,7 @@ def summarize(result: EvalResult, ks: Sequence[int]) -> dict[str, Any]:
         "samples": int(result.rewards.numel()),
         "n": result.n,
         "pass@1": result.accuracy,
+        # Both keys on purpose: the paper calls it pass@1, the trainer logs avg@n; they are the same number.
         "avg@n": result.accuracy,
         "pass@k": {str(k): result.pass_at(k) for k in ks if k <= result.n},
         "verdicts": result.verdicts(),
@@ -255,6 +269,7 @@ EvalSet = data.ProblemSet  # problems of one reported set, their verifier kind a
 
 def known_benchmarks() -> list[str]:
     """Names `--benchmarks` accepts: the named sets (evaluation sets first) and the built-in task."""
+    # A stable sort on a bool: evaluation sets first, registry order kept within each group.
     by_role = sorted(data.BENCHMARKS.values(), key=lambda s: s.role != "eval")
     return [spec.name for spec in by_role] + list(tasks.NAMES)
 
@@ -262,10 +277,12 @@ def known_benchmarks() -> list[str]:
 def parse_benchmarks(text: str) -> list[str]:
     """A comma-separated list of sets (order kept, duplicates dropped): known names, data files or
     directories, and hub datasets `hf:ORG/NAME[:CONFIG][@SPLIT]`; ValueError on anything else."""
+    # dict.fromkeys keeps the first occurrence's order; a repeated set would be sampled and reported twice.
     names = list(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
     if not names:
         raise ValueError("--benchmarks: empty list")
     known = known_benchmarks()
+    # Hub sets are not checked here: that needs the network, and the loader reports a bad one clearly.
     unknown = [b for b in names if b not in known and not b.startswith("hf:") and not Path(b).exists()]
     if unknown:
         raise ValueError(f"--benchmarks: {unknown} are neither known names nor files; known: {', '.join(known)}")
@@ -278,6 +295,7 @@ def load_eval_sets(
     """The sets of one benchmark (lens.data.load_sets): a named set, a file, a hub set, or the built-in task's
     clean and noisy sets, named `vartrack_clean`/`vartrack_noisy` and drawn from `seed` (default 200 each)."""
     if name in tasks.NAMES:
+        # The built-in task's sets get a prefix: a bare `clean`/`noisy` row would not say which task it is.
         sets = data.load_sets(name, limit=limit or VARTRACK_DEFAULT_SIZE, seed=seed)
         return [EvalSet(f"{name}_{s.name}", s.kind, s.prompt, s.problems) for s in sets]
     try:
@@ -331,6 +349,7 @@ def add_common_args(parser: argparse.ArgumentParser, *, default_benchmarks: str)
     parser.add_argument("--model", required=True, help="HF checkpoint directory (weights, config, tokenizer)")
     parser.add_argument("--benchmarks", default=default_benchmarks, help="comma-separated names (see --help)")
     parser.add_argument("--n", type=_positive_int, default=1, help="samples per problem")
+    # Temperature 1 and top-p 1 by default: avg@n then estimates the policy's own accuracy, as in training.
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--max-tokens", type=_positive_int, default=4096, help="max response tokens")
@@ -345,6 +364,7 @@ def add_common_args(parser: argparse.ArgumentParser, *, default_benchmarks: str)
     parser.add_argument("--max-prompt-len", type=_positive_int, default=None, help="skip longer prompts (tokens)")
     parser.add_argument("--device", default="auto", help="auto (cuda if available) | cpu | cuda | cuda:N")
     parser.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU) | float32 | ...")
+    # 64 bounds the HF engine's memory on long math responses; results do not depend on it (seeded rows).
     parser.add_argument("--batch-size", type=_positive_int, default=64, help="prompts per generate call")
     parser.add_argument(
         "--no-last-number-fallback",
@@ -357,16 +377,19 @@ def add_common_args(parser: argparse.ArgumentParser, *, default_benchmarks: str)
 
 def check_common_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Turns bad flag values into `parser.error` (exit 2 with the flag named)."""
+    # The same model-path check as training: a typo fails in one line, before any data is read.
     preflight.check_model_source(args.model, "--model")
     if args.seed < 0:
         parser.error(f"--seed {args.seed}: expected an int >= 0")
     try:
         args.benchmarks = parse_benchmarks(args.benchmarks)
+        # Built once here only to validate: SamplingParams rejects bad values, reported as a flag error.
         eval_sampling(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
     except (TypeError, ValueError) as e:
         parser.error(str(e))
     args.device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     if args.dtype == "auto":
+        # bfloat16 matmuls are slow on most CPUs; on a GPU it halves the weights' memory.
         args.dtype = "float32" if args.device == "cpu" else "bfloat16"
 
 
@@ -388,6 +411,7 @@ def out_dir(args: argparse.Namespace, kind: str) -> Path:
     """--out, default runs/<kind>/<model_name>; ValueError if it already holds files and --overwrite is not
     set, so evaluating step 20 after step 40 never replaces step 40's results."""
     out = Path(args.out) if args.out else Path("runs") / kind / model_name(args.model)
+    # An empty existing directory is fine (e.g. made by a wrapper script); only results are protected.
     if out.is_dir() and any(out.iterdir()) and not args.overwrite:
         raise ValueError(f"{out} already holds results: give another --out, or --overwrite to replace them")
     return out
@@ -421,7 +445,9 @@ class Verifiers:
 
 def run_config(args: argparse.Namespace, sampling: SamplingParams) -> dict[str, Any]:
     """The full configuration of a run for its results file (flags, sampling, date, lens commit)."""
+    # --out does not change a number, so it stays out and two runs' configs compare equal.
     config = {k: v for k, v in vars(args).items() if k != "out"}
+    # Resolved so a relative path still identifies the checkpoint when the results are read elsewhere.
     config["model"] = str(Path(args.model).resolve())
     config["sampling"] = dataclasses.asdict(sampling)
     config["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -436,6 +462,7 @@ def lens_commit() -> str | None:
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10)
         dirty = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True, timeout=10)
+    # No git, or a hung git (the timeout): the commit is provenance only and must never fail an evaluation.
     except (OSError, subprocess.SubprocessError):
         return None
     if head.returncode != 0:
@@ -485,6 +512,7 @@ def samples_of(
 def average_row(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Unweighted mean over sets of the rates and lengths; sums of counts; pass@k for the k every set has."""
     values = list(rows.values())
+    # Only k that every set has: averaging pass@16 over the sets with n >= 16 alone would mislead.
     shared_k = set.intersection(*(set(r["pass@k"]) for r in values))
     mean = {key: sum(r[key] for r in values) / len(values) for key in ("pass@1", "avg@n", "mean_response_tokens")}
     return {
@@ -531,6 +559,7 @@ def ks_for(args: argparse.Namespace, n: int) -> list[int]:
     """pass@k sizes of a set with n samples: --k (those <= n), default the powers of 2 up to n."""
     if args.k is not None:
         return [k for k in args.k if k <= n]
+    # Powers of 2 up to n: the usual pass@k curve, and k = 1 always included.
     return [2**i for i in range(n.bit_length())]
 
 
@@ -601,6 +630,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rendered = {s.name: render_set(s, tokenizer, **opts) for s in sets}
     longest = max(len(r.ids) for prompts, _, _ in rendered.values() for r in prompts)
     sampling = eval_sampling(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
+    # One engine for every set: loading the model once dominates the cost of small sets.
     engine = build_engine(args, longest)
     verifiers = Verifiers(fallback_last_number=not args.no_last_number_fallback)
     rows: dict[str, dict[str, Any]] = {}
@@ -612,6 +642,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             write_jsonl(out / "samples" / f"{s.name}.jsonl", records)
             r = rows[s.name]
             print(f"{s.name}: avg@{r['n']} {r['pass@1']:.4f} ({r['problems']} problems, {r['seconds']:.1f} s)")
+    # Closed even on error: the math verifier's worker processes and vLLM's GPU memory outlive us otherwise.
     finally:
         verifiers.close()
         engine.close()

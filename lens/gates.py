@@ -79,13 +79,21 @@ from lens.errors import cli_errors
 
 DEFAULT_OUT = REPO_ROOT / "bench" / "results" / "gates"
 DEFAULT_CONFIG = "configs/cpu_default.yaml"
+# 1000 resamples: enough for stable 2.5 % / 97.5 % percentiles; each resample recomputes an AUC, so
+# more would make the bootstrap a visible part of the run's minutes.
 BOOTSTRAP = 1000
+# Narrow enough that matched tokens are about equally surprising, wide enough that most distractors
+# find a non-distractor in their bin (the matched share is reported beside the AUC).
 MATCH_BIN = 0.5  # nats of reference surprisal per matching bin (G4)
+# Absolute rather than relative to each weight, so small-norm parameters (biases, norms) move as much as large ones.
 NOISE_SCALE = 1e-3  # std of the random weight perturbation (G3)
+# A temperature change moves each token's log-prob by an amount set by the reference's own distribution,
+# not by whether the token is a distractor: a null that should score near chance.
 NULL_TEMPERATURE = 1.05  # the reference at this temperature is a null policy (G3)
 WARM, GRPO = "warm start", "GRPO"
 SETS = ("clean", "noisy", "deleted")
 NULLS = ("weight decay step", "random 1e-3", "T = 1.05")
+# Kept in one dict so `command_line` can print only the flags that differ from them.
 DEFAULTS = {"problems": 200, "samples": 4, "steps": 16, "seed": 0}
 
 
@@ -102,6 +110,7 @@ def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
     """
     if scores.shape != labels.shape:
         raise ValueError(f"auc: scores {tuple(scores.shape)} vs labels {tuple(labels.shape)}")
+    # Rank formulation instead of all pairs: O(N log N), since the bootstrap recomputes it a thousand times.
     pos = int(labels.sum())
     neg = labels.numel() - pos
     if pos == 0 or neg == 0:
@@ -123,18 +132,22 @@ def matched_auc(
     "mean_distractor", "mean_matched_other"}: the mean score of matched distractors and the mean score of their
     bins' other tokens, each bin weighted by its distractors.
     """
+    # Fixed-width bins from 0 (not quantiles): a bin means the same surprisal range for every task and stage.
     bins = torch.floor(surprisal.double() / width).long()
     wins = pairs = matched = 0.0
     pos_sum = neg_sum = 0.0
     for b in torch.unique(bins[labels]).tolist():
         in_bin = bins == b
         p, n = int((in_bin & labels).sum()), int((in_bin & ~labels).sum())
+        # A distractor alone in its bin has nothing to be compared with; it counts as unmatched.
         if n == 0:
             continue
+        # Weighting each bin's AUC by its p * n pairs makes the sum the pooled P(S(d) > S(o)) over all matched pairs.
         wins += auc(scores[in_bin], labels[in_bin]) * p * n
         pairs += p * n
         matched += p
         pos_sum += float(scores[in_bin & labels].sum())
+        # Weighted by the bin's distractors so the two means compare like with like.
         neg_sum += p * float(scores[in_bin & ~labels].mean())
     return {
         "auc": wins / pairs if pairs else math.nan,
@@ -155,6 +168,7 @@ def bootstrap_ci(
     """
     if units == 0:
         return math.nan, math.nan
+    # A private generator: the interval depends on --seed only, not on what sampled before it.
     gen = torch.Generator().manual_seed(seed)
     values = sorted(
         v
@@ -181,6 +195,7 @@ def deciding_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.T
     tokens (every row has one). Returns [R] fp32.
     """
     log_ratio = algos.importance_log_ratio(logp, old_logp)  # LENS Eq. (5)
+    # -1 is below every |log ratio|, so padding is never chosen (every row has a real token).
     where = log_ratio.abs().masked_fill(~mask, -1.0).argmax(dim=1)
     return log_ratio.gather(1, where[:, None]).squeeze(1)
 
@@ -224,6 +239,7 @@ class Row:
     ci: tuple[float, float]
     threshold: str
     verdict: str
+    # For the verdict only; the JSON and the table carry `threshold`, its readable form.
     bounds: tuple[float, float] = field(default=(-math.inf, math.inf), repr=False)
 
 
@@ -250,6 +266,7 @@ def _row(
     """A row; without bounds it is information only; a target (G5) is judged but is no requirement."""
     if bounds is None:
         return Row(gate, quantity, stage, value, ci, "-", "info")
+    # NaN (e.g. no matched distractor) fails: a gate that could not be measured must not pass.
     ok = not math.isnan(value) and bounds[0] <= value <= bounds[1]
     text = _threshold_text(*bounds)
     if target:
@@ -271,7 +288,9 @@ def _auc_row(
     seed: int,
 ) -> Row:
     every = torch.arange(len(labels))
+    # Pooled over prompts (not the mean of per-prompt AUCs): a prompt with few tokens cannot swing it.
     value = auc(_pooled(scores, every), _pooled(labels, every))
+    # Resample prompts, not tokens: tokens of one prompt are correlated and travel together.
     ci = bootstrap_ci(len(labels), lambda idx: auc(_pooled(scores, idx), _pooled(labels, idx)), seed=seed)
     return _row(gate, quantity, stage, value, ci, bounds)
 
@@ -281,6 +300,7 @@ def _mean_ci(values: torch.Tensor, seed: int) -> tuple[float, tuple[float, float
 
 
 def _median_ratio(ratios: list[list[float]], idx: torch.Tensor) -> float:
+    # Pooled over successes, so problems with more successes weigh more; empty when none was drawn.
     pooled = [r for i in idx.tolist() for r in ratios[i]]
     return statistics.median(pooled) if pooled else math.nan
 
@@ -293,6 +313,7 @@ def g1_rows(stages: dict[str, Stage], seed: int) -> list[Row]:
     for stage, result in stages.items():
         for name in SETS:
             value, ci = _mean_ci(result.accuracy[name], seed)
+            # Only the warm start is judged: after GRPO the accuracies are expected to move, which is the point.
             rows.append(_row("G1", names[name], stage, value, ci, bounds[name] if stage == WARM else None))
     return rows
 
@@ -303,9 +324,11 @@ def g2_rows(m: Measurements, seed: int) -> list[Row]:
     precision = torch.tensor(
         [audit.precision_at_k(s.tolist(), y.tolist()) for s, y in zip(m.surprisal, m.labels, strict=True)]
     )
+    # Random deletion of k tokens hits a distractor with probability k / n, so that is its precision@k.
     chance = torch.tensor([float(y.sum()) / y.numel() for y in m.labels])
 
     def ratio(idx: torch.Tensor) -> float:
+        # A ratio of means (not a mean of ratios) so prompts with tiny k / n do not blow it up.
         return float(precision[idx].mean() / chance[idx].mean())
 
     every = torch.arange(len(m.labels))
@@ -387,6 +410,7 @@ def gate_rows(m: Measurements, seed: int = 0) -> list[Row]:
 def verdicts(rows: Sequence[Row]) -> dict[str, str]:
     """{gate: PASS | FAIL} for G1-G4 (every judged row passes); G5 is reported, never a verdict."""
     out = {}
+    # A gate with no judged row FAILs: nothing measured is not evidence that the premise holds.
     for gate in ("G1", "G2", "G3", "G4"):
         judged = [r.verdict for r in rows if r.gate == gate and r.verdict in ("PASS", "FAIL")]
         out[gate] = "PASS" if judged and all(v == "PASS" for v in judged) else "FAIL"
@@ -396,6 +420,7 @@ def verdicts(rows: Sequence[Row]) -> dict[str, str]:
 def _number(x: float) -> str:
     if math.isnan(x):
         return "n/a"
+    # Counts print as integers; small whole numbers stay as 1.000 so they read as rates, not counts.
     return f"{x:.0f}" if x == int(x) and abs(x) >= 10 else f"{x:.3f}"
 
 
@@ -438,6 +463,7 @@ def deleted_prompt(prompt: audit.AuditPrompt) -> purify.Prompt:
     start, end = prompt.prompt.span
     mask = torch.zeros(1, len(prompt.prompt.ids), dtype=torch.bool)
     for j in prompt.noise:
+        # A position outside the span would delete a template token and make the deleted prompt wrong silently.
         if not 0 <= j < end - start:
             raise ValueError(f"{prompt.uid}: distractor position {j} outside its {end - start} scorable tokens")
         mask[0, start + j] = True
@@ -448,6 +474,7 @@ def task_prompts(task: str, tokenizer: Any, limit: int) -> tuple[list[audit.Audi
     """The task's noisy prompts (with distractor positions) and the token ids of their clean twins."""
     module = task_module(task)
     sets = tasks.problem_sets(task, role="eval", limit=limit, seed=0)
+    # Without recorded positions there are no labels; guessing them from the clean text would bias G2-G4.
     if any("noise_positions" not in p.meta for p in sets["noisy"]):
         raise ValueError(f"task {task!r}: its noisy problems do not record meta['noise_positions']")
     noisy = audit.task_prompts(task, tokenizer, limit)
@@ -460,6 +487,7 @@ def task_prompts(task: str, tokenizer: Any, limit: int) -> tuple[list[audit.Audi
 def null_policies(ref: nn.Module, cfg: Config, seed: int) -> dict[str, nn.Module]:
     """The first two nulls of G3 (the third, T = 1.05, needs no model): a zero-gradient AdamW step, whose
     only effect is the config's weight decay, and a random perturbation of every weight."""
+    # Copies: the reference itself must stay untouched, it is the baseline of every Eq. 1 score.
     decayed = copy.deepcopy(ref)
     params = list(decayed.parameters())
     o = cfg.optim
@@ -470,8 +498,10 @@ def null_policies(ref: nn.Module, cfg: Config, seed: int) -> dict[str, nn.Module
     )
     for p in params:
         p.grad = torch.zeros_like(p)
+    # With zero gradients Adam's update is 0/(0+eps) = 0, so only the decoupled weight decay moves weights.
     optimizer.step()
     noisy = copy.deepcopy(ref)
+    # Seeded on its own generator, so the random null is the same at every run with this --seed.
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in noisy.parameters():  # tied weights are one parameter: perturbed once
@@ -493,10 +523,12 @@ def detection(
     for p in prompts:
         n = p.prompt.span[1] - p.prompt.span[0]
         labels.append(torch.tensor([j in set(p.noise) for j in range(n)]))
+    # Surprisal of the reference only: G2 asks whether the warm start alone could spot distractors.
     surprisal, _ = scoring.token_scores("surprisal", ref, ref, ids)
     scores = {}
     for name, policy in (*null_policies(ref, cfg, seed).items(), (GRPO, grpo)):
         scores[name] = _spans(prompts, scoring.token_scores("interference", policy, ref, ids)[0])  # LENS Eq. (1)
+    # The temperature null needs no model copy: the reference's logits rescaled serve as the policy.
     hot = scoring.prompt_token_logprobs(ref, ids, temperature=NULL_TEMPERATURE)
     scores[NULLS[2]] = _spans(prompts, scoring.token_scores("interference", ref, ref, ids, policy_logprobs=hot)[0])
     return labels, _spans(prompts, surprisal), scores
@@ -504,6 +536,7 @@ def detection(
 
 def response_ids(tokenizer: Any, text: str) -> list[int]:
     """A sampled response's token ids as the trainer scores them: the text's tokens, then `<eos>`."""
+    # The trainer appends <eos>, so the deciding token may be it; leaving it out would change G5.
     return [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
 
 
@@ -530,6 +563,7 @@ def measure_stage(
     owner, on_q, on_deleted, responses = [], [], [], []
     for i, (group, answer) in enumerate(zip(texts["deleted"], answers, strict=True)):
         for text in group:
+            # Only full successes: G5 asks whether a purified success's credit transfers to the noisy prompt.
             if module.reward(text, answer) >= 1.0:
                 owner.append(i)
                 on_q.append(noisy_ids[i])
@@ -538,6 +572,7 @@ def measure_stage(
     ratios: list[list[float]] = [[] for _ in answers]
     if responses:
         logp, mask = model.sequence_logprobs(policy, on_q, responses, temperature=temperature)
+        # Same policy on both prompts (pi_theta = pi_old at the update), so the ratio isolates the distractors.
         old_logp, _ = model.sequence_logprobs(policy, on_deleted, responses, temperature=temperature)
         for i, r in zip(owner, deciding_log_ratio(logp, old_logp, mask).exp().tolist(), strict=True):
             ratios[i].append(r)
@@ -562,12 +597,14 @@ def train_overrides(task: str, module: Any, args: argparse.Namespace, run_dir: s
     own = [f"model.path={repo_relative(module.ASSETS_DIR)}"] if hasattr(module, "ASSETS_DIR") else []
     own += [
         f"data.train={task}",
+        # No evaluation and no checkpoints but the last: the gates measure the policy themselves.
         "data.eval=[]",
         "data.eval_every=0",
         "algorithm.name=grpo",
         f"optim.steps={args.steps}",
     ]
     own += [f"seed={args.seed}", f"run_dir={run_dir}", "checkpoint.every=0", "logging.tensorboard=false"]
+    # User overrides last, so they win over the task defaults set here.
     return [*own, *args.overrides]
 
 
@@ -587,6 +624,8 @@ def train_grpo(config: str, overrides: list[str], run_dir: str, steps: int) -> s
         return done
     print(f"gates: training {steps} GRPO steps in {run_dir} ...", file=sys.stderr, flush=True)
     cmd = [sys.executable, "-m", "lens.train", "--config", config, *overrides]
+    # A subprocess: lens.train runs exactly as a user runs it, and its global state (seeds, torch settings,
+    # a process group) cannot leak into the measurement.
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, env=dict(os.environ))
     if proc.returncode != 0:
         raise RuntimeError(f"gates: the GRPO run failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
@@ -605,7 +644,9 @@ def measure(args: argparse.Namespace, run_dir: str) -> tuple[Measurements, dict[
     """Train (or reuse) the GRPO run and measure both stages -> (measurements, settings for the report)."""
     module = task_module(args.task)
     overrides = train_overrides(args.task, module, args, run_dir)
+    # Loaded even when the run is reused: the config also fixes the sampling temperature and the nulls' optimizer.
     cfg = load_config(args.config, overrides)  # validates the run's config before anything is loaded
+    # Checked before train_grpo, which would make it true.
     reused = finished_policy(run_dir, args.steps) is not None
     grpo_path = train_grpo(args.config, overrides, run_dir, args.steps)
     ref_path = cfg.model.ref_path or cfg.model.path

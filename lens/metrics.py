@@ -28,6 +28,7 @@ import torch
 
 METRICS_FILE = "metrics.jsonl"
 PROGRESS_KEYS = ("reward/mean", "loss/pg", "eval/noisy", "time/step")
+# Order matters: it is the order of the masks zipped in success_bins and of the columns in reports.
 BINS = ("failure", "low", "mid", "high")
 
 
@@ -40,6 +41,7 @@ def success_counts(rewards: torch.Tensor, threshold: float = 1.0) -> torch.Tenso
     """rewards [B, m] -> successes per prompt [B] int64 (a success is reward >= threshold)."""
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [B, m], got shape {tuple(rewards.shape)}")
+    # A threshold, not equality: rewards are floats, and anything at or above full credit is a success.
     return (rewards >= threshold).sum(dim=1)
 
 
@@ -54,6 +56,7 @@ def success_bins(successes: torch.Tensor, m: int) -> dict[str, float]:
     failure, high = c == 0, 8 * c >= 7 * m
     low = (c > 0) & (2 * c < m)
     mid = ~(failure | low | high)
+    # An empty batch gives all-zero shares instead of a division by zero.
     n = max(c.numel(), 1)
     return {f"bins/{name}": float(mask.sum()) / n for name, mask in zip(BINS, (failure, low, mid, high), strict=True)}
 
@@ -64,6 +67,7 @@ def zero_variance_share(rewards: torch.Tensor) -> float:
         raise ValueError(f"rewards must be [B, m], got shape {tuple(rewards.shape)}")
     if rewards.shape[0] == 0:
         return 0.0
+    # Equal rewards give zero group-normalized advantage, so such prompts contribute no policy gradient.
     return float((rewards == rewards[:, :1]).all(dim=1).float().mean())
 
 
@@ -78,6 +82,7 @@ def response_length_stats(
     if finish_reasons is not None:
         if len(finish_reasons) != lens.numel():
             raise ValueError(f"finish_reasons ({len(finish_reasons)}) and lengths ({lens.numel()}) differ")
+        # Finish reasons are exact; a response that ends with EOS at exactly max_tokens is not clipped.
         clipped = sum(r == "length" for r in finish_reasons) / lens.numel()
     else:
         clipped = float((lens >= max_tokens).double().mean())
@@ -126,12 +131,14 @@ class LossMeter:
         per-token entropy [R, T]."""
         n = float(mask.sum())
         self.tokens += n
+        # Shares are summed, not averaged: crpo_loss already divides by the global token count.
         self.shares["loss/pg"] += float(parts["pg_loss"])
         self.shares["loss/total"] += float(loss.detach())
         for key in self.TOKEN_MEANS:
             # crpo_loss reports means over the micro-batch's tokens: weight them back to sums.
             self.token_sums[f"loss/{key}"] += float(parts[key]) * n
         self.token_sums["entropy"] += float((entropy.detach().float() * mask).sum())
+        # A max, not a mean: one exploding ratio is what this metric exists to show.
         self.ratio_max = max(self.ratio_max, float(parts["ratio_max"]))
 
     def metrics(self) -> dict[str, float]:
@@ -157,6 +164,7 @@ class TransferMeter:
         self.parts: list[dict[str, torch.Tensor]] = []
 
     def add(self, terms: Mapping[str, torch.Tensor]) -> None:
+        # Kept on CPU in double: they are gathered as Python objects and summed across many micro-batches.
         self.parts.append({k: v.detach().double().cpu() for k, v in terms.items()})
 
     def local(self) -> dict[str, torch.Tensor]:
@@ -290,6 +298,7 @@ class MetricsLogger:
         row = {"step": int(step), **{k: _scalar(v) for k, v in metrics.items()}}
         with open(self.path, "a") as f:
             f.write(json.dumps(row) + "\n")
+            # fsync each row: a run killed mid-step then loses at most the row being written.
             f.flush()
             os.fsync(f.fileno())
         if self._tb is not None:

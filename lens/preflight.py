@@ -27,6 +27,7 @@ from lens import data
 from lens.config import HELDOUT, Config, resolve_path
 
 HELDOUT_PERCENT, HELDOUT_MAX = 5, 64  # the `heldout` split: 5 % of the training problems, at most 64
+# Below this, 5 % rounds down to zero problems; warned about in load_data rather than silently empty.
 HELDOUT_MIN_TRAIN = 100 // HELDOUT_PERCENT  # fewer training problems than this give no held-out problem
 
 
@@ -63,12 +64,14 @@ def _hub_reachable() -> bool:
     cannot tell without HF's own client, so we say yes and let it try."""
     from huggingface_hub import constants
 
+    # Honour HF's own offline switch first: HF would refuse the download anyway.
     if constants.HF_HUB_OFFLINE:
         return False
     if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
         return True
     host = urllib.parse.urlparse(constants.ENDPOINT).hostname or "huggingface.co"
     try:
+        # 3 s bounds the dry-run on an offline machine; HF's own retries would take about half a minute.
         socket.create_connection((host, 443), timeout=3).close()
     except OSError:
         return False
@@ -80,8 +83,10 @@ def check_model_source(path: str, key: str) -> None:
     a hub id that is in the local HF cache or downloadable. Without this, HF reports a missing local
     directory as a malformed hub id ("Repo id must be in the form ...") and an uncached id on an offline
     machine as three chained tracebacks after half a minute of retries."""
+    # A local directory wins over a hub id of the same name, as in from_pretrained.
     if Path(resolve_path(path)).is_dir():
         return
+    # Something path-like (or a file) that is not a directory can never be a hub id: report it as a path.
     if _path_like(path) or Path(path).exists():
         raise ValueError(f"{key}={path}: model path {path} does not exist (or is not a directory)")
     if _in_hub_cache(path) or _hub_reachable():
@@ -105,6 +110,7 @@ def check_model_paths(cfg: Config) -> None:
 def load_tokenizer(cfg: Config) -> Any:
     from transformers import AutoTokenizer
 
+    # Checked first so a typo in model.path fails in one line, not in HF's misleading repo-id error.
     check_model_paths(cfg)
     return AutoTokenizer.from_pretrained(resolve_path(cfg.model.path))
 
@@ -124,14 +130,17 @@ def load_data(cfg: Config) -> tuple[data.ProblemSet, list[data.ProblemSet]]:
         answer_key=d.answer_key,
     )
     if len(train_sets) != 1:
+        # A multi-set name (e.g. a benchmark group) would silently train on only its first member.
         raise ValueError(f"data.train={d.train!r}: expected one training set, got {[s.name for s in train_sets]}")
     train, evals = train_sets[0], []
     for name in d.eval or []:
         if name != HELDOUT:
             evals += data.load_sets(name, limit=d.eval_limit, seed=cfg.seed, data_dir=d.dir)
             continue
+        # Split after loading (and after data.train_size), so held-out problems are removed from training.
         train, held = split_heldout(train)
         if held.problems:
+            # eval_limit trims what is evaluated only; the held-out problems stay out of training all the same.
             evals.append(dataclasses.replace(held, problems=held.problems[: d.eval_limit]))
         elif d.eval_every:
             warnings.warn(
@@ -155,6 +164,7 @@ def split_heldout(problem_set: data.ProblemSet) -> tuple[data.ProblemSet, data.P
     one set, and never on a problem they train on.
     """
     n = heldout_size(len(problem_set.problems))
+    # sha256 rather than hash(): Python's str hash is salted per process and would change the split.
     ranked = sorted(problem_set.problems, key=lambda p: hashlib.sha256(p.uid.encode()).hexdigest())
     held = {p.uid for p in ranked[:n]}
     train = [p for p in problem_set.problems if p.uid not in held]
@@ -199,6 +209,7 @@ def render_set(cfg: Config, tokenizer: Any, problem_set: data.ProblemSet) -> Ren
             f"data.max_prompt_len={cfg.data.max_prompt_len}",
             stacklevel=2,
         )
+    # Skipped prompts leave gaps, so golds are looked up by uid rather than by position.
     by_uid = {p.uid: p for p in problem_set.problems}
     return RenderedSet(
         name=problem_set.name,
@@ -217,6 +228,8 @@ def check_spans(rendered: RenderedSet, problem_set: data.ProblemSet, tokenizer: 
     span shifted into the chat template would purify the template instead (ValueError naming the uid)."""
     by_uid = {p.uid: _squeeze(p.problem) for p in problem_set.problems}
     for ids, (lo, hi), uid in zip(rendered.ids, rendered.spans, rendered.uids, strict=True):
+        # Decoding (not comparing token ids) catches a span that is off by a template token even when the
+        # tokenizer merges differently at the boundary.
         text = _squeeze(tokenizer.decode(ids[lo:hi]))
         if text != by_uid[uid] and not by_uid[uid].startswith(text):  # a truncated tail is fine
             raise ValueError(f"{uid}: the scorable span decodes to {text[:60]!r}, not the problem text")
@@ -232,6 +245,7 @@ def check_context(cfg: Config, model_config: Any, longest_prompt: int) -> None:
     """Prompt plus response must fit the model's positions: vLLM is started with max_model_len =
     data.max_prompt_len + rollout.max_tokens and refuses a larger one after minutes of loading; the HF engine
     needs only the longest rendered prompt, and silently degrades past the positions it was trained on."""
+    # Not every model config declares it: then there is nothing to check against.
     limit = getattr(model_config, "max_position_embeddings", None)
     prompt, what = (
         (cfg.data.max_prompt_len, "data.max_prompt_len")
@@ -254,6 +268,7 @@ def sampler_config(cfg: Config) -> dict[str, Any]:
             "model": resolve_path(cfg.model.path),
             "dtype": cfg.model.dtype,
             "seed": cfg.seed,
+            # Sized for the configured maximum, not the longest prompt seen, so held-out prompts fit too.
             "max_model_len": cfg.data.max_prompt_len + r.max_tokens,
             "tensor_parallel_size": r.tensor_parallel_size,
             "gpu_memory_utilization": r.gpu_memory_utilization,
@@ -283,6 +298,7 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
         sets.append(rendered)
     train = sets[0]
     check_context(cfg, model_config, max(len(ids) for s in sets for ids in s.ids))
+    # Epochs are over the rendered training prompts: skipped over-long ones are never sampled.
     prompts_seen = cfg.optim.steps * cfg.data.batch_size
     return {
         "model": f"{cfg.model.path} ({model_config.model_type}, {model_config.architectures})",

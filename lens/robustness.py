@@ -42,6 +42,8 @@ from lens.rollout import Engine, SamplingParams
 __all__ = ["DEFAULT_DISTRACTORS", "Injection", "inject", "injected_problems", "main", "paired_drop"]
 
 DEFAULT_DISTRACTORS = ("!", "$", "%", "&")  # the built-in task's noise symbols (lens.tasks.vartrack.NOISE)
+# Words are whitespace-separated runs, the same unit as vartrack's noise_positions, so positions from
+# `inject` and from the task's own noisy set mean the same thing.
 _WORD_RE = re.compile(r"\S+")
 
 
@@ -61,18 +63,23 @@ def inject(text: str, distractors: Sequence[str], k: int, seed: int | str) -> In
     next to earlier ones). The original whitespace is kept; a distractor is joined by one space. Deleting
     the words at `positions` gives back the original words.
     """
+    # bool is an int subclass: k=True would silently insert one distractor.
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
         raise ValueError(f"inject: k={k!r}: expected an int >= 0")
     if k and not distractors:
         raise ValueError("inject: no distractors to insert")
+    # A distractor with whitespace would split into several words and make `positions` lie about the text.
     bad = [d for d in distractors if not d or _WORD_RE.fullmatch(d) is None]
     if bad:
         raise ValueError(f"inject: distractors must be non-empty words without whitespace, got {bad}")
+    # A private Random (not the global one): the same seed gives the same injection in every process and run,
+    # whatever else has drawn random numbers before.
     rng = random.Random(seed)
     words = list(_WORD_RE.finditer(text))
     # Items of the new word sequence: an int is an original word's index, a str an inserted distractor.
     items: list[int | str] = list(range(len(words)))
     for _ in range(k):
+        # Gap first, then symbol: changing this draw order would change every seeded injection already reported.
         items.insert(rng.randrange(len(items) + 1), distractors[rng.randrange(len(distractors))])
     positions = tuple(i for i, item in enumerate(items) if isinstance(item, str))
     return Injection(_assemble(text, words, items), positions)
@@ -80,6 +87,8 @@ def inject(text: str, distractors: Sequence[str], k: int, seed: int | str) -> In
 
 def _assemble(text: str, words: list[re.Match[str]], items: list[int | str]) -> str:
     """The text of `items`: distractors before original word j go in front of it, the rest after the last word."""
+    # Distractors are attached to the word they precede so the original inter-word whitespace (newlines in
+    # math problems) survives untouched; only trailing ones have no word to precede.
     before: dict[int, list[str]] = {}
     pending: list[str] = []
     for item in items:
@@ -87,6 +96,7 @@ def _assemble(text: str, words: list[re.Match[str]], items: list[int | str]) -> 
             pending.append(item)
         else:
             before[item], pending = pending, []
+    # An empty or all-whitespace problem has no word to anchor to: the text is just the distractors.
     if not words:
         return " ".join(pending)
     out, cursor = [], 0
@@ -107,7 +117,10 @@ def paired_drop(clean: torch.Tensor, injected: torch.Tensor) -> tuple[float, flo
         raise ValueError(
             f"paired_drop: need two [P] tensors (P > 0), got {tuple(clean.shape)}, {tuple(injected.shape)}"
         )
+    # Paired differences: both runs share the per-problem difficulty, so the SE of d is much smaller than
+    # the SE of the difference of two independent means would be.
     d = clean.double() - injected.double()
+    # ddof=1 because the problems are a sample; with one problem the spread is undefined, so None, not 0.
     se = float(d.std(unbiased=True)) / math.sqrt(d.numel()) if d.numel() > 1 else None
     return float(d.mean()), se
 
@@ -118,7 +131,9 @@ def injected_problems(
     """Copies of `problems` with `inject`ed text (seeded by seed and uid) and `meta["noise_positions"]`."""
     out = []
     for p in problems:
+        # Seeding by uid (not by list index) keeps a problem's injection fixed under --limit and reordering.
         injection = inject(p.problem, distractors, k, f"{seed}:{p.uid}")
+        # Same meta keys as the task's noisy set, so report and samples code treat both sources alike.
         meta = {**p.meta, "clean": p.problem, "noise_positions": list(injection.positions)}
         out.append(data.Problem(p.uid, injection.text, p.answer, meta))
     return out
@@ -140,6 +155,8 @@ def load_pairs(args: argparse.Namespace) -> list[Pair]:
     for name in args.benchmarks:
         sets = ev.load_eval_sets(name, data_dir=args.data_dir, limit=args.limit, seed=args.seed)
         clean = sets[0]
+        # By default vartrack keeps its own noisy set, the one its training and gates measure (eval/noisy),
+        # so this drop is comparable with the training curves.
         if name == ev.VARTRACK and args.vartrack_source == "noisy":
             pairs.append(Pair(name, "task_noise", clean, sets[1]))
             continue
@@ -164,9 +181,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     ev.check_common_args(parser, args)
+    # Empty items (a trailing comma) are dropped rather than rejected: they are a typing slip, not a distractor.
     args.distractors = [d.strip() for d in args.distractors.split(",") if d.strip()]
     if not args.distractors or any(_WORD_RE.fullmatch(d) is None for d in args.distractors):
         parser.error(f"--distractors: expected comma-separated words without whitespace, got {args.distractors}")
+    # K = 0 would report a drop of exactly zero and look like perfect robustness.
     if args.per_prompt < 1:
         parser.error(f"--per-prompt {args.per_prompt}: expected an int >= 1")
     return args
@@ -199,6 +218,7 @@ def report_row(pair: Pair, clean: ev.EvalResult, injected: ev.EvalResult, k: int
         "source": pair.source,
         "problems": int(clean.rewards.shape[0]),
         "n": clean.n,
+        # The task's own noisy set has its own noise count per problem, so K does not describe it.
         "distractors_per_prompt": k if pair.source == "inject" else None,
         "clean": clean.accuracy,
         "injected": injected.accuracy,
@@ -238,10 +258,13 @@ def evaluate_pair(
     Only problems whose clean AND injected prompts fit --max-prompt-len are compared: the drop is paired.
     """
     (clean_prompts, clean_problems, _), (inj_prompts, inj_problems, _) = rendered
+    # Injection lengthens prompts, so some injected prompts can be skipped as too long where the clean one
+    # fits; comparing only shared uids keeps the drop a paired difference rather than a change of problem set.
     shared = {p.uid for p in clean_problems} & {p.uid for p in inj_problems}
     keep_c = [i for i, p in enumerate(clean_problems) if p.uid in shared]
     keep_i = [i for i, p in enumerate(inj_problems) if p.uid in shared]
     answers = [clean_problems[i].answer for i in keep_c]
+    # One SamplingParams for both runs: sample j of problem i gets the same seed clean and injected.
     opts = {"n": args.n, "sampling": sampling, "batch_size": args.batch_size}
     clean_ids, inj_ids = [clean_prompts[i].ids for i in keep_c], [inj_prompts[i].ids for i in keep_i]
     clean = ev.evaluate_set(engine, tokenizer, verifier, clean_ids, answers, progress=f"{pair.name} clean", **opts)
@@ -263,6 +286,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rendered = {
         p.name: (ev.render_set(p.clean, tokenizer, **opts), ev.render_set(p.injected, tokenizer, **opts)) for p in pairs
     }
+    # The engine is sized once for the longest prompt of all sets (injected ones are the longer), so it
+    # is not rebuilt per benchmark.
     longest = max(len(r.ids) for both in rendered.values() for prompts, _, _ in both for r in prompts)
     sampling = ev.eval_sampling(
         temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed
@@ -279,9 +304,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ev.write_jsonl(out / "samples" / f"{pair.name}.jsonl", records)
             r = rows[pair.name]
             print(f"{pair.name}: clean {r['clean']:.4f} injected {r['injected']:.4f} drop {r['drop']:+.4f}")
+    # Close the verifier pool and the engine even on error: vLLM otherwise keeps GPU memory held.
     finally:
         verifiers.close()
         engine.close()
+    # Unweighted over benchmarks, so a large benchmark does not drown out the small ones.
     average = {key: sum(r[key] for r in rows.values()) / len(rows) for key in ("clean", "injected", "drop")}
     config = {**ev.run_config(args, sampling), "distractors": args.distractors}
     results = {"config": config, "benchmarks": rows, "average": average}

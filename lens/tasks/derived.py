@@ -29,6 +29,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerFast
 from lens.problem import Problem
 from lens.tasks import clean_and_noisy, vartrack
 
+# One suffix shared by `control` and `lens.tasks.module`, so a control name always resolves to its task.
 SUFFIX = "_direct"  # a control's name is its task's name plus this
 
 
@@ -65,11 +66,13 @@ def sets(
 
         Drawn from a stream separate from `generate`/`train_set`, so no seed collides with training data.
         """
+        # The noisy set is generated and the clean set derived from it, so the two differ only in distractors.
         noisy = problems(random.Random(f"{task}-eval:{seed}"), n, f"{task}-eval-{seed}", 1.0, False, direct)
         return clean_and_noisy(noisy)
 
     def train_set(n: int, seed: int, *, noise_prob: float = train_noise_prob, direct: bool = False) -> list[Problem]:
         """The RL training set: `n` problems, a `noise_prob` share noisy, rewarded on the true answer."""
+        # Separate named stream from eval: training never sees an evaluation problem for any seed.
         return problems(random.Random(f"{task}-rl:{seed}"), n, f"{task}-rl-{seed}", noise_prob, False, direct)
 
     return eval_sets, train_set
@@ -81,6 +84,7 @@ def inherit(parent: ModuleType, assets: Path) -> Callable[[str], Any]:
 
     def __getattr__(name: str) -> Any:
         """A name the task does not define: its own loader, else the parent's (AttributeError if neither)."""
+        # Own loaders first: the parent's would load the parent's committed reference, not this task's.
         return own[name] if name in own else getattr(parent, name)
 
     return __getattr__
@@ -92,6 +96,7 @@ class Control(ModuleType):
     def __init__(self, base: ModuleType, name: str) -> None:
         super().__init__(name, base.__doc__)
         self.base = base
+        # partial of the task's own generators (never a copy), so the control sees exactly X's problems.
         self.generate = functools.partial(base.generate, direct=True)
         self.eval_sets = functools.partial(base.eval_sets, direct=True)
         self.train_set = functools.partial(base.train_set, direct=True)
