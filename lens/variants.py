@@ -159,28 +159,17 @@ register(MethodSpec("greso", "dapo + GRESO's pre-rollout skipping", sampling="gr
 # LENS and its ablations: groups with a_bar < tau are sampled again and their successes transfer (Eq. 2-6).
 _SECOND = {"advantage": "weighted", "weighting": None}
 register(MethodSpec("lens", "purify low-success prompts by Eq. (1) and sample them again", rewrite="purify", **_SECOND))
-register(
-    MethodSpec(
-        "random_prune",
-        "lens with random token scores",
-        rewrite="purify",
-        implied={"scorer": "random"},
-        defining={"scorer": "random"},
-        variant_of="lens",
-        **_SECOND,
-    )
-)
-register(
-    MethodSpec(
-        "grad_prune",
-        "lens deleting the tokens the responses depend on least",
-        rewrite="purify",
-        implied={"scorer": "grad"},
-        defining={"scorer": "grad"},
-        variant_of="lens",
-        **_SECOND,
-    )
-)
+
+
+def _lens_with_scorer(name: str, doc: str, scorer: str) -> MethodSpec:
+    """LENS whose token scores come from another scorer: the scorer is implied AND defining, so setting a
+    different one contradicts the method's name."""
+    pinned = {"scorer": scorer}
+    return MethodSpec(name, doc, rewrite="purify", implied=pinned, defining=pinned, variant_of="lens", **_SECOND)
+
+
+register(_lens_with_scorer("random_prune", "lens with random token scores", "random"))
+register(_lens_with_scorer("grad_prune", "lens deleting the tokens the responses depend on least", "grad"))
 register(
     MethodSpec("resample", "sample low-success prompts again unchanged (the control)", rewrite="identity", **_SECOND)
 )
