@@ -103,17 +103,21 @@ def _chain(rng: random.Random, length: int, table: dict[int, float]) -> list[int
             return items
 
 
-def _clean_list(rng: random.Random) -> tuple[list[int], int]:
+def _clean_list(rng: random.Random, fresh: bool) -> tuple[list[int], int]:
     """A uniform query x, then a clean list (a `step_table(x)` chain of 6-9 distinct digits) and x's index in it, by
-    rejection: x listed but not last, and f(x) absent. So x's successor is never f(x) (the one place step 1 never
-    occurs) nor f(f(x)) (no step 2): the inserted f(x) is a fresh digit, and `x f(x)` right after the query's list
-    occurrence is always the distractor, while a pair d, f(d) elsewhere is an ordinary step 1."""
+    rejection: x listed but not last, x's successor never f(x) (the one place step 1 never occurs), and, when
+    `fresh` (the list of a noisy problem), f(x) absent, so that the inserted f(x) keeps the list distinct. x's
+    successor is never f(f(x)) either (no step 2): `x f(x)` right after the query's list occurrence is always the
+    distractor, while a pair d, f(d) elsewhere is an ordinary step 1, and f(x) elsewhere an ordinary digit."""
     query = rng.randrange(10)
     table = step_table(query)
     while True:
         items = _chain(rng, rng.randint(*LIST_LENGTH), table)
-        if query in items[:-1] and inserted(query) not in items:
-            return items, items.index(query)
+        if query not in items[:-1]:
+            continue
+        at = items.index(query)
+        if items[at + 1] != inserted(query) and not (fresh and inserted(query) in items):
+            return items, at
 
 
 def _problems(
@@ -130,11 +134,13 @@ def _problems(
         raise ValueError(f"noise_prob must be in [0, 1], got {noise_prob}")
     problems = []
     for i in range(n):
-        items, at = _clean_list(rng)
+        # Drawn first: only a noisy problem's list must leave f(x) out.
+        noisy = rng.random() < noise_prob
+        items, at = _clean_list(rng, noisy)
         query, successor = items[at], items[at + 1]
         clean = [QUERY, str(query), *map(str, items)]
         tokens, positions, misled = clean, [], False
-        if rng.random() < noise_prob:
+        if noisy:
             # f(x) goes right after x: position HEADER_TOKENS + at + 1 of the scorable span.
             positions = [HEADER_TOKENS + at + 1]
             tokens = [*clean[: positions[0]], str(inserted(query)), *clean[positions[0] :]]
