@@ -64,16 +64,14 @@ RESTATE_PROB = 0.8
 # Any gamma > 0 deletes k = ceil(gamma n) >= 1 token, and a noisy prompt has exactly one distractor token.
 GAMMA = 0.01
 TRAIN_NOISE_PROB = ledger.TRAIN_NOISE_PROB
-# The list is a Markov chain over steps: next = (prev + s) mod 10 with s drawn by the query's step table among the
-# steps to a still unlisted digit. Step 0 is excluded, and 2 too (so the item after an inserted f(x) never makes a
-# second pair d, f(d)). Step 1, the distractor's step f(d) = d + 1, occurs with weight `STEP1_WEIGHT` everywhere
-# except right after the query (the rejection in `_clean_list` keeps f(x) out of a clean list), so that p(d + 1
-# after d) is an ordinary bigram rule and the query match only has to move it, not create it (gate G3). The other
-# steps' skewed weights `STEP_WEIGHTS` are rotated by the query x (`step_table`): every ordinary list digit's
-# prediction then depends on the header query, through the same attention match as the distractor (gate G3).
-# Tuned to the gates only (assets/successor/README.md, "What was tried").
+# The list is a Markov chain over steps: next = (prev + s) mod 10 with s drawn by these weights among the steps
+# to a still unlisted digit. Steps 0 and 1 are excluded (1 is the distractor's step f(x) = x + 1), and 2 too (so
+# the item after an inserted f(x) never makes a second pair d, f(d)). The skew makes every ordinary list digit
+# rest on a learned, non-uniform rule (true conditional p from 0.05 to 0.9, median 0.6; the distractor's p_ref
+# ~0.37 lies inside that range), so that the distractor is not the only token whose probability is a learned
+# logit gap (gate G3). Tuned to the gates only (assets/successor/README.md: a flatter table with 3: 0.35 passed
+# G3's random null less well than this one passes its weight-decay null; neither passes G3).
 STEP_WEIGHTS = {3: 0.6, 7: 0.15, 5: 0.08, 4: 0.06, 8: 0.05, 6: 0.03, 9: 0.03}
-STEP1_WEIGHT = 0.2
 
 
 def inserted(query: int) -> int:
@@ -81,43 +79,32 @@ def inserted(query: int) -> int:
     return (query + 1) % 10
 
 
-def step_table(query: int) -> dict[int, float]:
-    """The chain's step weights for query x: STEP_WEIGHTS rotated over the steps 3..9 (s -> 3 + (s - 3 + x) mod 7),
-    plus step 1 with STEP1_WEIGHT in every rotation."""
-    table = {3 + (s - 3 + query) % 7: w for s, w in STEP_WEIGHTS.items()}
-    return {1: STEP1_WEIGHT, **table}
-
-
-def _chain(rng: random.Random, length: int, table: dict[int, float]) -> list[int]:
+def _chain(rng: random.Random, length: int) -> list[int]:
     """`length` distinct digits: a uniform first digit, then next = (prev + s) mod 10 with the step s drawn from
-    `table` among the steps to a digit not yet listed (restarting in the rare dead end)."""
+    STEP_WEIGHTS among the steps to a digit not yet listed (restarting in the rare dead end)."""
     while True:
         items = [rng.randrange(10)]
         while len(items) < length:
-            free = [s for s in table if (items[-1] + s) % 10 not in items]
+            free = [s for s in STEP_WEIGHTS if (items[-1] + s) % 10 not in items]
             if not free:
                 break
-            step = rng.choices(free, weights=[table[s] for s in free])[0]
+            step = rng.choices(free, weights=[STEP_WEIGHTS[s] for s in free])[0]
             items.append((items[-1] + step) % 10)
         if len(items) == length:
             return items
 
 
 def _clean_list(rng: random.Random, fresh: bool) -> tuple[list[int], int]:
-    """A uniform query x, then a clean list (a `step_table(x)` chain of 6-9 distinct digits) and x's index in it, by
-    rejection: x listed but not last, x's successor never f(x) (the one place step 1 never occurs), and, when
-    `fresh` (the list of a noisy problem), f(x) absent, so that the inserted f(x) keeps the list distinct. x's
-    successor is never f(f(x)) either (no step 2): `x f(x)` right after the query's list occurrence is always the
-    distractor, while a pair d, f(d) elsewhere is an ordinary step 1, and f(x) elsewhere an ordinary digit."""
-    query = rng.randrange(10)
-    table = step_table(query)
+    """A clean list (a STEP_WEIGHTS chain of 6-9 distinct digits) and the query's index in it, by rejection: the
+    query x not last and, when `fresh` (the list of a noisy problem), f(x) absent, so that the inserted f(x) keeps
+    the list distinct. No step is 1 or 2, so no two adjacent digits are d, f(d) and x's successor is never f(f(x)):
+    x, f(x) is the only adjacent pair d, f(d) of a noisy list, while f(x) elsewhere in a clean list is an
+    ordinary chain digit."""
     while True:
-        items = _chain(rng, rng.randint(*LIST_LENGTH), table)
-        if query not in items[:-1]:
-            continue
-        at = items.index(query)
-        if items[at + 1] != inserted(query) and not (fresh and inserted(query) in items):
-            return items, at
+        items = _chain(rng, rng.randint(*LIST_LENGTH))
+        places = [at for at in range(len(items) - 1) if not (fresh and inserted(items[at]) in items)]
+        if places:
+            return items, rng.choice(places)
 
 
 def _problems(

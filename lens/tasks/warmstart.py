@@ -90,10 +90,10 @@ RECIPES = {
     # surprisal AUC: 40% in both stages gives p_ref ~0.37, about as surprising as the other list digits of the
     # skewed chain (`successor.STEP_WEIGHTS`; AUC 0.58, 30% gave 0.63; assets/successor/README.md).
     "successor": Recipe(
-        stage1_noise_prob=0.4, stage2_noise_prob=0.4, stage1_steps=300, stage2_steps=400, lr=1e-3, init="ledger"
+        stage1_noise_prob=0.3, stage2_noise_prob=0.3, stage1_steps=300, stage2_steps=400, lr=1e-3, init="ledger"
     ),
     "successor_direct": Recipe(
-        stage1_noise_prob=0.4, stage2_noise_prob=0.4, stage1_steps=300, stage2_steps=400, lr=1e-3, init="ledger"
+        stage1_noise_prob=0.3, stage2_noise_prob=0.3, stage1_steps=300, stage2_steps=400, lr=1e-3, init="ledger"
     ),
     # stutter/stutter_direct: ledger's vocabulary (its induction copies the list). Stage 2's 40% noisy prompts set
     # the reference's repeat probability so that surprisal does not find the stutters (gate G2; 50%: AUC 0.28).
