@@ -12,18 +12,23 @@ The list is a skewed Markov chain over steps, next = (prev + s) mod 10 with s fr
 never 0, 1 or 2), so every ordinary list digit is predicted by a learned, non-uniform rule (p 0.05-0.9) and the
 distractor (p_ref ~0.37, set by the noise share) is one learned logit gap among many, not the only one.
 
-A clean list never holds two adjacent digits d, f(d), nor f(x) at all, so in a noisy list `x f(x)` is the only such
-pair and f(x) a fresh digit. The distractor is one token of the most ordinary kind (a list digit), and deleting it
-restores `meta["clean"]` exactly. The misled response's deciding token, "after the query token x, emit f(x)", is the
-computation that predicts the distractor in the prompt: the warm start's full-sequence LM loss teaches the reference
-that f(x) sometimes follows the query in the list (`Recipe.stage*_noise_prob` sets how often, hence p_ref of the
-distractor and gate G2's surprisal AUC). The hope is that GRPO, suppressing `x f(x)` in the response, lowers log p
-of exactly the distractor in the prompt (gate G4). `successor_direct` (built by lens/tasks/derived.py) is the
-control: the same problems answered directly (`# 6`, misled `# 4`), with no response token after which f(x) is
-decided. Measured (assets/successor/README.md): it does; G1, G2 and G4 pass (Eq. 1 AUC 0.93 after 16 GRPO steps),
-and G3's T = 1.05 null too, but its weight-decay and random nulls still find the distractor (AUC 0.86 / 0.71): with
-uniform lists (the design before the Markov chain, where the other list digits were ties among the unseen ones) they
-found it at 0.995 / 0.66, and the chain narrowed but did not close the gap.
+No list ever holds two adjacent digits d, f(d) but the noisy list's `x f(x)`. A NOISY problem's clean list leaves
+f(x) out, so the inserted f(x) is a fresh digit and the list stays distinct; a clean problem's list may hold f(x)
+anywhere but right after x (about two thirds do), where it is an ordinary chain digit. That last rule is what makes
+the weight-decay null of gate G3 pass: when f(x) never occurred in any clean list (the design before), the reference
+learned to suppress the digit f(x) at every list position from the header query, and the distractor's p_ref was the
+balance of that global suppression and a content match "the current token is the query", which shrinking the weights
+tipped downwards on every prompt (assets/successor/README.md). The distractor is one token of the most ordinary kind
+(a list digit), and deleting it restores `meta["clean"]` exactly. The misled response's deciding token, "after the
+query token x, emit f(x)", is the computation that predicts the distractor in the prompt: the warm start's
+full-sequence LM loss teaches the reference that f(x) sometimes follows the query in the list
+(`Recipe.stage*_noise_prob` sets how often, hence p_ref of the distractor and gate G2's surprisal AUC; an unseen f(x)
+makes a noisy list likelier, so the 30% share gives p_ref ~0.37). GRPO, suppressing `x f(x)` in the response,
+lowers log p of exactly the distractor in the prompt (gate G4). `successor_direct` (built by lens/tasks/derived.py)
+is the control: the same problems answered directly (`# 6`, misled `# 4`), with no response token after which f(x)
+is decided. Measured (assets/successor/README.md, variant I): G1, G2 and G4 pass (Eq. 1 AUC 0.87, 0.83 matched after
+16 GRPO steps), and G3's weight-decay and T = 1.05 nulls (0.54 / 0.49), but the random 1e-3 null still finds the
+distractor (AUC 0.63 at the gate's seed 0, 0.67-0.77 at seeds 1-4). The control fails G4 (0.75 / 0.73).
 
 The first design inserted x itself (a stutter `x x`): it passed G1 and G4 but the null perturbations of G3 found
 the repeat too (a digit already seen is suppressed in a list of distinct digits, and the stutter's probability is
@@ -65,12 +70,13 @@ RESTATE_PROB = 0.8
 GAMMA = 0.01
 TRAIN_NOISE_PROB = ledger.TRAIN_NOISE_PROB
 # The list is a Markov chain over steps: next = (prev + s) mod 10 with s drawn by these weights among the steps
-# to a still unlisted digit. Steps 0 and 1 are excluded (1 is the distractor's step f(x) = x + 1), and 2 too (so
-# the item after an inserted f(x) never makes a second pair d, f(d)). The skew makes every ordinary list digit
-# rest on a learned, non-uniform rule (true conditional p from 0.05 to 0.9, median 0.6; the distractor's p_ref
-# ~0.37 lies inside that range), so that the distractor is not the only token whose probability is a learned
-# logit gap (gate G3). Tuned to the gates only (assets/successor/README.md: a flatter table with 3: 0.35 passed
-# G3's random null less well than this one passes its weight-decay null; neither passes G3).
+# to a still unlisted digit. Steps 0 and 1 are excluded (1 is the distractor's step f(x) = x + 1: allowing it
+# elsewhere, variant G, lowered the weight-decay null of G3 but let GRPO move the pairs d, d + 1 too, lowering
+# G4's matched AUC), and 2 too (so the item after an inserted f(x) never makes a second pair d, f(d)). The skew
+# makes every ordinary list digit rest on a learned, non-uniform rule (true conditional p from 0.05 to 0.9,
+# median 0.6; the distractor's p_ref ~0.37 lies inside that range), so that the distractor is not the only token
+# whose probability is a learned logit gap (gate G3). Tuned to the gates only (assets/successor/README.md, "What
+# was tried").
 STEP_WEIGHTS = {3: 0.6, 7: 0.15, 5: 0.08, 4: 0.06, 8: 0.05, 6: 0.03, 9: 0.03}
 
 
