@@ -85,32 +85,38 @@ def inserted(query: int) -> int:
     return (query + 1) % 10
 
 
-def _chain(rng: random.Random, length: int) -> list[int]:
+def step_table(query: int) -> dict[int, float]:
+    """The chain's step weights for query x: STEP_WEIGHTS rotated over the steps 3..9 (s -> 3 + (s - 3 + x) mod 7)."""
+    return {3 + (s - 3 + query) % 7: w for s, w in STEP_WEIGHTS.items()}
+
+
+def _chain(rng: random.Random, length: int, table: dict[int, float]) -> list[int]:
     """`length` distinct digits: a uniform first digit, then next = (prev + s) mod 10 with the step s drawn from
-    STEP_WEIGHTS among the steps to a digit not yet listed (restarting in the rare dead end)."""
+    `table` among the steps to a digit not yet listed (restarting in the rare dead end)."""
     while True:
         items = [rng.randrange(10)]
         while len(items) < length:
-            free = [s for s in STEP_WEIGHTS if (items[-1] + s) % 10 not in items]
+            free = [s for s in table if (items[-1] + s) % 10 not in items]
             if not free:
                 break
-            step = rng.choices(free, weights=[STEP_WEIGHTS[s] for s in free])[0]
+            step = rng.choices(free, weights=[table[s] for s in free])[0]
             items.append((items[-1] + step) % 10)
         if len(items) == length:
             return items
 
 
 def _clean_list(rng: random.Random, fresh: bool) -> tuple[list[int], int]:
-    """A clean list (a STEP_WEIGHTS chain of 6-9 distinct digits) and the query's index in it, by rejection: the
-    query x not last and, when `fresh` (the list of a noisy problem), f(x) absent, so that the inserted f(x) keeps
-    the list distinct. No step is 1 or 2, so no two adjacent digits are d, f(d) and x's successor is never f(f(x)):
-    x, f(x) is the only adjacent pair d, f(d) of a noisy list, while f(x) elsewhere in a clean list is an
-    ordinary chain digit."""
+    """A uniform query x, then a clean list (a `step_table(x)` chain of 6-9 distinct digits) and x's index in it, by
+    rejection: x listed but not last and, when `fresh` (the list of a noisy problem), f(x) absent, so that the
+    inserted f(x) keeps the list distinct. No step is 1 or 2, so no two adjacent digits are d, f(d) and x's
+    successor is never f(f(x)): x, f(x) is the only adjacent pair d, f(d) of a noisy list, while f(x) elsewhere in
+    a clean list is an ordinary chain digit."""
+    query = rng.randrange(10)
+    table = step_table(query)
     while True:
-        items = _chain(rng, rng.randint(*LIST_LENGTH))
-        places = [at for at in range(len(items) - 1) if not (fresh and inserted(items[at]) in items)]
-        if places:
-            return items, rng.choice(places)
+        items = _chain(rng, rng.randint(*LIST_LENGTH), table)
+        if query in items[:-1] and not (fresh and inserted(query) in items):
+            return items, items.index(query)
 
 
 def _problems(
