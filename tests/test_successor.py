@@ -48,16 +48,23 @@ def test_the_documented_example_reads_as_described() -> None:
     assert all((int(b) - int(a)) % 10 in successor.STEP_WEIGHTS for a, b in itertools.pairwise(items))
 
 
-def test_a_clean_list_is_a_chain_of_the_skewed_steps() -> None:
-    # Every step between adjacent items is one of STEP_WEIGHTS (never 0, 1 = the distractor's step, or 2), and the
-    # steps are skewed as the weights are: the heaviest step (weight 0.6) is more than half of all steps.
-    steps: collections.Counter[int] = collections.Counter()
-    for p in successor.generate(2000, seed=12):
-        _, _, *items = p.problem.split()
-        steps.update((int(b) - int(a)) % 10 for a, b in itertools.pairwise(items))
-    assert set(steps) == set(successor.STEP_WEIGHTS) and not {0, 1, 2} & set(successor.STEP_WEIGHTS)
-    heaviest = max(successor.STEP_WEIGHTS, key=successor.STEP_WEIGHTS.get)
-    assert steps.most_common()[0][0] == heaviest and steps[heaviest] > 0.5 * sum(steps.values())
+def test_a_clean_list_is_a_chain_of_the_query_s_rotated_steps() -> None:
+    # Every step between adjacent items is one of 3..9 (never 0, 1 = the distractor's step, or 2), drawn from the
+    # query's rotation of STEP_WEIGHTS: the query's heaviest step (weight 0.6) is the commonest, over a third of all
+    # steps (uniform steps would give a seventh; a step blocked by a listed digit, e.g. 5 back and forth, keeps it
+    # under 0.6), and which step that is depends on the query, so every list digit's prediction depends on the
+    # header query.
+    steps: dict[int, collections.Counter[int]] = collections.defaultdict(collections.Counter)
+    for p in successor.generate(3000, seed=12):
+        _, asked, *items = p.problem.split()
+        steps[int(asked)].update((int(b) - int(a)) % 10 for a, b in itertools.pairwise(items))
+    heaviest = {}
+    for query, counts in steps.items():
+        table = successor.step_table(query)
+        assert set(counts) <= set(table) == set(range(3, 10))
+        heaviest[query] = max(table, key=table.get)
+        assert counts.most_common()[0][0] == heaviest[query] and counts[heaviest[query]] > counts.total() / 3
+    assert set(heaviest) == set(range(10)) and set(heaviest.values()) == set(range(3, 10))
 
 
 def test_a_clean_list_holds_distinct_digits_with_the_query_not_last() -> None:

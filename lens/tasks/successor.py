@@ -8,9 +8,10 @@ and the item right after it in the list, then answers after `#`:
     response  3 6 # 6                           (the correct response, clean or noisy)
     misled    3 4 # 4                           (what the warm start does on RESTATE_PROB = 80% of noisy problems)
 
-The list is a skewed Markov chain over steps, next = (prev + s) mod 10 with s from `STEP_WEIGHTS` (3, 4, ..., 9;
-never 0, 1 or 2), so every ordinary list digit is predicted by a learned, non-uniform rule (p 0.05-0.9) and the
-distractor (p_ref ~0.37, set by the noise share) is one learned logit gap among many, not the only one.
+The list is a skewed Markov chain over steps, next = (prev + s) mod 10 with s from the query's rotation of
+`STEP_WEIGHTS` (`step_table(x)`: steps 3, 4, ..., 9, never 0, 1 or 2; which step is heaviest depends on x), so every
+ordinary list digit is predicted by a learned, non-uniform rule that reads the header query, as the distractor's
+does, and the distractor (p_ref ~0.40, set by the noise share) is one learned logit gap among many, not the only one.
 
 No list ever holds two adjacent digits d, f(d) but the noisy list's `x f(x)`. A NOISY problem's clean list leaves
 f(x) out, so the inserted f(x) is a fresh digit and the list stays distinct; a clean problem's list may hold f(x)
@@ -23,12 +24,12 @@ tipped downwards on every prompt (assets/successor/README.md). The distractor is
 query token x, emit f(x)", is the computation that predicts the distractor in the prompt: the warm start's
 full-sequence LM loss teaches the reference that f(x) sometimes follows the query in the list
 (`Recipe.stage*_noise_prob` sets how often, hence p_ref of the distractor and gate G2's surprisal AUC; an unseen f(x)
-makes a noisy list likelier, so the 30% share gives p_ref ~0.37). GRPO, suppressing `x f(x)` in the response,
+makes a noisy list likelier, so the 30% share gives p_ref ~0.40). GRPO, suppressing `x f(x)` in the response,
 lowers log p of exactly the distractor in the prompt (gate G4). `successor_direct` (built by lens/tasks/derived.py)
 is the control: the same problems answered directly (`# 6`, misled `# 4`), with no response token after which f(x)
-is decided. Measured (assets/successor/README.md, variant I): G1, G2 and G4 pass (Eq. 1 AUC 0.87, 0.83 matched after
-16 GRPO steps), and G3's weight-decay and T = 1.05 nulls (0.54 / 0.49), but the random 1e-3 null still finds the
-distractor (AUC 0.63 at the gate's seed 0, 0.67-0.77 at seeds 1-4). The control fails G4 (0.75 / 0.73).
+is decided. Measured (assets/successor/README.md, variant J): G1, G2 and G4 pass (Eq. 1 AUC 0.82, 0.77 matched after
+16 GRPO steps), and G3's weight-decay and T = 1.05 nulls (0.47 / 0.51), but the random 1e-3 null still finds the
+distractor, just: AUC 0.6000055 at the gate's seed 0 (the bound is 0.6), 0.61-0.71 at perturbation seeds 1-4.
 
 The first design inserted x itself (a stutter `x x`): it passed G1 and G4 but the null perturbations of G3 found
 the repeat too (a digit already seen is suppressed in a list of distinct digits, and the stutter's probability is
@@ -69,14 +70,14 @@ RESTATE_PROB = 0.8
 # Any gamma > 0 deletes k = ceil(gamma n) >= 1 token, and a noisy prompt has exactly one distractor token.
 GAMMA = 0.01
 TRAIN_NOISE_PROB = ledger.TRAIN_NOISE_PROB
-# The list is a Markov chain over steps: next = (prev + s) mod 10 with s drawn by these weights among the steps
-# to a still unlisted digit. Steps 0 and 1 are excluded (1 is the distractor's step f(x) = x + 1: allowing it
-# elsewhere, variant G, lowered the weight-decay null of G3 but let GRPO move the pairs d, d + 1 too, lowering
-# G4's matched AUC), and 2 too (so the item after an inserted f(x) never makes a second pair d, f(d)). The skew
-# makes every ordinary list digit rest on a learned, non-uniform rule (true conditional p from 0.05 to 0.9,
-# median 0.6; the distractor's p_ref ~0.37 lies inside that range), so that the distractor is not the only token
-# whose probability is a learned logit gap (gate G3). Tuned to the gates only (assets/successor/README.md, "What
-# was tried").
+# The list is a Markov chain over steps: next = (prev + s) mod 10 with s drawn by these weights, rotated by the
+# query (`step_table`), among the steps to a still unlisted digit. Steps 0 and 1 are excluded (1 is the
+# distractor's step f(x) = x + 1: allowing it elsewhere, variant G, lowered the weight-decay null of G3 but let
+# GRPO move the pairs d, d + 1 too, lowering G4's matched AUC), and 2 too (so the item after an inserted f(x) never
+# makes a second pair d, f(d)). The skew makes every ordinary list digit rest on a learned, non-uniform rule, so
+# that the distractor is not the only token whose probability is a learned logit gap (gate G3); the rotation makes
+# that rule read the header query, as the distractor's does (it lowered G3's random null from 0.63 to 0.60).
+# Tuned to the gates only (assets/successor/README.md, "What was tried").
 STEP_WEIGHTS = {3: 0.6, 7: 0.15, 5: 0.08, 4: 0.06, 8: 0.05, 6: 0.03, 9: 0.03}
 
 
