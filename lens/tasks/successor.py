@@ -59,9 +59,9 @@ __getattr__ = derived.inherit(ledger, ASSETS_DIR)
 # sha256 of the committed reference's model.safetensors (`python -m lens.tasks.warmstart --task successor --seed 0`,
 # also in assets/successor/README.md, checked by tests/test_successor.py).
 REFERENCE_SEED = 0
-REFERENCE_SHA256 = "daec3663cdf04a22ce9757b936f5621791b5ad398091f3684319339f47fc6cae"
+REFERENCE_SHA256 = "111b9a5340704f682ed7a148fb9eadddb64e2e3b13b2fabc3a3cc3a6bc4c35db"
 # The control's (`--task successor_direct`, assets/successor_direct): warm-started on direct answers, its own weights.
-DIRECT_REFERENCE_SHA256 = "a4ee8b66262234e8f76ba037fa03bc21b5d71428ae6e6829595b94bb004b8a00"
+DIRECT_REFERENCE_SHA256 = "574ec2d97736ed78ba39dd8ab0a2ea15d371bca237fce5d619bd9def588c10a7"
 
 LIST_LENGTH = (6, 9)  # inclusive range of the clean list's length
 HEADER_TOKENS = 2  # `? x`
