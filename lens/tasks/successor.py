@@ -27,9 +27,10 @@ full-sequence LM loss teaches the reference that f(x) sometimes follows the quer
 makes a noisy list likelier, so the 30% share gives p_ref ~0.40). GRPO, suppressing `x f(x)` in the response,
 lowers log p of exactly the distractor in the prompt (gate G4). `successor_direct` (built by lens/tasks/derived.py)
 is the control: the same problems answered directly (`# 6`, misled `# 4`), with no response token after which f(x)
-is decided. Measured (assets/successor/README.md, variant J): G1, G2 and G4 pass (Eq. 1 AUC 0.82, 0.77 matched after
-16 GRPO steps), and G3's weight-decay and T = 1.05 nulls (0.47 / 0.51), but the random 1e-3 null still finds the
-distractor, just: AUC 0.6000055 at the gate's seed 0 (the bound is 0.6), 0.61-0.71 at perturbation seeds 1-4.
+is decided. Measured (assets/successor/README.md, variant J): G1, G2 and G4 pass at the gate's seed 0 (Eq. 1 AUC
+0.82, 0.77 matched after 16 GRPO steps; 0.79 / 0.70 at seed 1), and G3's weight-decay and T = 1.05 nulls (0.47 /
+0.51), but the random 1e-3 null still finds the distractor, just: AUC 0.6000055 at seed 0 (the bound is 0.6),
+0.61-0.71 at perturbation seeds 1-4.
 
 The first design inserted x itself (a stutter `x x`): it passed G1 and G4 but the null perturbations of G3 found
 the repeat too (a digit already seen is suppressed in a list of distinct digits, and the stutter's probability is
