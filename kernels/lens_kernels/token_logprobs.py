@@ -23,7 +23,6 @@ import triton
 import triton.language as tl
 
 from lens_kernels._common import (
-    CHUNK_ELEMS,
     INTERPRET,
     cast_for_store,
     check_float_2d,
@@ -32,12 +31,11 @@ from lens_kernels._common import (
     check_temperature,
     compiled_or_eager,
     online_lse_update,
-    row_chunk,
     use_triton,
 )
 
 _FN = "token_logprobs"
-# Vocabulary columns per chunk of the torch path; rows per chunk follow from CHUNK_ELEMS.
+# Vocabulary columns per chunk of the torch path; rows per chunk: see ChunkOp.rows_per_call.
 _VOCAB_CHUNK = 1 << 18
 
 
@@ -74,22 +72,25 @@ def chunked_forward(
     """Chunked torch forward: (logp, entropy, m, rel_lse), each [N] fp32; temporaries <= a few CHUNK_ELEMS.
 
     m is the row max of the raw logits, rel_lse = log sum exp((logits - m) / T) (see the module doc).
-    Each [rows, cols] chunk gets its own max, relative log-sum (and entropy) from fused torch
-    reductions; the per-chunk statistics ([vocab chunks, N]) are merged exactly at the end
-    (`merge_chunk_stats`).
+    Each [rows, cols] chunk (all rows where the chunk op runs compiled) gets its own max, relative
+    log-sum (and entropy) from fused torch reductions; the per-chunk statistics ([vocab chunks, N]) are
+    merged exactly at the end (`merge_chunk_stats`).
     """
     n, v = logits.shape
     inv_t = 1.0 / temperature
     cols = min(v, _VOCAB_CHUNK)
-    # Column chunks bound the temporaries for huge vocabularies; rows per chunk then fill CHUNK_ELEMS.
+    # Column chunks bound the temporaries for huge vocabularies (and the widths Inductor compiles for).
     spans = _chunks(v, cols)
     m_c = torch.empty(len(spans), n, dtype=torch.float32, device=logits.device)
     lse_c = torch.empty_like(m_c)
     # Zeros, not empty: without entropy the merge still reads this tensor.
     ent_c = torch.zeros_like(m_c)
-    for r0, r1 in _chunks(n, row_chunk(cols, CHUNK_ELEMS)):
-        for i, (c0, c1) in enumerate(spans):
-            m_c[i, r0:r1], lse_c[i, r0:r1], ent_c[i, r0:r1] = chunk_stats(logits[r0:r1, c0:c1], inv_t, with_entropy)
+    op = _max_lse_entropy if with_entropy else _max_lse
+    for i, (c0, c1) in enumerate(spans):
+        x = logits[:, c0:c1]
+        # Compiled: all rows in one call (see ChunkOp); eager: row chunks that bound its temporaries.
+        for r0, r1 in _chunks(n, op.rows_per_call(x)):
+            m_c[i, r0:r1], lse_c[i, r0:r1], ent_c[i, r0:r1] = chunk_stats(x[r0:r1], inv_t, with_entropy)
     m, rel_lse, entropy = merge_chunk_stats(m_c, lse_c, ent_c, inv_t, with_entropy)
     # The target logit read once from the raw logits: no [N, V] log-softmax is ever formed.
     target_x = logits.gather(1, targets.long()[:, None]).squeeze(1).float()
@@ -174,18 +175,26 @@ def _chunked_backward(
     """d logits [N, V] in the logits dtype, chunk by chunk (see `dz_from_logits_torch` for the formula)."""
     n, v = logits.shape
     inv_t = 1.0 / temperature
-    cols = min(v, _VOCAB_CHUNK)
-    # empty, not zeros: every element is written by exactly one chunk below.
-    grad = torch.empty_like(logits)
-    for r0, r1 in _chunks(n, row_chunk(cols, CHUNK_ELEMS)):
-        for c0, c1 in _chunks(v, cols):
+    op = _dz_logp if grad_entropy is None else _dz_logp_entropy
+    spans = _chunks(v, min(v, _VOCAB_CHUNK))
+    grad = None
+    for c0, c1 in spans:
+        x = logits[:, c0:c1]
+        # Compiled: all rows in one call (see ChunkOp); eager: row chunks that bound its temporaries.
+        for r0, r1 in _chunks(n, op.rows_per_call(x)):
             ge = None if grad_entropy is None else grad_entropy[r0:r1]
             dz = dz_from_logits_torch(
-                logits[r0:r1, c0:c1], targets[r0:r1], c0, m[r0:r1], rel_lse[r0:r1], entropy[r0:r1],
-                grad_logp[r0:r1], ge, inv_t,
+                x[r0:r1], targets[r0:r1], c0, m[r0:r1], rel_lse[r0:r1], entropy[r0:r1], grad_logp[r0:r1], ge, inv_t,
             )  # fmt: skip
             # dz is w.r.t. z = x / T; the chain rule's 1 / T gives the gradient w.r.t. the raw logits.
-            grad[r0:r1, c0:c1] = dz.mul_(inv_t)
+            dz.mul_(inv_t)
+            if dz.shape == logits.shape and dz.dtype == logits.dtype:
+                # One call covered the whole gradient (compiled, one vocabulary chunk, fp32): dz is it, no copy.
+                return dz
+            if grad is None:
+                # empty, not zeros: every element is written by exactly one chunk.
+                grad = torch.empty_like(logits)
+            grad[r0:r1, c0:c1] = dz
     return grad
 
 
