@@ -196,23 +196,25 @@ def _forward_backward_and_graphs(n: int, v: int, temperature: float, seed: int):
     return got, torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_compiled_path_matches_eager_at_odd_shapes_and_a_new_n_does_not_recompile(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, temperature: float
 ) -> None:
     # Compiled, each op takes all rows in one call; eager, row chunks (CHUNK_ELEMS shrunk so that they are
-    # many and ragged). Rows prime, V odd: no tail of any vectorized loop lines up.
+    # many and ragged). Rows prime, V odd: no tail of any vectorized loop lines up. T = 1 skips the scaling.
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     monkeypatch.setattr(common, "CHUNK_ELEMS", 3001 * 5)
     results = {}
     for mode in ("0", "1"):
         monkeypatch.setattr(common, "COMPILE_MODE", mode)
-        results[mode], graphs = _forward_backward_and_graphs(37, 3001, 0.7, seed=5)
+        results[mode], graphs = _forward_backward_and_graphs(37, 3001, temperature, seed=5)
     for a, b, what in zip(results["1"], results["0"], ("logp", "entropy", "grad"), strict=True):
         assert_close_fp32(a, b, what)
     assert graphs > 0
-    # A second batch size and temperature reuse the graphs of the first (rows dynamic, 1 / T a tensor).
-    _, again = _forward_backward_and_graphs(53, 3001, 1.3, seed=6)
+    # A second batch size (and temperature other than 1) reuses the graphs of the first (rows dynamic, 1 / T a
+    # tensor).
+    _, again = _forward_backward_and_graphs(53, 3001, 1.0 if temperature == 1.0 else 1.3, seed=6)
     assert again == graphs
     # Compiled calls take every row at once; eager ones at most CHUNK_ELEMS // V rows.
     x = torch.empty(37, 3001)
