@@ -97,18 +97,18 @@ class ChunkOp:
 
 
 def _compile_args(x: torch.Tensor, args: tuple[Any, ...]) -> list[Any]:
-    """The arguments as the compiled graph sees them: rows dynamic, x's columns static, floats as 0-d tensors.
+    """The arguments as the compiled graph sees them: rows dynamic, columns static, floats as 0-d tensors.
 
-    Marks go on fresh aliases, never on the caller's tensors. Every tensor argument of a chunk op has the
-    rows as dim 0 ([R, C] or [R]), so one row symbol serves them all.
+    Marks go on fresh aliases, never on the caller's tensors. Every tensor argument of a chunk op is an
+    [R, C] chunk or an [R] vector, so one row symbol serves them all.
     """
     out = []
-    for i, a in enumerate((x, *args)):
+    for a in (x, *args):
         if isinstance(a, torch.Tensor):
             a = a.view(a.shape)
             if a.dim() > 0:
                 torch._dynamo.maybe_mark_dynamic(a, 0)
-            if i == 0:
+            if a.dim() > 1:
                 torch._dynamo.mark_static(a, 1)
         elif isinstance(a, float):
             a = torch.tensor(a, dtype=torch.float32)

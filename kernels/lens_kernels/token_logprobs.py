@@ -77,21 +77,25 @@ def chunked_forward(
     log-sum (and entropy) from fused torch reductions; the per-chunk statistics ([vocab chunks, N]) are
     merged exactly at the end (`merge_chunk_stats`).
     """
-    n, v = logits.shape
     inv_t = 1.0 / temperature
-    cols = min(v, _VOCAB_CHUNK)
-    # Column chunks bound the temporaries for huge vocabularies (and the widths Inductor compiles for).
-    spans = _chunks(v, cols)
     op = _max_lse_entropy if with_entropy else _max_lse
-    if len(spans) == 1 and op.rows_per_call(logits) >= n:
-        # One call covers the whole tensor (compiled, or a small batch): its statistics are the rows' own,
-        # with nothing to merge (a merge of one chunk is the identity), and ~15 small ops fewer per call.
+    if one_call_covers(op, logits):
+        # Its statistics are the rows' own, with nothing to merge (a merge of one chunk is the identity),
+        # and ~15 small ops fewer per call.
         m, rel_lse, entropy = chunk_stats(logits, inv_t, with_entropy)
     else:
+        # Column chunks bound the temporaries for huge vocabularies (and the widths Inductor compiles for).
+        spans = _chunks(logits.shape[1], _VOCAB_CHUNK)
         m, rel_lse, entropy = _merged_chunk_stats(logits, spans, op, inv_t, with_entropy)
     # The target logit read once from the raw logits: no [N, V] log-softmax is ever formed.
     target_x = logits.gather(1, targets.long()[:, None]).squeeze(1).float()
     return (target_x - m) * inv_t - rel_lse, entropy, m, rel_lse
+
+
+def one_call_covers(op: ChunkOp, logits: torch.Tensor) -> bool:
+    """Whether one call of the chunk op `op` takes the whole [N, V] `logits`: one vocabulary chunk, and all
+    rows per call (compiled, or a batch small enough for the eager chunk)."""
+    return logits.shape[1] <= _VOCAB_CHUNK and op.rows_per_call(logits) >= logits.shape[0]
 
 
 def _merged_chunk_stats(
@@ -150,6 +154,17 @@ def _max_lse(x: torch.Tensor, inv_t: float | None) -> tuple[torch.Tensor, torch.
     pivot = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     rel_lse = _scaled(x - pivot, inv_t).exp().sum(dim=1).log()
     return m.squeeze(1), rel_lse
+
+
+def target_logp(x: torch.Tensor, targets: torch.Tensor, inv_t: float | None) -> torch.Tensor:
+    """log softmax(x * inv_t)[targets] [R] fp32 of a whole [R, V] logits tensor, for use inside a chunk op.
+
+    The same numbers as `chunked_forward`'s logp: (x_t - m) * inv_t - rel_lse with m the row max and
+    rel_lse relative to it; compiled, the max, the sum and the gather are fused loops over x.
+    """
+    m, rel_lse = _max_lse.fn(x, inv_t)
+    x_t = x.gather(1, targets.long()[:, None]).squeeze(1).float()
+    return _scaled(x_t - m, inv_t) - rel_lse
 
 
 @compiled_or_eager
