@@ -78,18 +78,35 @@ def chunked_forward(
     merged exactly at the end (`merge_chunk_stats`).
     """
     inv_t = 1.0 / temperature
+    if one_call_covers(_whole_forward, logits):
+        return _whole_forward(logits, targets, op_scale(inv_t), with_entropy)
+    # Column chunks bound the temporaries for huge vocabularies (and the widths Inductor compiles for).
+    spans = _chunks(logits.shape[1], _VOCAB_CHUNK)
     op = _max_lse_entropy if with_entropy else _max_lse
-    if one_call_covers(op, logits):
-        # Its statistics are the rows' own, with nothing to merge (a merge of one chunk is the identity),
-        # and ~15 small ops fewer per call.
-        m, rel_lse, entropy = chunk_stats(logits, inv_t, with_entropy)
-    else:
-        # Column chunks bound the temporaries for huge vocabularies (and the widths Inductor compiles for).
-        spans = _chunks(logits.shape[1], _VOCAB_CHUNK)
-        m, rel_lse, entropy = _merged_chunk_stats(logits, spans, op, inv_t, with_entropy)
+    m, rel_lse, entropy = _merged_chunk_stats(logits, spans, op, inv_t, with_entropy)
     # The target logit read once from the raw logits: no [N, V] log-softmax is ever formed.
     target_x = logits.gather(1, targets.long()[:, None]).squeeze(1).float()
     return (target_x - m) * inv_t - rel_lse, entropy, m, rel_lse
+
+
+@compiled_or_eager
+def _whole_forward(
+    x: torch.Tensor, targets: torch.Tensor, inv_t: float | None, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`chunked_forward`'s (logp, entropy, m, rel_lse) of a whole [N, V] tensor in one chunk op.
+
+    Where one call takes it all (`one_call_covers`): the row statistics are the rows' own, with nothing to
+    merge (a merge of one chunk is the identity), and compiled, the max, the sums and the target gather are
+    one graph instead of ~15 small ops around it. Measured (N 2,048 / 1,024, V 32,000 fp32, one thread):
+    level with the compiled log_softmax(x).gather (bench/results/peers_cpu.md).
+    """
+    if with_entropy:
+        m, rel_lse, entropy = _max_lse_entropy.fn(x, inv_t)
+    else:
+        m, rel_lse = _max_lse.fn(x, inv_t)
+        entropy = torch.zeros_like(rel_lse)
+    x_t = x.gather(1, targets.long()[:, None]).squeeze(1).float()
+    return _scaled(x_t - m, inv_t) - rel_lse, entropy, m, rel_lse
 
 
 def one_call_covers(op: ChunkOp, logits: torch.Tensor) -> bool:
@@ -157,14 +174,8 @@ def _max_lse(x: torch.Tensor, inv_t: float | None) -> tuple[torch.Tensor, torch.
 
 
 def target_logp(x: torch.Tensor, targets: torch.Tensor, inv_t: float | None) -> torch.Tensor:
-    """log softmax(x * inv_t)[targets] [R] fp32 of a whole [R, V] logits tensor, for use inside a chunk op.
-
-    The same numbers as `chunked_forward`'s logp: (x_t - m) * inv_t - rel_lse with m the row max and
-    rel_lse relative to it; compiled, the max, the sum and the gather are fused loops over x.
-    """
-    m, rel_lse = _max_lse.fn(x, inv_t)
-    x_t = x.gather(1, targets.long()[:, None]).squeeze(1).float()
-    return _scaled(x_t - m, inv_t) - rel_lse
+    """log softmax(x * inv_t)[targets] [R] fp32 of a whole [R, V] logits tensor, for use inside a chunk op."""
+    return _whole_forward.fn(x, targets, inv_t, False)[0]
 
 
 @compiled_or_eager
