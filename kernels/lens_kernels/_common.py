@@ -42,6 +42,8 @@ COMPILE_MODE: str = os.environ.get("LENS_KERNELS_COMPILE", "auto").strip().lower
 if COMPILE_MODE not in ("auto", "0", "1"):
     raise ValueError(f"LENS_KERNELS_COMPILE must be auto, 0 or 1, got {COMPILE_MODE!r}")
 COMPILE_MIN_ELEMS: int = 1 << 20
+# Compiled graphs per chunk op (see ChunkOp.__call__); a process meets a handful, tests a few dozen.
+RECOMPILE_LIMIT: int = 64
 
 
 def wants_compile(x: torch.Tensor) -> bool:
@@ -88,7 +90,10 @@ class ChunkOp:
         if self.impl is None:
             self.impl = torch.compile(self.fn)
         try:
-            return self.impl(*_compile_args(x, args))
+            # One graph per variant (chunk width, T = 1 or not, with entropy or not, a one-row batch): past
+            # Dynamo's default of 8 per function it would run `fn` eagerly on all rows, unbounded temporaries.
+            with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+                return self.impl(*_compile_args(x, args))
         except Exception as err:  # any compiler failure: the eager function is the spec
             why = f"lens_kernels: torch.compile of {self.fn.__name__} failed ({type(err).__name__}); running it eagerly"
             warnings.warn(why, stacklevel=2)
