@@ -32,6 +32,7 @@ from lens_kernels._common import (
     check_temperature,
     compiled_or_eager,
     online_lse_update,
+    row_chunk,
     use_triton,
 )
 
@@ -232,24 +233,24 @@ def _chunked_backward(
     n, v = logits.shape
     inv_t = 1.0 / temperature
     op = _dz_logp if grad_entropy is None else _dz_logp_entropy
-    spans = _chunks(v, min(v, _VOCAB_CHUNK))
-    grad = None
-    for c0, c1 in spans:
+    # fp32 logits that one call covers (compiled, or a small batch): that call's dz is the gradient itself,
+    # no [N, V] copy. Otherwise row chunks even when compiled: each fp32 dz is copied into the gradient in
+    # the logits' dtype, and chunks bound that temporary (all rows at once would add N * V * 4 bytes).
+    whole = n > 0 and logits.dtype == torch.float32 and one_call_covers(op, logits)
+    grad = None if whole else torch.empty_like(logits)  # empty: every element is written by one chunk
+    for c0, c1 in _chunks(v, _VOCAB_CHUNK):
         x = logits[:, c0:c1]
-        # Compiled: all rows in one call (see ChunkOp); eager: row chunks that bound its temporaries.
-        for r0, r1 in _chunks(n, op.rows_per_call(x)):
+        for r0, r1 in _chunks(n, n if whole else row_chunk(c1 - c0)):
             ge = None if grad_entropy is None else grad_entropy[r0:r1]
             dz = dz_from_logits_torch(
                 x[r0:r1], targets[r0:r1], c0, m[r0:r1], rel_lse[r0:r1], entropy[r0:r1], grad_logp[r0:r1], ge, inv_t,
             )  # fmt: skip
-            # dz is w.r.t. z = x / T; the chain rule's 1 / T gives the gradient w.r.t. the raw logits.
-            dz.mul_(inv_t)
-            if dz.shape == logits.shape and dz.dtype == logits.dtype:
-                # One call covered the whole gradient (compiled, one vocabulary chunk, fp32): dz is it, no copy.
+            # dz is w.r.t. z = x / T; the chain rule's 1 / T gives the gradient w.r.t. the raw logits (at T = 1
+            # the multiply is exact and skipped: one pass over [N, V] fewer).
+            if inv_t != 1.0:
+                dz.mul_(inv_t)
+            if whole:
                 return dz
-            if grad is None:
-                # empty, not zeros: every element is written by exactly one chunk.
-                grad = torch.empty_like(logits)
             grad[r0:r1, c0:c1] = dz
     return grad
 
