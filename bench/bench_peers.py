@@ -198,7 +198,7 @@ def peers_table(cases: dict[str, dict[str, Any]]) -> str:
         "creates: at the Qwen-like head dweight alone is 1,187 MiB. Load = 1-minute load average before "
         "and after the timed rounds on this shared 2-core machine. Forward + backward cases also time lens with "
         "the forward's logits always kept for the backward (lens_keep) and always recomputed (lens_recompute); "
-        "`lens` is the default, which keeps them only where they are at most a quarter of the weight's bytes.",
+        "`lens` is the default, which keeps them up to 256 MiB (`keeps_logits`).",
         "",
         "| case | shape | provider | wall ms | CPU ms | peak MiB | lens/peer wall | lens/peer CPU | rounds, load |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -228,25 +228,25 @@ def test_logprobs_cpu(device, pass_: str, n: int, h: int, v: int) -> None:
         _checked(name, fn, hidden, weight, targets)
         closures[name] = (_forward if pass_ == "fwd" else _fwd_bwd)(fn, hidden, weight, targets)
     if pass_ == "fwd_bwd":  # both backward modes of lens's CPU path, whichever `keeps_logits` picks
-        for mode, fraction in (("keep", math.inf), ("recompute", 0.0)):
+        for mode, budget in (("keep", math.inf), ("recompute", 0.0)):
             # Own tensors: the profiler subtracts a freed gradient only if it saw it allocated, so a
             # closure sharing lens's tensors would get lens's gradients subtracted from its peak.
             run = _fwd_bwd(providers()["lens"](), hidden, weight, targets)
-            closures[f"lens_{mode}"] = _with_keep_fraction(fraction, run)
+            closures[f"lens_{mode}"] = _with_keep_budget(budget, run)
     entry = _peer_case(f"linear_logprobs_{pass_}", {"N": n, "H": h, "V": v}, closures)
     assert all(math.isfinite(p["wall_ms"]) for p in entry["providers"].values())
 
 
-def _with_keep_fraction(fraction: float, run: Callable[[], None]) -> Callable[[], None]:
-    """`run` with lens's KEEP_LOGITS_FRACTION set to `fraction` (inf: always keep the logits, 0: never)."""
+def _with_keep_budget(budget: float, run: Callable[[], None]) -> Callable[[], None]:
+    """`run` with lens's KEEP_LOGITS_BYTES set to `budget` (inf: always keep the logits, 0: never)."""
     lin = importlib.import_module("lens_kernels.linear_token_logprobs")
 
     def wrapped() -> None:
-        default, lin.KEEP_LOGITS_FRACTION = lin.KEEP_LOGITS_FRACTION, fraction
+        default, lin.KEEP_LOGITS_BYTES = lin.KEEP_LOGITS_BYTES, budget
         try:
             run()
         finally:
-            lin.KEEP_LOGITS_FRACTION = default
+            lin.KEEP_LOGITS_BYTES = default
 
     return wrapped
 

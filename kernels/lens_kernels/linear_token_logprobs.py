@@ -7,7 +7,7 @@ Backward: over vocabulary chunks of bounded size, a Triton kernel recomputes the
 and writes dz = d loss / d logits in the input dtype, then two matmuls give dhidden += dz @ W_c and
 dweight[c] = dz.T @ hidden; the full [N, V] gradient of the logits never exists either.
 On CPU without the interpreter, `linear_token_logprobs_chunked` does the same with torch ops (no JIT),
-except that it keeps the forward's logits for the backward where they are small beside the weight
+except that it keeps the forward's logits for the backward up to a byte budget
 (`keeps_logits`: one GEMM fewer).
 Like token_logprobs, every path carries the row max m of the raw logits hidden @ weight.T and the relative
 log-sum rel_lse = log sum exp((logits - m) / T) separately (precise at any logit magnitude); 1/T is applied
@@ -49,8 +49,8 @@ _GPU_CHUNK_ELEMS = 1 << 28
 # H 2048, V 151,936, fp32, one thread, forward + backward with the logits recomputed; process CPU s, one
 # round at load 9): 2^18 8.76, 2^19 8.68, 2^20 9.44, 2^21 9.48, 2^22 (the old size) 9.77; eager 7.45.
 CHUNK_ELEMS: int = 1 << 19
-# See `keeps_logits`: kept [N, V] fp32 logits may take at most this fraction of the weight's bytes.
-KEEP_LOGITS_FRACTION = 0.25
+# See `keeps_logits`: the forward's fp32 [N, V] logits are kept for the backward up to this many bytes.
+KEEP_LOGITS_BYTES: float = 256 * 2**20
 # The column granule of `_chunk_sizes` (16-aligned rows of the dz chunk) and its floor: when N alone fills the
 # budget, the rows shrink, never the columns below this.
 _MIN_VOCAB_CHUNK = 256
@@ -237,17 +237,18 @@ def _chunked_backward(
 def keeps_logits(n: int, weight: torch.Tensor) -> bool:
     """Whether the CPU path keeps the forward's fp32 [n, V] logits for the backward instead of recomputing them.
 
-    Recomputing costs one more GEMM of the size of the forward's (4 instead of 3: ~30 % more time at a
-    real head, bench/results/peers_cpu.md); keeping costs n * V * 4 bytes until the backward. Kept when
-    those bytes are at most KEEP_LOGITS_FRACTION of the weight's: the backward allocates dweight, as
-    large as the weight, anyway, so the extra memory stays a small part of the call's peak, which is
-    then at or below the plain form's (whose [n, V] logits and their gradient exist as well). Large
-    batches (n > H / 4 for fp32 weights) recompute, and their memory stays bounded by the chunk size.
+    Recomputing costs one more GEMM of the size of the forward's (4 instead of 3); keeping costs n * V * 4
+    bytes until the backward. Kept up to KEEP_LOGITS_BYTES (256 MiB), one absolute budget: every plain
+    peer holds those same [n, V] logits (and their gradient) anyway, so keeping never costs more memory
+    than the plain form does, and the cap bounds it for training batches, which recompute with memory
+    bounded by the chunk size.
     """
-    # 4 bytes whatever the weight's dtype: the kept logits are the fp32 GEMM outputs. peers_cpu.md: at N 256 of
-    # the Qwen head (12 % of the weight) keeping cost 144 MiB of peak (1,337 vs 1,193) for 29 % less CPU; at
-    # N 1,024, H 256 (400 %) it would have quadrupled the peak (157 vs 36 MiB), so that case recomputes.
-    return n * weight.shape[0] * 4 <= KEEP_LOGITS_FRACTION * weight.numel() * weight.element_size()
+    # 4 bytes whatever the weight's dtype: the kept logits are the fp32 GEMM outputs. bench/results/peers_cpu.md
+    # (fp32, one thread, interleaved): at N 1,024, H 256, V 32,000 (125 MiB of logits) keeping was 1.26x faster
+    # than torch.compile at 157 MiB of peak vs its 250, recomputing 1.17x slower at 36 MiB; the old rule (at most
+    # a quarter of the weight's bytes, 31 MiB there) recomputed and lost. At N 256 of the Qwen2.5-3B head (148 MiB)
+    # keeping cost 144 MiB of peak (1,337 vs 1,193, level with every peer's) for 29 % less CPU than recomputing.
+    return n * weight.shape[0] * 4 <= KEEP_LOGITS_BYTES
 
 
 class _ChunkedLinearTokenLogprobs(torch.autograd.Function):

@@ -23,8 +23,8 @@ import triton
 import triton.language as tl
 
 from lens_kernels._common import (
-    CHUNK_ELEMS,
     INTERPRET,
+    ChunkOp,
     cast_for_store,
     check_float_2d,
     check_same_device,
@@ -37,7 +37,7 @@ from lens_kernels._common import (
 )
 
 _FN = "token_logprobs"
-# Vocabulary columns per chunk of the torch path; rows per chunk follow from CHUNK_ELEMS.
+# Vocabulary columns per chunk of the torch path; rows per chunk: see ChunkOp.rows_per_call.
 _VOCAB_CHUNK = 1 << 18
 
 
@@ -74,26 +74,63 @@ def chunked_forward(
     """Chunked torch forward: (logp, entropy, m, rel_lse), each [N] fp32; temporaries <= a few CHUNK_ELEMS.
 
     m is the row max of the raw logits, rel_lse = log sum exp((logits - m) / T) (see the module doc).
-    Each [rows, cols] chunk gets its own max, relative log-sum (and entropy) from fused torch
-    reductions; the per-chunk statistics ([vocab chunks, N]) are merged exactly at the end
-    (`merge_chunk_stats`).
+    Each [rows, cols] chunk (all rows where the chunk op runs compiled) gets its own max, relative
+    log-sum (and entropy) from fused torch reductions; the per-chunk statistics ([vocab chunks, N]) are
+    merged exactly at the end (`merge_chunk_stats`).
     """
-    n, v = logits.shape
     inv_t = 1.0 / temperature
-    cols = min(v, _VOCAB_CHUNK)
-    # Column chunks bound the temporaries for huge vocabularies; rows per chunk then fill CHUNK_ELEMS.
-    spans = _chunks(v, cols)
+    if one_call_covers(_whole_forward, logits):
+        return _whole_forward(logits, targets, op_scale(inv_t), with_entropy)
+    # Column chunks bound the temporaries for huge vocabularies (and the widths Inductor compiles for).
+    spans = _chunks(logits.shape[1], _VOCAB_CHUNK)
+    op = _max_lse_entropy if with_entropy else _max_lse
+    m, rel_lse, entropy = _merged_chunk_stats(logits, spans, op, inv_t, with_entropy)
+    # The target logit read once from the raw logits: no [N, V] log-softmax is ever formed.
+    target_x = logits.gather(1, targets.long()[:, None]).squeeze(1).float()
+    return (target_x - m) * inv_t - rel_lse, entropy, m, rel_lse
+
+
+@compiled_or_eager
+def _whole_forward(
+    x: torch.Tensor, targets: torch.Tensor, inv_t: float | None, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`chunked_forward`'s (logp, entropy, m, rel_lse) of a whole [N, V] tensor in one chunk op.
+
+    Where one call takes it all (`one_call_covers`): the row statistics are the rows' own, with nothing to
+    merge (a merge of one chunk is the identity), and compiled, the max, the sums and the target gather are
+    one graph instead of ~15 small ops around it. Measured (N 2,048 / 1,024, V 32,000 fp32, one thread):
+    level with the compiled log_softmax(x).gather (bench/results/peers_cpu.md).
+    """
+    if with_entropy:
+        m, rel_lse, entropy = _max_lse_entropy.fn(x, inv_t)
+    else:
+        m, rel_lse = _max_lse.fn(x, inv_t)
+        entropy = torch.zeros_like(rel_lse)
+    x_t = x.gather(1, targets.long()[:, None]).squeeze(1).float()
+    return _scaled(x_t - m, inv_t) - rel_lse, entropy, m, rel_lse
+
+
+def one_call_covers(op: ChunkOp, logits: torch.Tensor) -> bool:
+    """Whether one call of the chunk op `op` takes the whole [N, V] `logits`: one vocabulary chunk, and all
+    rows per call (compiled, or a batch small enough for the eager chunk)."""
+    return logits.shape[1] <= _VOCAB_CHUNK and op.rows_per_call(logits) >= logits.shape[0]
+
+
+def _merged_chunk_stats(
+    logits: torch.Tensor, spans: list[tuple[int, int]], op: ChunkOp, inv_t: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(m, rel_lse, entropy) [N] of `logits` [N, V] from the statistics of its column `spans`, merged exactly."""
+    n = logits.shape[0]
     m_c = torch.empty(len(spans), n, dtype=torch.float32, device=logits.device)
     lse_c = torch.empty_like(m_c)
     # Zeros, not empty: without entropy the merge still reads this tensor.
     ent_c = torch.zeros_like(m_c)
-    for r0, r1 in _chunks(n, row_chunk(cols, CHUNK_ELEMS)):
-        for i, (c0, c1) in enumerate(spans):
-            m_c[i, r0:r1], lse_c[i, r0:r1], ent_c[i, r0:r1] = chunk_stats(logits[r0:r1, c0:c1], inv_t, with_entropy)
-    m, rel_lse, entropy = merge_chunk_stats(m_c, lse_c, ent_c, inv_t, with_entropy)
-    # The target logit read once from the raw logits: no [N, V] log-softmax is ever formed.
-    target_x = logits.gather(1, targets.long()[:, None]).squeeze(1).float()
-    return (target_x - m) * inv_t - rel_lse, entropy, m, rel_lse
+    for i, (c0, c1) in enumerate(spans):
+        x = logits[:, c0:c1]
+        # Compiled: all rows in one call (see ChunkOp); eager: row chunks that bound its temporaries.
+        for r0, r1 in _chunks(n, op.rows_per_call(x)):
+            m_c[i, r0:r1], lse_c[i, r0:r1], ent_c[i, r0:r1] = chunk_stats(x[r0:r1], inv_t, with_entropy)
+    return merge_chunk_stats(m_c, lse_c, ent_c, inv_t, with_entropy)
 
 
 def chunk_stats(x: torch.Tensor, inv_t: float, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -103,26 +140,47 @@ def chunk_stats(x: torch.Tensor, inv_t: float, with_entropy: bool) -> tuple[torc
     happen inside the fused reduction. The entropy (of the softmax within the chunk) is zeros unless asked.
     """
     if with_entropy:
-        return _max_lse_entropy(x, inv_t)
-    m, rel_lse = _max_lse(x, inv_t)
+        return _max_lse_entropy(x, op_scale(inv_t))
+    m, rel_lse = _max_lse(x, op_scale(inv_t))
     return m, rel_lse, torch.zeros_like(rel_lse)
 
 
+def op_scale(inv_t: float) -> float | None:
+    """The chunk ops' scale argument: None at T = 1, where they skip the multiply by 1 / T.
+
+    Multiplying by 1.0 is exact, so the results do not change; the compiled loop loses one vector multiply
+    per 16 logits. Measured (N 2,048, V 32,000 fp32, one thread, medians of 11 interleaved calls): the
+    compiled max / log-sum-exp took 35.3 ms with the multiply and 33.8 ms without, and a compiled
+    log_softmax(x).gather 34.2 ms. T = 1 is every shipped config's rollout temperature.
+    """
+    return None if inv_t == 1.0 else inv_t
+
+
+def _scaled(d: torch.Tensor, inv_t: float | None) -> torch.Tensor:
+    return d if inv_t is None else d * inv_t
+
+
 @compiled_or_eager
-def _max_lse(x: torch.Tensor, inv_t: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _max_lse(x: torch.Tensor, inv_t: float | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(m, log sum exp((x - m) * inv_t)) of each row of x: two fused passes when compiled (no temporary).
 
-    Rows that are all -inf keep m = -inf but use a finite pivot (0) for the sums.
+    Rows that are all -inf keep m = -inf but use a finite pivot (0) for the sums. inv_t None: T = 1
+    (`op_scale`), as for every chunk op below.
     """
     x = x.float()
     m = x.amax(dim=1, keepdim=True)
     pivot = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    rel_lse = ((x - pivot) * inv_t).exp().sum(dim=1).log()
+    rel_lse = _scaled(x - pivot, inv_t).exp().sum(dim=1).log()
     return m.squeeze(1), rel_lse
 
 
+def target_logp(x: torch.Tensor, targets: torch.Tensor, inv_t: float | None) -> torch.Tensor:
+    """log softmax(x * inv_t)[targets] [R] fp32 of a whole [R, V] logits tensor, for use inside a chunk op."""
+    return _whole_forward.fn(x, targets, inv_t, False)[0]
+
+
 @compiled_or_eager
-def _max_lse_entropy(x: torch.Tensor, inv_t: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _max_lse_entropy(x: torch.Tensor, inv_t: float | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(m, rel_lse, entropy) of each row of x: H = sum_j q_j (rel_lse - d_j), q = softmax(d), d = (x - m) * inv_t.
 
     Written as max / sum-exp / weighted-sum reductions so that Inductor fuses it into passes over x
@@ -133,7 +191,7 @@ def _max_lse_entropy(x: torch.Tensor, inv_t: float) -> tuple[torch.Tensor, torch
     x = x.float()
     m = x.amax(dim=1, keepdim=True)
     pivot = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    d = (x - pivot) * inv_t
+    d = _scaled(x - pivot, inv_t)
     e = d.exp()
     s = e.sum(dim=1, keepdim=True)
     rel_lse = s.log()
@@ -174,18 +232,26 @@ def _chunked_backward(
     """d logits [N, V] in the logits dtype, chunk by chunk (see `dz_from_logits_torch` for the formula)."""
     n, v = logits.shape
     inv_t = 1.0 / temperature
-    cols = min(v, _VOCAB_CHUNK)
-    # empty, not zeros: every element is written by exactly one chunk below.
-    grad = torch.empty_like(logits)
-    for r0, r1 in _chunks(n, row_chunk(cols, CHUNK_ELEMS)):
-        for c0, c1 in _chunks(v, cols):
+    op = _dz_logp if grad_entropy is None else _dz_logp_entropy
+    # fp32 logits that one call covers (compiled, or a small batch): that call's dz is the gradient itself,
+    # no [N, V] copy. Otherwise row chunks even when compiled: each fp32 dz is copied into the gradient in
+    # the logits' dtype, and chunks bound that temporary (all rows at once would add N * V * 4 bytes).
+    whole = n > 0 and logits.dtype == torch.float32 and one_call_covers(op, logits)
+    grad = None if whole else torch.empty_like(logits)  # empty: every element is written by one chunk
+    for c0, c1 in _chunks(v, _VOCAB_CHUNK):
+        x = logits[:, c0:c1]
+        for r0, r1 in _chunks(n, n if whole else row_chunk(c1 - c0)):
             ge = None if grad_entropy is None else grad_entropy[r0:r1]
             dz = dz_from_logits_torch(
-                logits[r0:r1, c0:c1], targets[r0:r1], c0, m[r0:r1], rel_lse[r0:r1], entropy[r0:r1],
-                grad_logp[r0:r1], ge, inv_t,
+                x[r0:r1], targets[r0:r1], c0, m[r0:r1], rel_lse[r0:r1], entropy[r0:r1], grad_logp[r0:r1], ge, inv_t,
             )  # fmt: skip
-            # dz is w.r.t. z = x / T; the chain rule's 1 / T gives the gradient w.r.t. the raw logits.
-            grad[r0:r1, c0:c1] = dz.mul_(inv_t)
+            # dz is w.r.t. z = x / T; the chain rule's 1 / T gives the gradient w.r.t. the raw logits (at T = 1
+            # the multiply is exact and skipped: one pass over [N, V] fewer).
+            if inv_t != 1.0:
+                dz.mul_(inv_t)
+            if whole:
+                return dz
+            grad[r0:r1, c0:c1] = dz
     return grad
 
 
@@ -207,9 +273,9 @@ def dz_from_logits_torch(
     with log p_j = (x_j - m) * inv_t - rel_lse. Multiply by 1 / T for the gradient w.r.t. the raw logits.
     """
     if grad_entropy is None:
-        dz = _dz_logp(x, m, rel_lse, grad_logp, inv_t)
+        dz = _dz_logp(x, m, rel_lse, grad_logp, op_scale(inv_t))
     else:
-        dz = _dz_logp_entropy(x, m, rel_lse, entropy, grad_logp, grad_entropy, inv_t)
+        dz = _dz_logp_entropy(x, m, rel_lse, entropy, grad_logp, grad_entropy, op_scale(inv_t))
     # Only the chunk holding a row's target gets the +grad_logp of the one-hot term.
     local = targets.long() - col0
     hit = (local >= 0) & (local < x.shape[1])
@@ -220,8 +286,10 @@ def dz_from_logits_torch(
 
 # The dense part of dz, one fused pass over the chunk when compiled (eager: several passes and temporaries).
 @compiled_or_eager
-def _dz_logp(x: torch.Tensor, m: torch.Tensor, rel_lse: torch.Tensor, gl: torch.Tensor, inv_t: float) -> torch.Tensor:
-    return ((x.float() - m[:, None]) * inv_t - rel_lse[:, None]).exp() * -gl[:, None]
+def _dz_logp(
+    x: torch.Tensor, m: torch.Tensor, rel_lse: torch.Tensor, gl: torch.Tensor, inv_t: float | None
+) -> torch.Tensor:
+    return (_scaled(x.float() - m[:, None], inv_t) - rel_lse[:, None]).exp() * -gl[:, None]
 
 
 @compiled_or_eager
@@ -232,9 +300,9 @@ def _dz_logp_entropy(
     ent: torch.Tensor,
     gl: torch.Tensor,
     ge: torch.Tensor,
-    inv_t: float,
+    inv_t: float | None,
 ) -> torch.Tensor:
-    logp = (x.float() - m[:, None]) * inv_t - rel_lse[:, None]
+    logp = _scaled(x.float() - m[:, None], inv_t) - rel_lse[:, None]
     p = logp.exp()
     # p == 0 where x == -inf (masked logits): 0, not 0 * -inf = nan.
     coef = torch.where(p > 0, p * (logp + ent[:, None]), torch.zeros_like(p))

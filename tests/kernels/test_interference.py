@@ -84,6 +84,23 @@ def test_hand_computed_and_identical_models(fn) -> None:
     assert s[1].item() == 0.0  # policy == reference -> no signal (step 0)
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_chunked_compiled_matches_eager_at_odd_shapes(monkeypatch: pytest.MonkeyPatch, temperature: float) -> None:
+    # Compiled: both models in one graph over all rows (`_scores_whole`); eager with a shrunk chunk budget:
+    # the two-pass chunked form over many ragged row chunks. Rows prime, V odd.
+    common = importlib.import_module("lens_kernels._common")
+    monkeypatch.setattr(common, "CHUNK_ELEMS", 3001 * 5)
+    pol, ref = make_logits(37, 3001, torch.float32, seed=7), make_logits(37, 3001, torch.float32, seed=8)
+    targets = make_targets(37, 3001, seed=7)
+    got = {}
+    for mode in ("0", "1"):
+        monkeypatch.setattr(common, "COMPILE_MODE", mode)
+        got[mode] = interference_scores_chunked(pol, ref, targets, temperature=temperature)
+    assert mod.one_call_covers(mod._scores_whole, pol)
+    assert_close_fp32(got["1"], got["0"], "compiled vs eager")
+    assert_close_fp32(got["1"], interference_scores_ref(pol, ref, targets, temperature=temperature), "vs reference")
+
+
 def test_no_grad_even_if_inputs_require_grad() -> None:
     pol = make_logits(3, 11, torch.float32, seed=1).requires_grad_()
     s = interference_scores(pol, pol.detach() + 0.1, make_targets(3, 11, seed=1))

@@ -35,6 +35,7 @@ from lens_kernels import (
 tlp = importlib.import_module("lens_kernels.token_logprobs")
 lin = importlib.import_module("lens_kernels.linear_token_logprobs")
 inter = importlib.import_module("lens_kernels.interference")
+common = importlib.import_module("lens_kernels._common")
 
 # The old absolute-lse code was off by 2e-4 .. 4e-3 at these logits (log-probs, entropies, scores,
 # gradients); fp32 rounding of the relative quantities costs ~1e-6.
@@ -46,7 +47,7 @@ N, V, H = 7, 37, 24  # odd everywhere: partial row blocks, ragged last tiles and
 @pytest.fixture
 def small_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tiles, vocabulary splits and chunks far smaller than V, on every path."""
-    monkeypatch.setattr(tlp, "CHUNK_ELEMS", 64)  # chunked token path: rows of 4 x 16 vocabulary columns
+    monkeypatch.setattr(common, "CHUNK_ELEMS", 64)  # chunked token path: rows of 4 x 16 vocabulary columns
     monkeypatch.setattr(tlp, "_VOCAB_CHUNK", 16)
     monkeypatch.setattr(lin, "CHUNK_ELEMS", 100)  # linear backward: one-row chunks
     blocks = lin.LinearBlocks(16, 16, 16, 4, 1)  # 3 vocabulary tiles, 2 H steps (the second one masked)

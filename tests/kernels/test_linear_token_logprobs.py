@@ -162,18 +162,18 @@ def test_gpu_matches_reference(n: int, h: int, v: int, dtype: torch.dtype) -> No
             assert_within_bf16_yardstick(a, b, r, what)
 
 
-@pytest.mark.parametrize("fraction", [0.0, 1e9], ids=["recompute", "keep"])
+@pytest.mark.parametrize("budget", [0.0, 1e18], ids=["recompute", "keep"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_chunked_backward_keeps_or_recomputes_logits(monkeypatch: pytest.MonkeyPatch, fraction: float, dtype) -> None:
+def test_chunked_backward_keeps_or_recomputes_logits(monkeypatch: pytest.MonkeyPatch, budget: float, dtype) -> None:
     # Both backward modes of the CPU path, with several vocabulary and row chunks each, against the reference.
     monkeypatch.setattr(lin, "CHUNK_ELEMS", 300)
-    monkeypatch.setattr(lin, "KEEP_LOGITS_FRACTION", fraction)
+    monkeypatch.setattr(lin, "KEEP_LOGITS_BYTES", budget)
     hidden, weight, targets = _inputs(7, 24, 700, dtype, seed=3)
     kept = []
     backward = lin._chunked_backward
     monkeypatch.setattr(lin, "_chunked_backward", lambda *a: kept.append(a[-1] is not None) or backward(*a))
     got = _fwd_bwd(linear_token_logprobs_chunked, hidden, weight, targets, 0.8, seed=2)
-    assert kept == [fraction > 0]
+    assert kept == [budget > 0]
     gold = _fwd_bwd(linear_token_logprobs_ref, hidden.float(), weight.float(), targets, 0.8, seed=2)
     if dtype == torch.float32:
         for a, b, what in zip(got, gold, NAMES, strict=True):
@@ -186,7 +186,7 @@ def test_chunked_backward_keeps_or_recomputes_logits(monkeypatch: pytest.MonkeyP
 
 def test_kept_logits_survive_a_second_backward(monkeypatch: pytest.MonkeyPatch) -> None:
     # The backward overwrites the kept logits with dz: a second backward of the same graph must recompute.
-    monkeypatch.setattr(lin, "KEEP_LOGITS_FRACTION", 1e9)
+    monkeypatch.setattr(lin, "KEEP_LOGITS_BYTES", 1e18)
     hidden, weight, targets = _inputs(5, 16, 300, torch.float32, seed=4)
     h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
     kept = []
@@ -200,9 +200,12 @@ def test_kept_logits_survive_a_second_backward(monkeypatch: pytest.MonkeyPatch) 
         assert_close_fp32(a, b, "second backward")
 
 
-def test_keeps_logits_only_where_they_are_small_beside_the_weight() -> None:
-    # Qwen2.5-3B's head (H 2048, V 151,936): 256 fp32 rows of logits are 1/8 of the weight (kept); 8,192 rows,
-    # a training micro-batch, are 4x the weight (recomputed); the default run's tiny head always recomputes.
+def test_keeps_logits_up_to_an_absolute_budget() -> None:
+    # 256 MiB of fp32 logits: Qwen2.5-3B's head (V 151,936) keeps 256 rows (148 MiB) and recomputes 8,192, a
+    # training micro-batch (4.6 GiB); the small benchmark head (V 32,000) keeps 1,024 rows (125 MiB), the
+    # default run's tiny head any batch it has. The weight's size does not enter.
     qwen = torch.empty(151936, 2048, device="meta")
     assert lin.keeps_logits(256, qwen) and not lin.keeps_logits(8192, qwen)
-    assert not lin.keeps_logits(1536, torch.empty(36, 128, device="meta"))
+    small = torch.empty(32000, 256, device="meta")
+    assert lin.keeps_logits(1024, small) and lin.keeps_logits(2097, small) and not lin.keeps_logits(2098, small)
+    assert lin.keeps_logits(1536, torch.empty(36, 128, device="meta"))
