@@ -95,7 +95,7 @@ def _timed(fn: Callable[[], None], compiled: bool) -> float:
 def measure(fn: Callable[[], None], pairs: int) -> dict[str, float]:
     """First compiled call's extra time, then `pairs` interleaved eager/compiled calls: medians and ratio IQR."""
     eager_first = _timed(fn, False)
-    # 0 when the case reuses a graph that an earlier case compiled (dynamic shapes: one graph per op).
+    # 0 when the case reuses a graph that an earlier case compiled (one graph per op and chunk width).
     compile_s = max(0.0, _timed(fn, True) - eager_first)
     eager, comp = [], []
     for i in range(pairs):
@@ -129,7 +129,8 @@ def write(rows: dict[str, dict[str, float]], pairs: int) -> None:
         f"torch {meta['torch']}, {meta['threads']} thread(s), {pairs} interleaved pairs per case, "
         f"load average {meta['load_avg'][0]:.1f} (shared machine), {meta['date']}. Ratio < 1: compiled faster. "
         "First compile: the first compiled call minus an eager call; 0 where an earlier case already "
-        "compiled the same (dynamic-shape) graph. LENS_KERNELS_COMPILE=auto compiles chunks of >= "
+        "compiled the same graph (one per op and chunk width: rows dynamic, columns static). "
+        "LENS_KERNELS_COMPILE=auto compiles chunks of >= "
         f"{_common.COMPILE_MIN_ELEMS:,} elements only: the V36 cases run eagerly, the others compiled.",
         "",
         "| case | eager (ms) | compiled (ms) | compiled / eager [IQR] | first compile, empty cache (s) |",

@@ -33,11 +33,12 @@ CHUNK_ELEMS: int = 1 << 22
 
 # When the chunked CPU paths go through torch.compile: LENS_KERNELS_COMPILE=auto (the default) compiles
 # a chunk op only for chunks of at least COMPILE_MIN_ELEMS elements, =1 always, =0 never. Measured
-# (bench/bench_cpu_compile.py -> bench/results/cpu_compile.md, interleaved eager/compiled pairs): at the
-# default run's head (V = 36, chunks of ~50K elements) the compiled ops are level with or slower than
-# eager per call, and compiling them cost ~20 s of the first step with an empty Inductor cache; at
-# V = 32,000 (chunks of ~4M elements) they are 1.2-6x faster per call, which repays the one-time compile
-# within a few steps of a CPU run of a real head. Read at every call, so that the benchmark can switch.
+# (bench/bench_cpu_compile.py -> bench/results/cpu_compile.md, interleaved eager/compiled pairs): at a
+# tiny head (V = 36, chunks of ~50K elements) compiled chunk ops were level with or slower than eager per
+# call and compiling them cost ~20 s of the first step with an empty Inductor cache; at V = 32,000 (chunks
+# of ~4M elements) the logits-input ops (token_logprobs forward+backward) run 3x faster compiled (0.33 of
+# eager), which repays the one-time compile within a few calls. Read at every call, so that the benchmark
+# can switch.
 COMPILE_MODE: str = os.environ.get("LENS_KERNELS_COMPILE", "auto").strip().lower() or "auto"
 if COMPILE_MODE not in ("auto", "0", "1"):
     raise ValueError(f"LENS_KERNELS_COMPILE must be auto, 0 or 1, got {COMPILE_MODE!r}")
