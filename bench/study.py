@@ -507,6 +507,15 @@ def comparison_lines(rows: list[dict], alpha: float) -> list[str]:
     return lines
 
 
+def _finished_text(plan: Plan, arms: dict[str, Any]) -> str:
+    """Which planned seeds every arm finished: a stopped or partial study must say so in its header."""
+    done = [s for s in plan.seeds if all(s in e["seeds"] for e in arms.values())] if arms else []
+    if done == plan.seeds:
+        return "all finished"
+    # Seeds some arm lacks still count in the comparisons of the arms that have them (paired over shared seeds).
+    return f"{len(done)} of {len(plan.seeds)} finished by every arm ({', '.join(map(str, done)) or 'none'})"
+
+
 def markdown(plan: Plan, task: str, result: dict) -> str:
     """One task's tables."""
     role, why = result["role"]
@@ -516,7 +525,8 @@ def markdown(plan: Plan, task: str, result: dict) -> str:
         "",
         f"Plan sha256 {plan.sha256[:12]}; {plan.steps} steps, evaluation every"
         f" {plan.eval_every} on {plan.eval_limit} problems x {plan.eval_n} samples per set; seeds {plan.seeds[0]}-"
-        f"{plan.seeds[-1]}. Primary endpoint `{plan.endpoint}`: mean noisy accuracy over the run (trapezoids).",
+        f"{plan.seeds[-1]} planned, {_finished_text(plan, arms)}. Primary endpoint `{plan.endpoint}`: mean noisy"
+        " accuracy over the run (trapezoids).",
         f"Mean ± 95 % t-interval over seeds. Costs: {result['costs'].get('params', 0):,} parameters,"
         f" {result['costs'].get('prompt_tokens', math.nan):.1f} prompt tokens per row (estimated, see study.py).",
         "",

@@ -42,6 +42,15 @@ def test_a_plan_comparing_an_undeclared_arm_is_refused(tmp_path):
         study.load_plan(bad)
 
 
+def test_the_header_says_which_planned_seeds_every_arm_finished():
+    plan = study.load_plan()
+    every = {"grpo": {"seeds": list(range(20))}, "lens": {"seeds": list(range(20))}}
+    assert study._finished_text(plan, every) == "all finished"
+    # A study stopped after seed 9 (one arm also ran seed 10): only 0-9 are finished by every arm.
+    stopped = {"grpo": {"seeds": list(range(11))}, "lens": {"seeds": list(range(10))}}
+    assert study._finished_text(plan, stopped) == "10 of 20 finished by every arm (0, 1, 2, 3, 4, 5, 6, 7, 8, 9)"
+
+
 def test_sign_flip_by_hand():
     # First sign fixed: 1+2+3 = 6, 1-2+3 = 2, 1+2-3 = 0, 1-2-3 = -4; only |6| >= 6, so 1 of 4.
     assert study.sign_flip_p([1.0, 2.0, 3.0]) == 0.25
