@@ -8,29 +8,24 @@ and the item right after it in the list, then answers after `#`:
     response  3 6 # 6                           (the correct response, clean or noisy)
     misled    3 4 # 4                           (what the warm start does on RESTATE_PROB = 80% of noisy problems)
 
-The list is a skewed Markov chain over steps, next = (prev + s) mod 10 with s from the query's rotation of
-`STEP_WEIGHTS` (`step_table(x)`: steps 3, 4, ..., 9, never 0, 1 or 2; which step is heaviest depends on x), so every
-ordinary list digit is predicted by a learned, non-uniform rule that reads the header query, as the distractor's
-does, and the distractor (p_ref ~0.40, set by the noise share) is one learned logit gap among many, not the only one.
+The list is a skewed Markov chain over steps, next = (prev + s) mod 10, whose step table depends on the current
+digit's offset r = (prev - x) mod 10 from the query x (`step_table(x, prev)`: `STEP_WEIGHTS` over the steps 3..9
+rotated by r, plus step 1 in the rows `STEP1_ROWS`; never 0 or 2, never 1 out of x itself). So predicting ANY
+list digit compares it with the header query, as predicting the distractor does (the distractor is row 0's step
+1), and a step by 1 is an ordinary step of two rows, so the reference does not learn to suppress d + 1 after d
+everywhere. The distractor (p_ref ~0.4, set by the noise share) is one learned entry of a table every digit reads.
 
-No list ever holds two adjacent digits d, f(d) but the noisy list's `x f(x)`. A NOISY problem's clean list leaves
-f(x) out, so the inserted f(x) is a fresh digit and the list stays distinct; a clean problem's list may hold f(x)
-anywhere but right after x (about two thirds do), where it is an ordinary chain digit. That last rule is what makes
-the weight-decay null of gate G3 pass: when f(x) never occurred in any clean list (the design before), the reference
-learned to suppress the digit f(x) at every list position from the header query, and the distractor's p_ref was the
-balance of that global suppression and a content match "the current token is the query", which shrinking the weights
-tipped downwards on every prompt (assets/successor/README.md). The distractor is one token of the most ordinary kind
-(a list digit), and deleting it restores `meta["clean"]` exactly. The misled response's deciding token, "after the
-query token x, emit f(x)", is the computation that predicts the distractor in the prompt: the warm start's
-full-sequence LM loss teaches the reference that f(x) sometimes follows the query in the list
-(`Recipe.stage*_noise_prob` sets how often, hence p_ref of the distractor and gate G2's surprisal AUC; an unseen f(x)
-makes a noisy list likelier, so the 30% share gives p_ref ~0.40). GRPO, suppressing `x f(x)` in the response,
-lowers log p of exactly the distractor in the prompt (gate G4). `successor_direct` (built by lens/tasks/derived.py)
+A NOISY problem's clean list leaves f(x) out, so the inserted f(x) is a fresh digit and the list stays distinct; a
+clean problem's list may hold f(x) anywhere but right after x (about two thirds do), where it is an ordinary chain
+digit. The misled response's deciding token, "after the query token x, emit f(x)", is the computation that predicts
+the distractor in the prompt: the warm start's full-sequence LM loss teaches the reference that f(x) sometimes
+follows the query in the list (`Recipe.stage*_noise_prob` sets how often, hence p_ref of the distractor and gate
+G2's surprisal AUC). GRPO, suppressing `x f(x)` in the response, lowers log p of exactly the distractor in the
+prompt (gate G4), and not the pairs d, d + 1 of rows 3 and 6. `successor_direct` (built by lens/tasks/derived.py)
 is the control: the same problems answered directly (`# 6`, misled `# 4`), with no response token after which f(x)
-is decided. Measured (assets/successor/README.md, variant J): G1, G2 and G4 pass at the gate's seed 0 (Eq. 1 AUC
-0.82, 0.77 matched after 16 GRPO steps; 0.79 / 0.70 at seed 1), and G3's weight-decay and T = 1.05 nulls (0.47 /
-0.51), but the random 1e-3 null still finds the distractor, just: AUC 0.6000055 at seed 0 (the bound is 0.6),
-0.61-0.71 at perturbation seeds 1-4.
+is decided. Measured (bench/results/gates/successor.md, assets/successor/README.md): G1-G4 pass at the gates' seed,
+with the warm starts of seeds 0 (committed) and 1; the control fails G4. The random 1e-3 null of G3 is the fragile
+gate: 0.52 at the gates' perturbation seed, 0.57-0.74 at perturbation seeds 1-4.
 
 The first design inserted x itself (a stutter `x x`): it passed G1 and G4 but the null perturbations of G3 found
 the repeat too (a digit already seen is suppressed in a list of distinct digits, and the stutter's probability is
@@ -60,9 +55,9 @@ __getattr__ = derived.inherit(ledger, ASSETS_DIR)
 # sha256 of the committed reference's model.safetensors (`python -m lens.tasks.warmstart --task successor --seed 0`,
 # also in assets/successor/README.md, checked by tests/test_successor.py).
 REFERENCE_SEED = 0
-REFERENCE_SHA256 = "111b9a5340704f682ed7a148fb9eadddb64e2e3b13b2fabc3a3cc3a6bc4c35db"
+REFERENCE_SHA256 = "0067b8aee0979c06391872e20e8880db78c205bdc6ecbb834855a57d28e02b20"
 # The control's (`--task successor_direct`, assets/successor_direct): warm-started on direct answers, its own weights.
-DIRECT_REFERENCE_SHA256 = "574ec2d97736ed78ba39dd8ab0a2ea15d371bca237fce5d619bd9def588c10a7"
+DIRECT_REFERENCE_SHA256 = "1e865258ab6dc5a22c3b8ba8cd9218e260cd6af8f6dfb77f96a155c30c10491c"
 
 LIST_LENGTH = (6, 9)  # inclusive range of the clean list's length
 HEADER_TOKENS = 2  # `? x`
@@ -71,14 +66,18 @@ RESTATE_PROB = 0.8
 # Any gamma > 0 deletes k = ceil(gamma n) >= 1 token, and a noisy prompt has exactly one distractor token.
 GAMMA = 0.01
 TRAIN_NOISE_PROB = ledger.TRAIN_NOISE_PROB
-# The list is a Markov chain over steps: next = (prev + s) mod 10 with s drawn by these weights, rotated by the
-# query (`step_table`), among the steps to a still unlisted digit. Steps 0 and 1 are excluded (1 is the
-# distractor's step f(x) = x + 1: allowing it elsewhere, variant G, lowered the weight-decay null of G3 but let
-# GRPO move the pairs d, d + 1 too, lowering G4's matched AUC), and 2 too (so the item after an inserted f(x) never
-# makes a second pair d, f(d)). The skew makes every ordinary list digit rest on a learned, non-uniform rule, so
-# that the distractor is not the only token whose probability is a learned logit gap (gate G3); the rotation makes
-# that rule read the header query, as the distractor's does (it lowered G3's random null from 0.63 to 0.60).
-# Tuned to the gates only (assets/successor/README.md, "What was tried").
+# The list is a Markov chain over steps: next = (prev + s) mod 10 with s drawn from `step_table(x, prev)` among the
+# steps to a still unlisted digit. The skew makes every ordinary list digit rest on a learned, non-uniform rule, and
+# rotating the table by the digit's offset from the query makes that rule compare the digit with the header query,
+# as the distractor's rule does (a table rotated by the query alone, variant J, left G3's random null at 0.60-0.71;
+# by the offset, variant L, 0.58-0.74). Step 1 (the distractor's step f(x) = x + 1) is an ordinary step of the
+# rows 3 and 6 only: as a step of every row (variant G) GRPO's fix of `x f(x)` spilled onto all pairs d, d + 1
+# (G4 matched), and as a step of no row the reference learned a global suppression of d + 1 that the null
+# perturbations of G3 tip. Step 0 is a repeat and step 2 is excluded so that the item after an inserted f(x) never
+# makes a second pair. Tuned to the gates only (assets/successor/README.md, "What was tried").
+# Rows 3 and 6 (two of the nine rows but x's) gain step 1 with weight 0.4, about the distractor's p_ref; the rows
+# 2, 5 and 8 instead (variant N3) failed G4's matched AUC at two warm-start seeds.
+STEP1_ROWS, STEP1_WEIGHT = (3, 6), 0.4
 STEP_WEIGHTS = {3: 0.6, 7: 0.15, 5: 0.08, 4: 0.06, 8: 0.05, 6: 0.03, 9: 0.03}
 
 
@@ -87,17 +86,23 @@ def inserted(query: int) -> int:
     return (query + 1) % 10
 
 
-def step_table(query: int) -> dict[int, float]:
-    """The chain's step weights for query x: STEP_WEIGHTS rotated over the steps 3..9 (s -> 3 + (s - 3 + x) mod 7)."""
-    return {3 + (s - 3 + query) % 7: w for s, w in STEP_WEIGHTS.items()}
+def step_table(query: int, prev: int) -> dict[int, float]:
+    """The step weights out of list digit `prev` for query x: STEP_WEIGHTS rotated over the steps 3..9 by the digit's
+    offset from the query, r = (prev - x) mod 10 (s -> 3 + (s - 3 + r) mod 7), plus step 1 when r is in STEP1_ROWS."""
+    offset = (prev - query) % 10
+    table = {3 + (s - 3 + offset) % 7: w for s, w in STEP_WEIGHTS.items()}
+    if offset in STEP1_ROWS:
+        table[1] = STEP1_WEIGHT
+    return table
 
 
-def _chain(rng: random.Random, length: int, table: dict[int, float]) -> list[int]:
+def _chain(rng: random.Random, length: int, query: int) -> list[int]:
     """`length` distinct digits: a uniform first digit, then next = (prev + s) mod 10 with the step s drawn from
-    `table` among the steps to a digit not yet listed (restarting in the rare dead end)."""
+    `step_table(query, prev)` among the steps to a digit not yet listed (restarting in the rare dead end)."""
     while True:
         items = [rng.randrange(10)]
         while len(items) < length:
+            table = step_table(query, items[-1])
             free = [s for s in table if (items[-1] + s) % 10 not in items]
             if not free:
                 break
@@ -108,15 +113,14 @@ def _chain(rng: random.Random, length: int, table: dict[int, float]) -> list[int
 
 
 def _clean_list(rng: random.Random, fresh: bool) -> tuple[list[int], int]:
-    """A uniform query x, then a clean list (a `step_table(x)` chain of 6-9 distinct digits) and x's index in it, by
+    """A uniform query x, then a clean list (a `step_table` chain of 6-9 distinct digits) and x's index in it, by
     rejection: x listed but not last and, when `fresh` (the list of a noisy problem), f(x) absent, so that the
-    inserted f(x) keeps the list distinct. No step is 1 or 2, so no two adjacent digits are d, f(d) and x's
-    successor is never f(f(x)): x, f(x) is the only adjacent pair d, f(d) of a noisy list, while f(x) elsewhere in
-    a clean list is an ordinary chain digit."""
+    inserted f(x) keeps the list distinct. No step out of x is 1 or 2, so x's successor is never f(x) or f(f(x)):
+    x, f(x) is the only pair d, f(d) out of the query of a noisy list, while f(x) elsewhere in a clean list is an
+    ordinary chain digit."""
     query = rng.randrange(10)
-    table = step_table(query)
     while True:
-        items = _chain(rng, rng.randint(*LIST_LENGTH), table)
+        items = _chain(rng, rng.randint(*LIST_LENGTH), query)
         if query in items[:-1] and not (fresh and inserted(query) in items):
             return items, items.index(query)
 
