@@ -88,9 +88,9 @@ RECIPES = {
     # successor/successor_direct: ledger's vocabulary, so they start from ledger's reference (it copies the token
     # after an asked one). The noise shares set p_ref of the inserted digit after the query, hence gate G2's
     # surprisal AUC: 30% in both stages gives p_ref ~0.4 (an unseen f(x) makes a noisy list likelier), about as
-    # surprising as the other list digits of the skewed chain (`successor.STEP_WEIGHTS`; AUC 0.51; with 40% the
-    # distractor got too likely for the T = 1.05 null in variant H, and with 35% in variant K GRPO no longer singled
-    # it out, G4 0.61; assets/successor/README.md).
+    # surprising as the other list digits of the skewed chain (`successor.step_table`; AUC 0.47; with 40% the
+    # distractor got too likely for the T = 1.05 null in variant H, with 35% in variant K GRPO no longer singled
+    # it out, G4 0.61, and 20-25% cost G4's matched AUC in variants M20/M25; assets/successor/README.md).
     "successor": Recipe(
         stage1_noise_prob=0.3, stage2_noise_prob=0.3, stage1_steps=300, stage2_steps=400, lr=1e-3, init="ledger"
     ),
