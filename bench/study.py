@@ -9,9 +9,10 @@ The plan (bench/study_plan.yaml) fixes, before any run, the one primary endpoint
 primary and secondary comparisons, alpha, the test and Holm's correction, the seeds, the arms and the steps and
 evaluation schedule. Every run is `python -m lens.train --config <task preset> <task overrides> <arm overrides>
 <schedule> seed=S run_dir=<runs>/<task>/<arm>_s<S>`; a run that finished under this plan is not rerun, and its
-dir holds the plan's sha256: tables refuse runs made under another plan. `grpo_scaled` is GRPO with LENS's
-rollouts per step at the same number of updates; its batch size is fixed by the plan's rule from a LENS pilot on
-seeds outside the study's (written once to <out>/pilot.json, never recomputed).
+dir holds the plan's sha256 and that of the checkpoint it started from: tables refuse runs made under another
+plan or from weights since replaced (a task redesigned in place), and the pilot refuses both the same way.
+`grpo_scaled` is GRPO with LENS's rollouts per step at the same number of updates; its batch size is fixed by
+the plan's rule from a LENS pilot on seeds outside the study's (written once to <out>/pilot.json, never recomputed).
 
 A task is primary when its committed gate table (bench/results/gates/<task>.json) passes G1-G4; the others are
 reported apart, each its own Holm family. Per task, <out>/<task>.md holds: the primary endpoint per arm with
@@ -290,23 +291,46 @@ def command(plan: Plan, task: str, arm: str, seed: int, run_dir: Path, batch: in
     return [*cmd, *schedule(plan), f"seed={seed}", f"run_dir={run_dir}"]
 
 
+def checkpoint_sha256(model: dict[str, Any]) -> str:
+    """sha256 over the weights a run starts from: `model.path`'s model.safetensors, then `model.ref_path`'s when
+    set ("" for a path without a local checkpoint file). A task redesigned in place keeps its name, preset and
+    plan, and only this tells its old runs and pilot from the new ones."""
+    files = [REPO / p / "model.safetensors" for p in (model.get("path"), model.get("ref_path")) if p is not None]
+    files = [f for f in files if f.exists()]
+    return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest() if files else ""
+
+
+def task_checkpoint_sha256(plan: Plan, task: str) -> str:
+    """`checkpoint_sha256` of the task's preset with its overrides, as its runs resolve it."""
+    from lens.config import load_config
+
+    spec = plan.tasks[task]
+    cfg = load_config(REPO / spec["preset"], spec["overrides"], validate=False, cuda_available=False)
+    return checkpoint_sha256({"path": cfg.model.path, "ref_path": cfg.model.ref_path})
+
+
 def finished(run_dir: Path, plan: Plan) -> bool:
-    """True when the run exited cleanly under this plan (a run of another plan is started over)."""
-    marker = run_dir / "plan_sha256.txt"
-    return (run_dir / "wall_s.txt").exists() and marker.exists() and marker.read_text().strip() == plan.sha256
+    """True when the run exited cleanly under this plan from the checkpoint its config names as it is now (a run
+    of another plan, or from weights since replaced, is started over)."""
+    marker, start = run_dir / "plan_sha256.txt", run_dir / "checkpoint_sha256.txt"
+    if not ((run_dir / "wall_s.txt").exists() and marker.exists() and start.exists()):
+        return False
+    now = checkpoint_sha256(run_config(run_dir)["model"])
+    return marker.read_text().strip() == plan.sha256 and start.read_text().strip() == now
 
 
 def run_one(cmd: list[str], run_dir: Path, plan: Plan, threads: int | None) -> Path:
     """Train one run unless it already finished under this plan; returns the run dir."""
     if finished(run_dir, plan):
         return run_dir
-    shutil.rmtree(run_dir, ignore_errors=True)  # a failed, cut-off or other-plan attempt starts over
+    shutil.rmtree(run_dir, ignore_errors=True)  # a failed, cut-off, other-plan or stale attempt starts over
     env = dict(os.environ) if threads is None else {**os.environ, "OMP_NUM_THREADS": str(threads)}
     start = time.monotonic()
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"study: {run_dir} failed:\n{done.stderr[-3000:]}")
     (run_dir / "wall_s.txt").write_text(f"{time.monotonic() - start:.1f}\n")
+    (run_dir / "checkpoint_sha256.txt").write_text(checkpoint_sha256(run_config(run_dir)["model"]) + "\n")
     (run_dir / "plan_sha256.txt").write_text(plan.sha256 + "\n")
     return run_dir
 
@@ -358,6 +382,11 @@ def pilot_batch(plan: Plan, task: str, runs: Path, out: Path, jobs: int) -> int:
     if task in pilots:
         if pilots[task]["plan_sha256"] != plan.sha256:
             raise RuntimeError(f"study: {path}'s {task} pilot was made under another plan; remove it to pilot again")
+        if pilots[task].get("checkpoint_sha256") != task_checkpoint_sha256(plan, task):
+            raise RuntimeError(
+                f"study: {path}'s {task} pilot was made from other weights than the task's checkpoint now; "
+                "remove it to pilot again"
+            )
         return int(pilots[task]["batch_size"])
     jobs_list = pilot_runs(plan, task, runs)
     failures = run_all(jobs_list, plan, jobs)
@@ -377,6 +406,7 @@ def pilot_batch(plan: Plan, task: str, runs: Path, out: Path, jobs: int) -> int:
         "ratio": ratio,
         "batch_size": round(base * ratio),
         "plan_sha256": plan.sha256,
+        "checkpoint_sha256": checkpoint_sha256(cfg["model"]),
     }
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(pilots, indent=1, sort_keys=True) + "\n")

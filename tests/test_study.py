@@ -1,6 +1,7 @@
 """bench/study.py: the pre-registered plan, the statistics by hand (sign-flip test, Holm, t-intervals), the FLOPs
 count, the tables on hand-made runs, and (slow) the whole pipeline on the smoke preset."""
 
+import hashlib
 import importlib.util
 import itertools
 import json
@@ -162,6 +163,7 @@ def _fake_run(d: Path, plan, noisy: dict[int, float], name: str) -> None:
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (d / "wall_s.txt").write_text("5.0\n")
     (d / "plan_sha256.txt").write_text(plan.sha256 + "\n")
+    (d / "checkpoint_sha256.txt").write_text(study.checkpoint_sha256(cfg["model"]) + "\n")
 
 
 def test_holm_pools_the_primary_tasks_and_keeps_a_task_apart(tmp_path, monkeypatch):
@@ -213,7 +215,10 @@ def test_the_pilot_fixes_the_scaled_batch_once(tmp_path):
     rows = study.read_rows(d)
     rows[1]["lens/purified"], rows[2]["lens/purified"] = 2.0, 4.0  # + 16 and + 32 second rollouts
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows.values()))
-    (d / "config.yaml").write_text(yaml.safe_dump({"algorithm": {"m": 8}, "data": {"batch_size": 8}}))
+    model = {"path": "lens/tasks/assets/vartrack", "ref_path": None}  # the smoke preset's checkpoint
+    config = {"algorithm": {"m": 8}, "data": {"batch_size": 8}, "model": model}
+    (d / "config.yaml").write_text(yaml.safe_dump(config))
+    (d / "checkpoint_sha256.txt").write_text(study.checkpoint_sha256(model) + "\n")
     # Mean 88 rollouts a step against GRPO's 64: ratio 1.375, batch round(8 x 1.375) = 11.
     assert study.pilot_batch(plan, "smoke", runs, out, jobs=1) == 11
     assert json.loads((out / "pilot.json").read_text())["smoke"]["ratio"] == pytest.approx(1.375)
@@ -224,11 +229,54 @@ def test_the_pilot_fixes_the_scaled_batch_once(tmp_path):
         study.pilot_batch(other, "smoke", runs, out, jobs=1)
 
 
+def test_a_pilot_from_weights_since_replaced_is_refused(tmp_path, monkeypatch):
+    # A task redesigned in place (same name, preset and plan, new warm start) must not inherit its old pilot.
+    plan = study.load_plan(_plan(tmp_path))
+    out = tmp_path / "out"
+    out.mkdir()
+    entry = {"plan_sha256": plan.sha256, "batch_size": 11, "checkpoint_sha256": "a" * 64}
+    (out / "pilot.json").write_text(json.dumps({"smoke": entry}))
+    monkeypatch.setattr(study, "task_checkpoint_sha256", lambda plan, task: "a" * 64)
+    assert study.pilot_batch(plan, "smoke", tmp_path / "runs", out, jobs=1) == 11
+    monkeypatch.setattr(study, "task_checkpoint_sha256", lambda plan, task: "b" * 64)
+    with pytest.raises(RuntimeError, match="other weights"):
+        study.pilot_batch(plan, "smoke", tmp_path / "runs", out, jobs=1)
+
+
+def test_a_task_s_checkpoint_hash_is_that_of_the_weights_its_preset_names():
+    plan = study.load_plan()
+    model = {"path": "lens/tasks/assets/successor", "ref_path": None}
+    assert study.task_checkpoint_sha256(plan, "successor") == study.checkpoint_sha256(model)
+    weights = (REPO / "lens/tasks/assets/successor/model.safetensors").read_bytes()
+    assert study.checkpoint_sha256(model) == hashlib.sha256(weights).hexdigest()
+    assert study.checkpoint_sha256({"path": "no/such/dir", "ref_path": None}) == ""
+
+
 def test_a_run_of_another_plan_is_not_counted(tmp_path):
     plan = study.load_plan(_plan(tmp_path))
     d = tmp_path / "runs" / "smoke" / "grpo_s0"
     _fake_run(d, plan, {0: 0.0, 1: 0.0, 2: 0.0}, "grpo")
     (d / "plan_sha256.txt").write_text("0" * 64 + "\n")
+    assert not study.finished(d, plan)
+
+
+def test_a_run_from_weights_since_replaced_is_not_counted(tmp_path):
+    # The J checkpoint's 160 study runs of `successor` would have been reused after the redesign otherwise.
+    plan = study.load_plan(_plan(tmp_path))
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_bytes(b"old weights")
+    d = tmp_path / "runs" / "smoke" / "grpo_s0"
+    _fake_run(d, plan, {0: 0.0, 1: 0.0, 2: 0.0}, "grpo")
+    config = yaml.safe_load((d / "config.yaml").read_text())
+    config["model"]["path"] = str(ckpt)
+    (d / "config.yaml").write_text(yaml.safe_dump(config))
+    (d / "checkpoint_sha256.txt").write_text(study.checkpoint_sha256(config["model"]) + "\n")
+    assert study.finished(d, plan)
+    (ckpt / "model.safetensors").write_bytes(b"new weights")
+    assert not study.finished(d, plan)
+    assert study.load_task(plan, "smoke", tmp_path / "runs", ["grpo"]) == ({}, {})
+    (d / "checkpoint_sha256.txt").unlink()  # a run without the record (made before it existed) is not counted
     assert not study.finished(d, plan)
 
 
