@@ -37,7 +37,9 @@ The gates (a gate passes when every one of its rows with a threshold passes at t
   it says whether training moved distractors more than other tokens the reference finds as surprising.
   Distractor tokens alone in their bin have no match; their count is reported (none matched: NaN, FAIL).
   The mean Eq. 1 score of matched distractors and of their bins' non-distractors (weighted by the
-  distractors per bin) are shown beside it.
+  distractors per bin) are shown beside it, and so is Eq. 1's precision@k within each prompt (k = its
+  distractor count, as G2's for surprisal): the share LENS's top-k deletion would hit, which a pooled AUC can
+  hide (reported, never a verdict).
 - G5 (both stages; reported, >= 0.1 is a target, not a requirement) the transfer survives: over the purified
   successes (responses o sampled from the deleted prompt q' that are correct), the LENS Eq. 5 ratio
   pi_theta(o_t | q, o_<t) / pi_old(o_t | q', o_<t) on each success's deciding token; its median. At a stage,
@@ -321,9 +323,7 @@ def g1_rows(stages: dict[str, Stage], seed: int) -> list[Row]:
 def g2_rows(m: Measurements, seed: int) -> list[Row]:
     """G2: reference-surprisal AUC in [0.4, 0.6]; its precision@k at most 1.5x that of random deletion."""
     rows = [_auc_row("G2", "AUC of reference surprisal", WARM, m.surprisal, m.labels, (0.4, 0.6), seed)]
-    precision = torch.tensor(
-        [audit.precision_at_k(s.tolist(), y.tolist()) for s, y in zip(m.surprisal, m.labels, strict=True)]
-    )
+    precision = _precision_at_k(m.surprisal, m.labels)
     # Random deletion of k tokens hits a distractor with probability k / n, so that is its precision@k.
     chance = torch.tensor([float(y.sum()) / y.numel() for y in m.labels])
 
@@ -356,6 +356,11 @@ def g2_rows(m: Measurements, seed: int) -> list[Row]:
     return rows
 
 
+def _precision_at_k(scores: list[torch.Tensor], labels: list[torch.Tensor]) -> torch.Tensor:
+    """Per prompt: the share of its k top-scored tokens that are distractors, k = its distractor count."""
+    return torch.tensor([audit.precision_at_k(s.tolist(), y.tolist()) for s, y in zip(scores, labels, strict=True)])
+
+
 def g3_rows(m: Measurements, seed: int) -> list[Row]:
     """G3: the Eq. 1 AUC of each null perturbation of the reference in [0.4, 0.6]."""
     return [_auc_row("G3", f"Eq. 1 AUC, {name}", WARM, m.scores[name], m.labels, (0.4, 0.6), seed) for name in NULLS]
@@ -386,6 +391,11 @@ def g4_rows(m: Measurements, seed: int) -> list[Row]:
     )
     rows.append(_row("G4", "mean Eq. 1, matched distractors", GRPO, full["mean_distractor"], nan2, None))
     rows.append(_row("G4", "mean Eq. 1, their bins' other tokens", GRPO, full["mean_matched_other"], nan2, None))
+    # What LENS's top-k deletion would hit on these prompts: the pooled AUCs above can pass while the distractor
+    # is still not the top token WITHIN its prompt (random deletion's precision is G2's last row).
+    precision = _precision_at_k(scores, m.labels)
+    ci = bootstrap_ci(len(m.labels), lambda idx: float(precision[idx].mean()), seed=seed)
+    rows.append(_row("G4", "precision@k of Eq. 1", GRPO, float(precision.mean()), ci, None))
     return rows
 
 

@@ -104,6 +104,19 @@ def test_toy_task_passes_every_gate_by_construction() -> None:
     judged = [r for r in rows if r.verdict in ("PASS", "FAIL")]
     assert len(judged) == 3 + 2 + 3 + 2  # G1 at the warm start only, G2, the three nulls, G4
     assert all(r.ci[0] <= r.value <= r.ci[1] for r in judged)
+    # Training that moves exactly the distractors (by 1 + noise < 1.1, others by < 0.1) puts both on top of
+    # their prompt: Eq. 1's precision@k is 1, reported and never judged.
+    (precision,) = [r for r in rows if r.quantity == "precision@k of Eq. 1"]
+    assert precision.gate == "G4" and precision.value == 1.0 and precision.verdict == "info"
+
+
+def test_eq1_precision_at_k_counts_hits_within_each_prompt() -> None:
+    m = _toy(good=True, prompts=2, tokens=4)
+    m.labels[:] = [torch.tensor([True, False, False, False]), torch.tensor([False, True, False, True])]
+    # Prompt 1: its distractor is the 2nd highest (0 of k = 1 hit); prompt 2: 1 of its k = 2 on top.
+    m.scores[gates.GRPO][:] = [torch.tensor([0.5, 0.9, 0.1, 0.2]), torch.tensor([0.3, 0.8, 0.9, 0.1])]
+    (precision,) = [r for r in gates.g4_rows(m, seed=0) if r.quantity == "precision@k of Eq. 1"]
+    assert precision.value == pytest.approx((0.0 + 0.5) / 2)
 
 
 def test_toy_task_fails_every_gate_by_construction() -> None:

@@ -24,7 +24,12 @@ COLUMNS = {
     "G1": [("accuracy clean", WARM), ("accuracy noisy", WARM), ("accuracy noisy, distractors deleted", WARM)],
     "G2": [("AUC of reference surprisal", WARM), ("precision@k of surprisal / random", WARM)],
     "G3": [("Eq. 1 AUC, weight decay step", WARM), ("Eq. 1 AUC, random 1e-3", WARM), ("Eq. 1 AUC, T = 1.05", WARM)],
-    "G4": [("Eq. 1 AUC", GRPO), ("Eq. 1 AUC vs matched surprisal", GRPO)],
+    "G4": [
+        ("Eq. 1 AUC", GRPO),
+        ("Eq. 1 AUC vs matched surprisal", GRPO),
+        ("precision@k of Eq. 1", GRPO),
+        ("precision@k of random deletion", WARM),
+    ],
     "G5": [("median ratio, deciding token", WARM), ("median ratio, deciding token", GRPO)],
 }
 NUMBER = re.compile(r"n/a|\d+\.\d+")
