@@ -20,10 +20,11 @@ clean problem's list may hold f(x) anywhere but right after x (about two thirds 
 digit. The misled response's deciding token, "after the query token x, emit f(x)", is the computation that predicts
 the distractor in the prompt: the warm start's full-sequence LM loss teaches the reference that f(x) sometimes
 follows the query in the list (`Recipe.stage*_noise_prob` sets how often, hence p_ref of the distractor and gate
-G2's surprisal AUC). GRPO, suppressing `x f(x)` in the response, lowers log p of exactly the distractor in the
-prompt (gate G4), and not the pairs d, d + 1 of rows 3 and 6. `successor_direct` (built by lens/tasks/derived.py)
-is the control: the same problems answered directly (`# 6`, misled `# 4`), with no response token after which f(x)
-is decided. Measured (bench/results/gates/successor.md, assets/successor/README.md): G1-G4 pass at the gates' seed,
+G2's surprisal AUC). GRPO, suppressing `x f(x)` in the response, lowers log p of the distractor in the prompt
+(gate G4), and with it the ordinary pairs d, d + 1 of rows 3 and 6 (the same step-1 entry: 0.53 nats against the
+distractor's 0.58, but only ~3 % of the tokens). `successor_direct` (built by lens/tasks/derived.py) is the
+control: the same problems answered directly (`# 6`, misled `# 4`), with no response token after which f(x) is
+decided. Measured (bench/results/gates/successor.md, assets/successor/README.md): G1-G4 pass at the gates' seed,
 with the warm starts of seeds 0 (committed) and 1; the control fails G4. The random 1e-3 null of G3 is the fragile
 gate: 0.52 at the gates' perturbation seed, 0.57-0.74 at perturbation seeds 1-4.
 
