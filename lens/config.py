@@ -63,8 +63,12 @@ class ModelConfig:
     path: str = "lens/tasks/assets/vartrack"
     ref_path: str | None = None  # None: the reference is the initial policy (`path`)
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 on GPU, float32 on CPU
-    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2", "flex_attention"] = "sdpa"
     gradient_checkpointing: bool = False
+    # Rows of a micro-batch concatenated into one sequence, positions restarting per row, so no pad token is
+    # computed. auto: on where the backend computes variable-length rows exactly and fast (flash_attention_2,
+    # flex_attention on a GPU); off otherwise (CPU: measured slower, see the README's performance section).
+    padding_free: Literal["auto", "on", "off"] = "auto"
 
 
 @dataclass
@@ -175,6 +179,10 @@ class OptimConfig:
     # rollouts per forward/backward on one rank; None (`auto`): the largest value <= 32 that divides the rollouts
     # per rank, so a small run (4 prompts x 4 rollouts) needs no setting
     micro_batch_size: int | None = None
+    # Token budget of one micro-batch in every pass over rollouts and prompts (update, pi_old, reference,
+    # scoring): rows grouped by length and packed so that rows x longest stays within it. 0: micro-batches
+    # of micro_batch_size rows in rollout order.
+    max_tokens_per_micro_batch: int = 0
     zero_stage: int = 0
 
 
