@@ -599,6 +599,8 @@ FREE_KEYS = (
     "run_dir",
     "optim.steps",
     "optim.micro_batch_size",
+    "optim.max_tokens_per_micro_batch",
+    "model.padding_free",
     "data.eval",
     "data.eval_every",
     "data.eval_n",

@@ -252,6 +252,9 @@ class Config:
         _validate_ranges(self)
         _validate_batches(self, world)
         _validate_device(self, cuda)
+        _validate_micro_batches(self)
+        if cuda_available is None:  # this machine's installs; a GPU preset checked elsewhere needs none here
+            _validate_attention_install(self)
         if cuda_available is None and self.rollout.engine == "vllm":
             # Only for this machine: a GPU preset checked on a laptop (cuda_available=True) needs no vLLM here.
             _validate_vllm_install(cuda and self.device != "cpu")
@@ -658,10 +661,34 @@ def _validate_device(cfg: Config, cuda: bool) -> None:
         return
     _require(cfg.model.dtype != "bfloat16", "model.dtype", cfg.model.dtype, "is GPU-only here: use float32 on CPU")
     _require(
-        cfg.model.attn_implementation != "flash_attention_2",
+        cfg.model.attn_implementation not in ("flash_attention_2", "flex_attention"),
         "model.attn_implementation",
         cfg.model.attn_implementation,
         "needs a GPU: use sdpa",
+    )
+
+
+def _validate_micro_batches(cfg: Config) -> None:
+    # Every row is at most a full prompt plus a full response; a budget below that would put such a row alone
+    # in an over-budget micro-batch, which is the memory the budget exists to bound.
+    budget, longest = cfg.optim.max_tokens_per_micro_batch, cfg.data.max_prompt_len + cfg.rollout.max_tokens
+    _require(
+        budget == 0 or budget >= longest,
+        "optim.max_tokens_per_micro_batch",
+        budget,
+        f"must be 0 (micro-batches of optim.micro_batch_size rows) or at least the longest row, "
+        f"data.max_prompt_len + rollout.max_tokens = {longest} tokens",
+    )
+
+
+def _validate_attention_install(cfg: Config) -> None:
+    import importlib.util
+
+    _require(
+        cfg.model.attn_implementation != "flash_attention_2" or importlib.util.find_spec("flash_attn") is not None,
+        "model.attn_implementation",
+        "flash_attention_2",
+        "needs flash-attn, which is not installed: `bash scripts/setup.sh flash-attn` on a GPU machine, or use sdpa",
     )
 
 

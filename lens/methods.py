@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from lens import algos, data, dist, groups, metrics, purify, scoring, variants
+from lens import algos, data, dist, groups, metrics, model, purify, scoring, variants
 from lens.config import Config
 from lens.purify import Prompt
 from lens.reward import Verifier
@@ -462,6 +462,7 @@ class Purify(Rewrite):
                 policy_logprobs=policy,
                 min_score=a.min_score,
                 generator=run.rng,
+                **model.batching(run.cfg),
             )
             result = purify.purify_batch(
                 batch.prompts,

@@ -2,7 +2,7 @@
 
     policy, ref = load_models(cfg, device)                    # after setup_distributed(device)
     train = build_engine(policy, cfg)                         # DeepSpeed, torch AdamW client optimizer
-    logp, mask = sequence_logprobs(train.engine, prompts, responses, temperature=1.0, micro_batch_size=8)
+    logp, mask = sequence_logprobs(train.engine, prompts, responses, temperature=1.0, **batching(cfg))
     train.backward(loss); grad_norm = train.step()
 
 Log-probs never materialize [n, V] logits: the decoder gives last hidden states, and
@@ -11,11 +11,16 @@ log-softmax, on the positions that are needed only. The fused head runs *as the 
 (its forward is swapped for the duration of the call) so DeepSpeed ZeRO-3's module hooks gather and
 release its weight exactly as for a normal forward, with gradients.
 
+Micro-batches (`micro_batches`, lens/packing.py): `optim.micro_batch_size` rows in rollout order, or under
+`optim.max_tokens_per_micro_batch` rows grouped by length and packed so that every forward computes (nearly)
+only real tokens; with `model.padding_free` the rows of a micro-batch are concatenated into one sequence
+(lens/attention.py) and not even the spread of lengths inside it is padded. Results come back in row order.
+
 Lockstep under ZeRO-3: every forward of a partitioned model is a collective (each layer all-gathers its
-shards), so every rank must run the same number of them. Each pass below splits its rows into micro-batches
-through `lockstep_batches`, which pads a rank's count to the largest over the ranks; a padding micro-batch
-(or one with nothing to predict) runs on `FILLER` rows whose outputs are dropped and whose loss, sliced to
-zero rows, adds zero gradient. The update's micro-batch loop (lens/train.py) pads through `micro_batch_starts`.
+shards), so every rank must run the same number of them. `micro_batches` pads a rank's list to the largest
+count over the ranks with empty micro-batches; one of those (or one with nothing to predict) runs on `FILLER`
+rows whose outputs are dropped and whose loss, sliced to zero rows, adds zero gradient. The update's loop
+(lens/train.py) walks the same `micro_batches`.
 
 DeepSpeed (facts.md): a torch AdamW client optimizer avoids the ~95 s fused-Adam JIT build; the
 shared-memory all-reduce build (~60 s) is skipped; gloo on CPU, nccl on GPU; one process works without
@@ -38,7 +43,7 @@ import torch
 from torch import nn
 
 import lens_kernels
-from lens import dist
+from lens import attention, dist, packing
 from lens.config import Config, resolve_path
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -104,6 +109,8 @@ def load_model(
     model = AutoModelForCausalLM.from_pretrained(
         resolve_path(path), dtype=dtype, attn_implementation=attn_implementation
     )
+    if attn_implementation == attention.VARLEN_SDPA:
+        attention.check_model(model.config)
     model.to(device)
     if trainable:
         model.train()
@@ -118,7 +125,8 @@ def load_model(
 def load_models(cfg: Config, device: torch.device) -> tuple[nn.Module, nn.Module]:
     """(policy, frozen reference). Under ZeRO-3 both load partitioned (HF's zero.Init integration)."""
     dtype = DTYPES[cfg.model.dtype]
-    kw = {"dtype": dtype, "device": device, "attn_implementation": cfg.model.attn_implementation}
+    impl = attention.load_implementation(cfg.model.attn_implementation, padding_free(cfg))
+    kw = {"dtype": dtype, "device": device, "attn_implementation": impl}
     with _zero3_loading(cfg):
         policy = load_model(cfg.model.path, gradient_checkpointing=cfg.model.gradient_checkpointing, **kw)
         ref = load_model(cfg.model.ref_path or cfg.model.path, trainable=False, **kw)
@@ -286,6 +294,21 @@ def model_device(model: nn.Module) -> torch.device:
     return next(unwrap(model).parameters()).device
 
 
+def padding_free(cfg: Config) -> bool:
+    """Whether this run's passes concatenate their rows (model.padding_free, resolved for the backend)."""
+    device = "cuda" if str(cfg.device).startswith("cuda") else "cpu"
+    return attention.resolve_padding_free(cfg.model.padding_free, cfg.model.attn_implementation, device)
+
+
+def batching(cfg: Config) -> dict[str, Any]:
+    """The micro-batching keywords of every pass over rollouts or prompts (sequence_logprobs, the scorers)."""
+    return {
+        "micro_batch_size": cfg.optim.micro_batch_size,
+        "max_tokens": cfg.optim.max_tokens_per_micro_batch,
+        "padding_free": padding_free(cfg),
+    }
+
+
 # A filler row for lockstep padding: two tokens, so one position predicts one token. Id 0 exists in every vocab.
 FILLER: tuple[list[int], list[int]] = ([0], [0])  # (prompt ids, response ids)
 
@@ -304,20 +327,15 @@ def lockstep_count(model: nn.Module, count: int) -> int:
     return int(dist.all_reduce(float(count), "max"))
 
 
-def lockstep_batches(model: nn.Module, n: int, size: int) -> Iterator[slice]:
-    """Micro-batch row slices of n rows, `size` rows each; under ZeRO-3 with several ranks, followed by
-    empty slices (past n) until every rank has yielded the same number. Callers run a forward per slice,
-    on `FILLER` rows when it selects no row (see the module docstring)."""
-    if size < 1:
-        raise ValueError(f"micro_batch_size must be >= 1, got {size}")
-    count = lockstep_count(model, math.ceil(n / size))
-    return (slice(b * size, (b + 1) * size) for b in range(count))
-
-
-def micro_batch_starts(model: nn.Module, n: int, size: int) -> list[int]:
-    """First rows of the update's micro-batches over n rows (`lockstep_batches`); a start >= n is padding:
-    its rows are empty and `sequence_logprobs` runs the filler so that the backward is a collective too."""
-    return [rows.start for rows in lockstep_batches(model, n, size)]
+def micro_batches(
+    model: nn.Module, lengths: Sequence[int], *, micro_batch_size: int, max_tokens: int = 0, padding_free: bool = False
+) -> list[list[int]]:
+    """The row indices of each micro-batch over rows of these token lengths (lens.packing: a token budget when
+    max_tokens > 0, else micro_batch_size rows in order); under ZeRO-3 with several ranks, followed by empty
+    micro-batches until every rank has the same number. Callers run a forward per micro-batch, on `FILLER`
+    rows when it holds no row (see the module docstring)."""
+    plan = packing.plan_micro_batches(lengths, rows=micro_batch_size, max_tokens=max_tokens, padding_free=padding_free)
+    return plan + [[] for _ in range(lockstep_count(model, len(plan)) - len(plan))]
 
 
 def pad_right(seqs: Sequence[Sequence[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -329,6 +347,26 @@ def pad_right(seqs: Sequence[Sequence[int]], device: torch.device) -> tuple[torc
         ids[i, : len(s)] = torch.as_tensor(list(s), dtype=torch.long)
         attn[i, : len(s)] = 1
     return ids.to(device), attn.to(device)
+
+
+def batch_inputs(seqs: Sequence[Sequence[int]], device: torch.device, padding_free: bool) -> dict[str, Any]:
+    """The decoder's keyword inputs for one micro-batch: right-padded [b, L] ids with their attention mask, or
+    (padding-free) one [1, sum L] sequence with restarting positions (lens.attention)."""
+    if padding_free:
+        return attention.packed_inputs(seqs, device)
+    ids, attn = pad_right(seqs, device)
+    return {"input_ids": ids, "attention_mask": attn}
+
+
+def in_batch(
+    rows: torch.Tensor, pos: torch.Tensor, lengths: Sequence[int], padding_free: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row, position) within each sequence -> (row, column) in `batch_inputs`'s tensors: the same when padded;
+    row 0 and the row's start + position when the rows are concatenated."""
+    if not padding_free:
+        return rows, pos
+    starts = torch.tensor(attention.row_starts(lengths), dtype=torch.long)
+    return torch.zeros_like(rows), starts[rows] + pos
 
 
 def as_forward(model: nn.Module, fn: Callable[..., Any], *args: Any) -> Any:
@@ -345,26 +383,25 @@ def as_forward(model: nn.Module, fn: Callable[..., Any], *args: Any) -> Any:
         del inner.forward
 
 
-def hidden_at(inner: nn.Module, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor):
-    """Last hidden states (final norm applied, no logits) at (rows, pos) -> [n, H]."""
+def hidden_at(inner: nn.Module, inputs: dict[str, Any], rows: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """Last hidden states (final norm applied, no logits) at (rows, pos) of the `batch_inputs` tensors -> [n, H]."""
     # The decoder alone: the HF forward would compute [b, L, V] logits that the fused head never needs.
-    out = inner.get_decoder()(input_ids=ids, attention_mask=attn, use_cache=False)
+    out = inner.get_decoder()(**inputs, use_cache=False)
     return out.last_hidden_state[rows, pos]
 
 
 def token_logprobs(
     inner: nn.Module,
-    ids: torch.Tensor,
-    attn: torch.Tensor,
+    inputs: dict[str, Any],
     rows: torch.Tensor,
     pos: torch.Tensor,
     temperature: float,
     return_entropy: bool,
 ) -> Any:
     """log pi(ids[rows, pos + 1] | prefix) [n] (and entropy [n]) through the fused LM head."""
-    hidden = hidden_at(inner, ids, attn, rows, pos)
+    hidden = hidden_at(inner, inputs, rows, pos)
     with fused_head(lm_head(inner), temperature, return_entropy) as head:
-        return head(hidden, ids[rows, pos + 1])
+        return head(hidden, inputs["input_ids"][rows, pos + 1])
 
 
 def lm_head(model: nn.Module) -> nn.Module:
@@ -419,31 +456,38 @@ def response_positions(prompt_lens: list[int], resp_lens: list[int]) -> tuple[to
     return torch.tensor(rows, dtype=torch.long), torch.tensor(pos, dtype=torch.long)
 
 
-def _micro_batch_logprobs(
+def micro_batch_logprobs(
     model: nn.Module,
     prompts: Sequence[Sequence[int]],
     responses: Sequence[Sequence[int]],
+    *,
     width: int,
-    temperature: float,
-    return_entropy: bool,
+    temperature: float = 1.0,
+    return_entropy: bool = False,
+    padding_free: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """ONE forward over these rows -> (logp [b, width] fp32, entropy [b, width] or None, mask [b, width] bool), 0
+    past each response. Under ZeRO-3 with several ranks it runs even without rows (see `sequence_logprobs`)."""
     if sum(len(r) for r in responses) == 0 and is_partitioned(model):
         # Nothing to predict (or a padding micro-batch), but every rank must run this forward: run it with the
         # filler row appended and keep only this batch's rows. Sliced outputs stay in the graph, so a loss on
         # them backpropagates zero gradient through the same collectives as a real micro-batch.
         n, (fp, fr) = len(prompts), FILLER
-        out = _micro_batch_logprobs(model, [*prompts, fp], [*responses, fr], max(width, 1), temperature, return_entropy)
+        kw = {"temperature": temperature, "return_entropy": return_entropy, "padding_free": padding_free}
+        out = micro_batch_logprobs(model, [*prompts, fp], [*responses, fr], width=max(width, 1), **kw)
         return tuple(t[:n, :width] if t is not None else None for t in out)  # type: ignore[return-value]
     device = model_device(model)
-    ids, attn = pad_right([list(p) + list(r) for p, r in zip(prompts, responses, strict=True)], device)
     resp_lens = [len(r) for r in responses]
-    mask = (torch.arange(width).unsqueeze(0) < torch.tensor(resp_lens).unsqueeze(1)).to(device)  # [b, T]
+    mask = (torch.arange(width).unsqueeze(0) < torch.tensor(resp_lens, dtype=torch.long).unsqueeze(1)).to(device)
     logp = torch.zeros(len(prompts), width, dtype=torch.float32, device=device)
     entropy = torch.zeros_like(logp) if return_entropy else None
     if sum(resp_lens) == 0:
         return logp, entropy, mask
-    rows, pos = (t.to(device) for t in response_positions([len(p) for p in prompts], resp_lens))
-    out = as_forward(model, token_logprobs, ids, attn, rows, pos, temperature, return_entropy)
+    seqs = [list(p) + list(r) for p, r in zip(prompts, responses, strict=True)]
+    inputs = batch_inputs(seqs, device, padding_free)
+    rows, pos = response_positions([len(p) for p in prompts], resp_lens)
+    rows, pos = (t.to(device) for t in in_batch(rows, pos, [len(s) for s in seqs], padding_free))
+    out = as_forward(model, token_logprobs, inputs, rows, pos, temperature, return_entropy)
     flat_logp, flat_ent = out if return_entropy else (out, None)
     logp = logp.masked_scatter(mask, flat_logp.float())
     if entropy is not None:
@@ -458,31 +502,43 @@ def sequence_logprobs(
     *,
     temperature: float = 1.0,
     micro_batch_size: int = 8,
+    max_tokens: int = 0,
+    padding_free: bool = False,
     return_entropy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """log pi(y_t | x, y_<t) of every response token, response r conditioned on prompts[r].
 
     prompts, responses: R token-id lists each (prompt r must be non-empty). Returns logp [R, T] fp32
     (T = longest response; padding 0), mask [R, T] bool (real response tokens) and, when asked, the
-    entropy [R, T] fp32 of the temperature-scaled distribution at each token. With grad when the model
-    is in training mode and grad is enabled; every micro-batch's graph is then kept until backward, so
-    the update calls this once per micro-batch. Tensors are on the model's device.
+    entropy [R, T] fp32 of the temperature-scaled distribution at each token, in row order whatever the
+    micro-batches (`micro_batches`: micro_batch_size rows, or a token budget of max_tokens positions; padded
+    or padding-free). With grad when the model is in training mode and grad is enabled; every micro-batch's
+    graph is then kept until backward, so the update calls this once per micro-batch. Tensors are on the
+    model's device.
     """
     if len(prompts) != len(responses):
         raise ValueError(f"prompts ({len(prompts)}) and responses ({len(responses)}) must have equal lengths")
     check_prompts(prompts)
     width = max((len(r) for r in responses), default=0)
     grad = unwrap(model).training and torch.is_grad_enabled()
-    parts = []
+    lengths = [len(p) + len(r) for p, r in zip(prompts, responses, strict=True)]
+    plan = micro_batches(
+        model, lengths, micro_batch_size=micro_batch_size, max_tokens=max_tokens, padding_free=padding_free
+    )
+    kw = {"width": width, "temperature": temperature, "return_entropy": return_entropy, "padding_free": padding_free}
     with torch.set_grad_enabled(grad):
-        for rows in lockstep_batches(model, len(prompts), micro_batch_size):
-            part = _micro_batch_logprobs(model, prompts[rows], responses[rows], width, temperature, return_entropy)
-            parts.append(part)
+        parts = [
+            micro_batch_logprobs(model, [prompts[i] for i in rows], [responses[i] for i in rows], **kw) for rows in plan
+        ]
     if not parts:
         empty = torch.zeros(0, 0)
         return (empty, empty.bool(), empty) if return_entropy else (empty, empty.bool())
-    logp = torch.cat([p[0] for p in parts])
-    mask = torch.cat([p[2] for p in parts])
+    # Concatenated in plan order, then gathered back into row order: the gather keeps every micro-batch's graph
+    # (a filler micro-batch's too, so its backward still runs ZeRO-3's collectives).
+    order = torch.tensor(packing.inverse_order([r for r in plan if r], len(prompts)), dtype=torch.long)
+    order = order.to(parts[0][0].device)
+    logp = torch.cat([p[0] for p in parts])[order]
+    mask = torch.cat([p[2] for p in parts])[order]
     if return_entropy:
-        return logp, mask, torch.cat([p[1] for p in parts])
+        return logp, mask, torch.cat([p[1] for p in parts])[order]
     return logp, mask

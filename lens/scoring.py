@@ -26,7 +26,8 @@ import lens_kernels
 from lens import model as lm
 from lens import variants
 
-# fn(policy, ref, prompts, *, responses, policy_logprobs, generator, micro_batch_size) -> [P_i] per prompt
+# fn(policy, ref, prompts, *, responses, policy_logprobs, generator, batching) -> [P_i] per prompt, where batching
+# holds the micro-batching keywords of the model passes (micro_batch_size, max_tokens, padding_free)
 ScorerFn = Callable[..., list[torch.Tensor]]
 SCORERS: dict[str, ScorerFn] = {}
 
@@ -48,23 +49,28 @@ def scorer(name: str) -> Callable[[ScorerFn], ScorerFn]:
 
 
 def _prompt_batches(
-    model: nn.Module, prompts: Sequence[Sequence[int]], micro_batch_size: int
-) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """Per micro-batch (in lockstep under ZeRO-3): (lengths, ids, attn, rows, pos) where (rows, pos) index the
-    hidden states that predict prompt tokens 1..P_i-1 (row-major) and ids[rows, pos + 1] are those tokens.
+    model: nn.Module, prompts: Sequence[Sequence[int]], micro_batch_size: int, max_tokens: int, padding_free: bool
+) -> Iterator[tuple[list[int], list[int], dict, torch.Tensor, torch.Tensor]]:
+    """Per micro-batch (lm.micro_batches: in lockstep under ZeRO-3): (prompt indices, lengths, decoder inputs,
+    rows, pos) where (rows, pos) index the hidden states that predict prompt tokens 1..P_i-1 (row-major) and
+    input_ids[rows, pos + 1] are those tokens.
 
     Under ZeRO-3 a micro-batch with nothing to predict (padding, or one-token prompts only) gets the filler
     prompt appended, so that it still runs its forwards; its entry comes last in `lengths`: drop it."""
     lm.check_prompts(prompts)
     device, partitioned = lm.model_device(model), lm.is_partitioned(model)
-    for batch in lm.lockstep_batches(model, len(prompts), micro_batch_size):
-        chunk = list(prompts[batch])
+    plan = lm.micro_batches(
+        model, [len(p) for p in prompts], micro_batch_size=micro_batch_size, max_tokens=max_tokens,
+        padding_free=padding_free,
+    )  # fmt: skip
+    for batch in plan:
+        chunk = [prompts[i] for i in batch]
         if partitioned and all(len(p) < 2 for p in chunk):
             chunk.append(lm.FILLER[0] + lm.FILLER[1])
         lens = [len(p) for p in chunk]
-        ids, attn = lm.pad_right(chunk, device)
-        rows, pos = lm.response_positions([1] * len(chunk), [n - 1 for n in lens])
-        yield lens, ids, attn, rows.to(device), pos.to(device)
+        inputs = lm.batch_inputs(chunk, device, padding_free)
+        rows, pos = lm.in_batch(*lm.response_positions([1] * len(chunk), [n - 1 for n in lens]), lens, padding_free)
+        yield batch, lens, inputs, rows.to(device), pos.to(device)
 
 
 def _split_rows(flat: torch.Tensor, lens: list[int], first: float) -> list[torch.Tensor]:
@@ -77,20 +83,33 @@ def _split_rows(flat: torch.Tensor, lens: list[int], first: float) -> list[torch
 
 @torch.no_grad()
 def prompt_token_logprobs(
-    model: nn.Module, prompts: Sequence[Sequence[int]], *, micro_batch_size: int = 8, temperature: float = 1.0
+    model: nn.Module,
+    prompts: Sequence[Sequence[int]],
+    *,
+    micro_batch_size: int = 8,
+    max_tokens: int = 0,
+    padding_free: bool = False,
+    temperature: float = 1.0,
 ) -> list[torch.Tensor]:
-    """log pi(x_p | x_<p) of every prompt token -> one [P_i] fp32 CPU tensor per prompt.
+    """log pi(x_p | x_<p) of every prompt token -> one [P_i] fp32 tensor per prompt, in prompt order.
 
-    Position 0 has no prefix and holds NaN (never a log-prob; mask it out).
+    Position 0 has no prefix and holds NaN (never a log-prob; mask it out). Micro-batches as
+    `lens.model.sequence_logprobs` cuts them (micro_batch_size rows, or a token budget of max_tokens).
     """
-    out: list[torch.Tensor] = []
-    for lens, ids, attn, rows, pos in _prompt_batches(model, prompts, micro_batch_size):
+    out: list[torch.Tensor | None] = [None] * len(prompts)
+    for batch, lens, inputs, rows, pos in _prompt_batches(model, prompts, micro_batch_size, max_tokens, padding_free):
         if rows.numel() == 0:  # only one-token prompts: nothing to predict
-            out += _split_rows(torch.zeros(0), lens, float("nan"))
+            _place(out, batch, _split_rows(torch.zeros(0), lens, float("nan")))
             continue
-        flat = lm.as_forward(model, lm.token_logprobs, ids, attn, rows, pos, temperature, False)
-        out += _split_rows(flat, lens, float("nan"))
-    return out[: len(prompts)]  # without lockstep fillers (always last)
+        flat = lm.as_forward(model, lm.token_logprobs, inputs, rows, pos, temperature, False)
+        _place(out, batch, _split_rows(flat, lens, float("nan")))
+    return out  # type: ignore[return-value]
+
+
+def _place(out: list[torch.Tensor | None], batch: list[int], values: list[torch.Tensor]) -> None:
+    # values may end with a lockstep filler's entry (never a prompt of this rank): zip stops before it
+    for i, v in zip(batch, values, strict=False):
+        out[i] = v
 
 
 @torch.no_grad()
@@ -100,29 +119,31 @@ def interference_scores(
     prompts: Sequence[Sequence[int]],
     *,
     micro_batch_size: int = 8,
+    max_tokens: int = 0,
+    padding_free: bool = False,
     temperature: float = 1.0,
 ) -> list[torch.Tensor]:
     """S(x_p) = |log pi_theta(x_p | x_<p) - log pi_ref(x_p | x_<p)| per prompt token (LENS Eq. 1).
 
-    Full-vocabulary log-softmax in fp32, one fused pass over both LM heads. Returns one [P_i] fp32 CPU
-    tensor per prompt; position 0 has no prefix and scores 0.0 (no evidence of interference).
+    Full-vocabulary log-softmax in fp32, one fused pass over both LM heads. Returns one [P_i] fp32
+    tensor per prompt, in prompt order; position 0 has no prefix and scores 0.0 (no evidence of interference).
     """
     if lm.model_device(policy) != lm.model_device(ref):
         raise ValueError(f"policy ({lm.model_device(policy)}) and ref ({lm.model_device(ref)}) must be on one device")
-    out: list[torch.Tensor] = []
-    for lens, ids, attn, rows, pos in _prompt_batches(policy, prompts, micro_batch_size):
+    out: list[torch.Tensor | None] = [None] * len(prompts)
+    for batch, lens, inputs, rows, pos in _prompt_batches(policy, prompts, micro_batch_size, max_tokens, padding_free):
         if rows.numel() == 0:  # only one-token prompts: nothing to score
-            out += _split_rows(torch.zeros(0), lens, 0.0)
+            _place(out, batch, _split_rows(torch.zeros(0), lens, 0.0))
             continue
-        policy_hidden = lm.as_forward(policy, lm.hidden_at, ids, attn, rows, pos)  # [n, H]
-        ref_hidden = lm.as_forward(ref, lm.hidden_at, ids, attn, rows, pos)
+        policy_hidden = lm.as_forward(policy, lm.hidden_at, inputs, rows, pos)  # [n, H]
+        ref_hidden = lm.as_forward(ref, lm.hidden_at, inputs, rows, pos)
         pw, rw = lm.lm_head(policy).weight, lm.lm_head(ref).weight
         with lm.gathered([pw, rw]):
             scores = lens_kernels.linear_interference_scores(  # LENS Eq. (1)
-                policy_hidden, pw, ref_hidden, rw, ids[rows, pos + 1], temperature=temperature
+                policy_hidden, pw, ref_hidden, rw, inputs["input_ids"][rows, pos + 1], temperature=temperature
             )
-        out += _split_rows(scores, lens, 0.0)
-    return out[: len(prompts)]  # without lockstep fillers (always last)
+        _place(out, batch, _split_rows(scores, lens, 0.0))
+    return out  # type: ignore[return-value]
 
 
 def _embeds_logprobs(
@@ -153,8 +174,9 @@ def grad_token_scores(
     device, plen, partitioned = lm.model_device(model), len(prompt), lm.is_partitioned(model)
     total = torch.zeros(plen, lm.unwrap(model).config.hidden_size, device=device)
     with torch.enable_grad():
-        for batch in lm.lockstep_batches(model, len(responses), micro_batch_size):
-            chunk = list(responses[batch])
+        plan = lm.micro_batches(model, [plen + len(r) for r in responses], micro_batch_size=micro_batch_size)
+        for batch in plan:
+            chunk = [responses[i] for i in batch]
             real = sum(len(r) for r in chunk) > 0
             if not real:
                 if not partitioned:  # empty responses carry no likelihood
@@ -194,18 +216,18 @@ def interference_from_logprobs(
 
 
 @scorer("interference")
-def _interference(policy, ref, prompts, *, policy_logprobs, micro_batch_size, **_) -> list[torch.Tensor]:
+def _interference(policy, ref, prompts, *, policy_logprobs, batching, **_) -> list[torch.Tensor]:
     if policy_logprobs is None:  # both models in one fused pass
-        return interference_scores(policy, ref, prompts, micro_batch_size=micro_batch_size)
+        return interference_scores(policy, ref, prompts, **batching)
     # the policy side came precomputed (the engine's prefill): only the reference runs
-    ref_logprobs = prompt_token_logprobs(ref, prompts, micro_batch_size=micro_batch_size)
+    ref_logprobs = prompt_token_logprobs(ref, prompts, **batching)
     return interference_from_logprobs(policy_logprobs, ref_logprobs)
 
 
 @scorer("surprisal")
-def _surprisal(policy, ref, prompts, *, micro_batch_size, **_) -> list[torch.Tensor]:
+def _surprisal(policy, ref, prompts, *, batching, **_) -> list[torch.Tensor]:
     del policy  # the reference's surprise alone: it does not move with training
-    logp = prompt_token_logprobs(ref, prompts, micro_batch_size=micro_batch_size)
+    logp = prompt_token_logprobs(ref, prompts, **batching)
     return [torch.nan_to_num(-lp, nan=0.0) for lp in logp]
 
 
@@ -217,7 +239,7 @@ def _random(policy, ref, prompts, *, generator, **_) -> list[torch.Tensor]:
 
 
 @scorer("grad")
-def _grad(policy, ref, prompts, *, responses, micro_batch_size, **_) -> list[torch.Tensor]:
+def _grad(policy, ref, prompts, *, responses, batching, **_) -> list[torch.Tensor]:
     del ref
     # Under ZeRO-3 each prompt's passes are collectives: a rank with fewer candidates than another scores
     # filler prompts (results dropped) until every rank has run as many (lm.lockstep_count).
@@ -225,7 +247,8 @@ def _grad(policy, ref, prompts, *, responses, micro_batch_size, **_) -> list[tor
     fillers = [(lm.FILLER[0], [lm.FILLER[1]])] * (count - len(prompts))
     scores = [
         # negated: the ablation deletes the tokens the responses depend on LEAST (highest score first)
-        -grad_token_scores(policy, p, g, micro_batch_size=micro_batch_size)
+        # per prompt, rows of one prompt differ only in their responses: padded row-count micro-batches
+        -grad_token_scores(policy, p, g, micro_batch_size=batching["micro_batch_size"])
         for p, g in [*zip(prompts, responses, strict=True), *fillers]
     ]
     return scores[: len(prompts)]
@@ -242,6 +265,8 @@ def token_scores(
     min_score: float = 0.0,
     generator: torch.Generator | None = None,
     micro_batch_size: int = 8,
+    max_tokens: int = 0,
+    padding_free: bool = False,
 ) -> tuple[list[torch.Tensor], float]:
     """Deletion scores of K prompts by scorer `name` -> ([P_i] fp32 tensor per prompt, the no-signal bar).
 
@@ -250,6 +275,7 @@ def token_scores(
     given, `interference` runs only the reference forward pass.
     min_score: the configured bar, used by scorers whose spec has no fixed one (`random` uses 0: its
     scores are positive; `grad` -inf: its scores are negative norms).
+    micro_batch_size, max_tokens, padding_free: the model passes' micro-batches (lens.model.micro_batches).
     """
     spec = variants.scorer(name)
     if spec.needs_responses and (responses is None or len(responses) != len(prompts)):
@@ -261,6 +287,6 @@ def token_scores(
         responses=responses,
         policy_logprobs=policy_logprobs,
         generator=generator,
-        micro_batch_size=micro_batch_size,
+        batching={"micro_batch_size": micro_batch_size, "max_tokens": max_tokens, "padding_free": padding_free},
     )
     return scores, spec.no_signal if spec.no_signal is not None else min_score

@@ -167,10 +167,10 @@ def old_and_ref_logprobs(
     """pi_old of each row on its SOURCE prompt (LENS Eq. 5's denominator) and pi_ref on its ORIGINAL prompt
     (the KL) -> (old [N, T], ref [N, T] or None when beta = 0, mask [N, T]). Rows flagged in `reuse` [N]
     (`own_prompt_rows`) get no pi_old pass: their old stays 0 here and the update fills it in."""
-    cfg, mb = run.cfg, run.cfg.optim.micro_batch_size
+    cfg = run.cfg
     # Every log-prob of a sampled token is taken from softmax(z / T), the distribution that sampled it
     # (algorithm.md, item 8): at T != 1 the ratio and the KL would otherwise compare the wrong distributions.
-    kw = {"micro_batch_size": mb, "temperature": cfg.rollout.temperature}
+    kw = {**model.batching(cfg), "temperature": cfg.rollout.temperature}
     device = model.local_device(cfg.device)
     with run.timer("old_ref_logprobs"), torch.no_grad():
         if cfg.algorithm.old_logprobs == "engine":  # as sampled: no forward pass
@@ -224,7 +224,7 @@ def engine_old_logprobs(sampler_logp: list[torch.Tensor], device: torch.device) 
 
 def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
     """Advantages, CRPO loss (LENS Eq. 7) per micro-batch, backward, one optimizer step -> loss metrics."""
-    cfg, mb = run.cfg, run.cfg.optim.micro_batch_size
+    cfg, batching = run.cfg, model.batching(run.cfg)
     reuse = own_prompt_rows(cfg, sg)
     old, ref, mask = old_and_ref_logprobs(run, sg, reuse)
     reuse = reuse.to(mask.device)
@@ -238,18 +238,21 @@ def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
     # LENS: rows sampled from a purified prompt and trained on the original (Eq. 5 across prompts).
     transfer = metrics.TransferMeter() if run.method.transfers else None
     moved = torch.tensor([s != o for s, o in zip(sg.source, sg.original, strict=True)], dtype=torch.bool)
+    moved = moved.to(mask.device)
+    lengths = [len(o) + len(t) for o, t in zip(sg.original, sg.tokens, strict=True)]
     with run.timer("update"):
-        for s in model.micro_batch_starts(run.trainer.engine, len(sg.tokens), mb):  # ZeRO-3: same count per rank
-            rows = slice(s, s + mb)
-            logp, m, ent = model.sequence_logprobs(
+        # By a token budget or by row count (lens.packing); under ZeRO-3 the same number on every rank.
+        for k, idx in enumerate(model.micro_batches(run.trainer.engine, lengths, **batching)):
+            rows = torch.tensor(idx, dtype=torch.long, device=mask.device)
+            logp, ent, m = model.micro_batch_logprobs(
                 run.trainer.engine,
-                sg.original[rows],
-                sg.tokens[rows],
-                micro_batch_size=mb,
+                [sg.original[i] for i in idx],
+                [sg.tokens[i] for i in idx],
+                width=mask.shape[1],
                 temperature=cfg.rollout.temperature,
                 return_entropy=True,
+                padding_free=batching["padding_free"],
             )
-            logp, m, ent = (_pad_to(t, mask.shape[1]) for t in (logp, m, ent))
             # pi_old of own-prompt rows is this forward itself, before the step (own_prompt_rows).
             old_rows = torch.where(reuse[rows, None], logp.detach(), old[rows])
             loss, parts = algos.crpo_loss(
@@ -265,12 +268,12 @@ def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
             )
             if not torch.isfinite(loss):
                 raise FloatingPointError(
-                    f"non-finite loss {loss.item()} at micro-batch {s // mb}; the last checkpoint is kept"
+                    f"non-finite loss {loss.item()} at micro-batch {k}; the last checkpoint is kept"
                 )
             run.trainer.backward(loss)
             meter.add(loss, parts, m, ent)
             if transfer is not None:
-                terms = (logp, old_rows, adv[rows], weights[rows], m, moved[rows].to(m.device))
+                terms = (logp, old_rows, adv[rows], weights[rows], m, moved[rows])
                 transfer.add(algos.transfer_terms(*terms, cfg.algorithm.loss_config()))
         grad_norm = run.trainer.step()
     if not math.isfinite(grad_norm):
