@@ -26,14 +26,23 @@ import json
 import math
 import os
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
-from harness import RESULTS_FILE, git_commit, matmul_rate, peak_memory, quantiles, record, run_case
+from harness import (
+    RESULTS_FILE,
+    git_commit,
+    interleaved,
+    matmul_rate,
+    peak_memory,
+    quantiles,
+    ratio_quartiles,
+    record,
+    run_case,
+)
 
 from lens_kernels import (
     interference_scores,
@@ -127,40 +136,12 @@ PEERS_FILE = RESULTS_FILE.parent / "peers_cpu.json"
 ROUNDS = int(os.environ.get("PEERS_ROUNDS", "5"))
 
 
-def _interleaved(closures: dict[str, Callable[[], None]], rounds: int) -> dict[str, dict[str, list[float]]]:
-    """Wall and process-CPU seconds of `rounds` calls per provider, interleaved in a rotating order.
-
-    On a shared machine the load changes within seconds: every provider of a round sees about the same
-    load, so per-round ratios are fair where absolute times are not. One thread: CPU time is the work
-    done, which the load inflates less than wall time (it still pays for cache misses).
-    """
-    names = list(closures)
-    out = {name: {"wall": [], "cpu": []} for name in names}
-    for r in range(rounds):
-        order = names[r % len(names) :] + names[: r % len(names)]
-        for name in order if r % 2 == 0 else order[::-1]:
-            t0, c0 = time.perf_counter(), time.process_time()
-            closures[name]()
-            out[name]["wall"].append(time.perf_counter() - t0)
-            out[name]["cpu"].append(time.process_time() - c0)
-    return out
-
-
-def _ratio(num: list[float], den: list[float]) -> list[float]:
-    """(median, q1, q3) of the per-round ratios num / den."""
-    ratios = sorted(a / b for a, b in zip(num, den, strict=True))
-    if len(ratios) == 1:
-        return [ratios[0]] * 3
-    q1, med, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
-    return [med, q1, q3]
-
-
 def _peer_case(case: str, shape: dict[str, int], closures: dict[str, Callable[[], None]]) -> dict[str, Any]:
     """Warm every provider (compiles), time them interleaved, measure peak memory; store and return the case."""
     for run in closures.values():
         run()
     load0 = os.getloadavg()[0]
-    times = _interleaved(closures, ROUNDS)
+    times = interleaved(closures, ROUNDS)
     peaks = {name: peak_memory(run, "cpu") for name, run in closures.items()}
     entry = {
         "case": case, "shape": shape, "rounds": ROUNDS, "threads": torch.get_num_threads(),
@@ -169,8 +150,8 @@ def _peer_case(case: str, shape: dict[str, int], closures: dict[str, Callable[[]
             name: {
                 "wall_ms": 1e3 * statistics.median(t["wall"]), "cpu_ms": 1e3 * statistics.median(t["cpu"]),
                 "peak_mib": peaks[name] / 2**20,
-                "lens_over_wall": _ratio(times["lens"]["wall"], t["wall"]),
-                "lens_over_cpu": _ratio(times["lens"]["cpu"], t["cpu"]),
+                "lens_over_wall": ratio_quartiles(times["lens"]["wall"], t["wall"]),
+                "lens_over_cpu": ratio_quartiles(times["lens"]["cpu"], t["cpu"]),
             }
             for name, t in times.items()
         },

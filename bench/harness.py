@@ -53,6 +53,34 @@ def quantiles(samples: list[float]) -> tuple[float, float, float]:
     return statistics.median(samples), cuts[1], cuts[7]
 
 
+def interleaved(closures: dict[str, Callable[[], Any]], rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Wall and process-CPU seconds of `rounds` calls per provider, interleaved in a rotating order.
+
+    On a shared machine the load changes within seconds: every provider of a round sees about the same
+    load, so per-round ratios are fair where absolute times are not. One thread: CPU time is the work
+    done, which the load inflates less than wall time (it still pays for cache misses).
+    """
+    names = list(closures)
+    out: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": []} for name in names}
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order if r % 2 == 0 else order[::-1]:
+            t0, c0 = time.perf_counter(), time.process_time()
+            closures[name]()
+            out[name]["wall"].append(time.perf_counter() - t0)
+            out[name]["cpu"].append(time.process_time() - c0)
+    return out
+
+
+def ratio_quartiles(num: list[float], den: list[float]) -> list[float]:
+    """[median, q1, q3] of the per-round ratios num / den."""
+    ratios = sorted(a / b for a, b in zip(num, den, strict=True))
+    if len(ratios) == 1:
+        return [ratios[0]] * 3
+    q1, med, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return [med, q1, q3]
+
+
 def time_fn(fn: Callable[[], Any], device: torch.device | str, *, reps: int = 10, warmup: int = 2) -> list[float]:
     """Wall-clock seconds of `reps` synchronised calls of `fn` after `warmup` calls (own loop)."""
     for _ in range(warmup):

@@ -20,19 +20,9 @@ from typing import Any
 
 import torch
 
+from lens.config import NATIVE_VARLEN
+
 VARLEN_SDPA = "lens_varlen_sdpa"
-
-# Backends that compute a packed sequence exactly without a dense mask over the packed length.
-NATIVE_VARLEN = frozenset({"flash_attention_2", "flex_attention"})
-
-
-def resolve_padding_free(setting: str, attn_implementation: str, device: str) -> bool:
-    """model.padding_free -> whether passes run padding-free. `auto`: where the backend has a varlen kernel on a
-    GPU (flash_attention_2, flex_attention); off on CPU, where per-row SDPA measured slower than padded
-    micro-batches under a token budget (bench/bench_packing.py)."""
-    if setting in ("on", "off"):
-        return setting == "on"
-    return device == "cuda" and attn_implementation in NATIVE_VARLEN
 
 
 def load_implementation(attn_implementation: str, padding_free: bool) -> str:

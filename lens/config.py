@@ -63,12 +63,13 @@ class ModelConfig:
     path: str = "lens/tasks/assets/vartrack"
     ref_path: str | None = None  # None: the reference is the initial policy (`path`)
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 on GPU, float32 on CPU
-    attn_implementation: Literal["sdpa", "eager", "flash_attention_2", "flex_attention"] = "sdpa"
+    # auto: flash_attention_2 on a GPU where flash-attn is installed (padding-free by default there), else sdpa
+    attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2", "flex_attention"] = "sdpa"
     gradient_checkpointing: bool = False
     # Rows of a micro-batch concatenated into one sequence, positions restarting per row, so no pad token is
-    # computed. auto: on where the backend computes variable-length rows exactly and fast (flash_attention_2,
-    # flex_attention on a GPU); off otherwise (CPU: measured slower, see the README's performance section).
-    padding_free: Literal["auto", "on", "off"] = "auto"
+    # computed. None (`auto`): on where the backend computes variable-length rows exactly and fast
+    # (flash_attention_2, flex_attention on a GPU); off otherwise (CPU: see bench/bench_packing.py).
+    padding_free: bool | None = None
 
 
 @dataclass
@@ -439,7 +440,9 @@ def _one_of(value: Any, choices: tuple[Any, ...], key: str) -> None:
         raise ValueError(f"{key}: must be one of {', '.join(map(repr, choices))}, got {value!r}")
 
 
-AUTO_KEYS = frozenset({"optim.micro_batch_size", "data.eval"})  # optional keys that also read `auto` as None (resolved)
+AUTO_KEYS = frozenset(
+    {"optim.micro_batch_size", "data.eval", "model.padding_free"}
+)  # optional keys that also read `auto` as None (resolved)
 
 
 def _coerce(value: Any, typ: Any, key: str) -> Any:
@@ -534,6 +537,7 @@ def resolve(cfg: Config, *, cuda_available: bool, world_size: int | None = None)
     evals = cfg.data.eval
     if evals is None:
         evals = [cfg.data.train] if cfg.data.train in BUILTIN_TASKS else [HELDOUT]
+    attn = resolve_attention(cfg.model.attn_implementation, device)
     micro = cfg.optim.micro_batch_size
     if micro is None:
         micro = auto_micro_batch_size(cfg.data.batch_size * cfg.algorithm.m // max(world, 1))
@@ -541,11 +545,39 @@ def resolve(cfg: Config, *, cuda_available: bool, world_size: int | None = None)
         cfg,
         run_dir=cfg.run_dir or default_run_dir(cfg.algorithm.name, cfg.seed),
         device=device,
-        model=dataclasses.replace(cfg.model, dtype=dtype),
+        model=dataclasses.replace(
+            cfg.model,
+            dtype=dtype,
+            attn_implementation=attn,
+            padding_free=resolve_padding_free(cfg.model.padding_free, attn, device),
+        ),
         algorithm=dataclasses.replace(cfg.algorithm, dapo=dataclasses.replace(cfg.algorithm.dapo, gen_batch_size=gen)),
         optim=dataclasses.replace(cfg.optim, micro_batch_size=micro),
         data=dataclasses.replace(cfg.data, eval=evals),
     )
+
+
+# Attention backends with a kernel for variable-length rows: a packed sequence costs them no dense mask.
+NATIVE_VARLEN = ("flash_attention_2", "flex_attention")
+
+
+def resolve_attention(setting: str, device: str) -> str:
+    """model.attn_implementation -> the backend that loads: `auto` is flash_attention_2 on a GPU where flash-attn
+    is installed (exact variable-length rows, so padding-free), sdpa otherwise."""
+    import importlib.util
+
+    if setting != "auto":
+        return setting
+    return "flash_attention_2" if device == "cuda" and importlib.util.find_spec("flash_attn") else "sdpa"
+
+
+def resolve_padding_free(setting: bool | None, attn_implementation: str, device: str) -> bool:
+    """model.padding_free -> whether passes run padding-free. None (`auto`): where the backend has a varlen
+    kernel on a GPU; off on CPU, where per-row SDPA measured slower than padded micro-batches under a token
+    budget (bench/bench_packing.py)."""
+    if setting is not None:
+        return setting
+    return device == "cuda" and attn_implementation in NATIVE_VARLEN
 
 
 def default_run_dir(algorithm_name: str, seed: int) -> str:

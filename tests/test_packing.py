@@ -14,7 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 from lens import attention, packing, scoring
 from lens import model as lm
-from lens.config import load_config
+from lens.config import load_config, resolve_padding_free
 
 VOCAB = 97
 SIZES = {
@@ -198,12 +198,14 @@ def test_varlen_sdpa_refuses_sliding_window_models():
 
 
 def test_padding_free_resolution():
-    assert attention.resolve_padding_free("auto", "sdpa", "cpu") is False
-    assert attention.resolve_padding_free("auto", "sdpa", "cuda") is False
-    assert attention.resolve_padding_free("auto", "flash_attention_2", "cuda") is True
-    assert attention.resolve_padding_free("auto", "flex_attention", "cuda") is True
-    assert attention.resolve_padding_free("on", "sdpa", "cpu") is True
-    assert attention.resolve_padding_free("off", "flash_attention_2", "cuda") is False
+    assert resolve_padding_free(None, "sdpa", "cpu") is False
+    assert resolve_padding_free(None, "sdpa", "cuda") is False
+    assert resolve_padding_free(None, "flash_attention_2", "cuda") is True
+    assert resolve_padding_free(None, "flex_attention", "cuda") is True
+    assert resolve_padding_free(True, "sdpa", "cpu") is True
+    assert resolve_padding_free(False, "flash_attention_2", "cuda") is False
+    assert load_config("cpu_default", ["model.padding_free=auto"]).model.padding_free is False
+    assert load_config("cpu_default", ["model.padding_free=on"]).model.padding_free is True  # YAML's on
     assert attention.load_implementation("sdpa", True) == attention.VARLEN_SDPA
     assert attention.load_implementation("flash_attention_2", True) == "flash_attention_2"
     assert attention.load_implementation("sdpa", False) == "sdpa"

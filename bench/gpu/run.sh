@@ -10,6 +10,8 @@
 #   model      a random-init Qwen2.5-1.5B-shaped checkpoint (bench/gpu/make_model.py)
 #   step       training step times, GRPO vs LENS (python -m lens.bench_step, configs/gpu_bench.yaml), one
 #              process per algorithm so that at most one run's final checkpoint (~20 GB) is on disk at a time
+#   packing    bench/bench_packing.py: one update over 256 long-tailed rollouts at a Qwen2.5-1.5B shape, by
+#              row-count, token-budget and padding-free micro-batches (padded/real positions, time, peak memory)
 #   peers      bench/bench_peers.py: lens vs eager, torch.compile, linear_cross_entropy, Liger's fused linear CE,
 #              and the GRPO loss vs Liger's (last: compiling the peers must not eat the training benchmark's time)
 #   summary    one table (bench/gpu/summary.py), also OUT/summary.md
@@ -36,7 +38,7 @@ export min_free_gb="${LENS_GPU_MIN_FREE_GB:-30}"
 # pip --target puts the carried wheels' executables (ninja for the CUDA build) in /tmp/site/bin.
 export PATH="/tmp/site/bin:$PATH"
 budget="${LENS_GPU_BUDGET_S:-540}"
-selected=" ${LENS_GPU_STAGES-wheels machine build tests floors bench model step peers} "  # set but empty: none
+selected=" ${LENS_GPU_STAGES-wheels machine build tests floors bench model step packing peers} "  # set but empty: none
 reserve=25  # seconds kept for the summary and packing
 start=$(date +%s)
 status=0
@@ -161,6 +163,16 @@ peers() {
   return "$rc"
 }
 
+packing() {
+  local before
+  before=$(wc -l <bench/results/results.jsonl 2>/dev/null || echo 0)
+  PACKING_ROUNDS=1 $py -m pytest bench/bench_packing.py --benchmark-only -q -s -p no:cacheprovider 2>&1 | tee "$raw/packing.log" \
+    | grep -E '^(#|\||[0-9]+ (passed|failed))'
+  local rc=$?
+  tail -n +"$((before + 1))" bench/results/results.jsonl >>"$out/results.jsonl"
+  return "$rc"
+}
+
 model() {
   $py bench/gpu/make_model.py "$model_dir" && cp "$model_dir/make_model.json" "$raw/model.json"
 }
@@ -189,7 +201,7 @@ train_step() {
 }
 
 main() {
-  export -f free_gb wheels machine build gpu_tests floors benchmarks model train_step peers
+  export -f free_gb wheels machine build gpu_tests floors benchmarks model train_step packing peers
   stage wheels 60 wheels
   export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
   stage machine 60 machine
@@ -199,6 +211,7 @@ main() {
   stage bench 150 benchmarks
   stage model 90 model
   stage step 300 train_step
+  stage packing 120 packing
   stage peers 150 peers
 
   echo
