@@ -27,7 +27,7 @@ import torch
 import torch.distributed
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from lens import methods, purify, train
+from lens import dist, methods, purify, train
 from lens.config import Config, parse_args
 
 SETUP = ["model.padding_free=true", "optim.weight_decay=0", "optim.grad_clip=0", "data.eval=[]", "data.eval_every=0"]
@@ -58,7 +58,9 @@ def _informative_groups(run: Any, rank: int, tries: int = 8) -> Any:
         sg = run.method.sample(run, step, {})
         moved = any(s != o for s, o in zip(sg.source, sg.original, strict=True))
         mixed = bool((run.method.advantages(sg) != 0).any())
-        if mixed and (moved or not run.method.transfers or rank != 0):
+        ok = mixed and (moved or not run.method.transfers or rank != 0)
+        # every rank stops at the same step: sampling runs collectives, and one rank ahead would hang the others
+        if dist.all_reduce(float(ok), "min") == 1.0:
             return sg
     raise AssertionError(f"no informative step in {tries} samplings")
 
