@@ -7,7 +7,8 @@ resolved and validated (for a CUDA machine when the preset asks for one, so a GP
 laptop), the tokenizer and the model config are read, every training and held-out problem is loaded through
 `lens.data.load_sets` (golds checked) and rendered, every rendered prompt's scorable span is checked to decode
 to its problem text, the prompt + response budget is checked against the model's context, and the engines'
-configs (DeepSpeed, the sampler) are built. A summary is printed; nothing is trained.
+configs (DeepSpeed, the sampler) are built. A summary is printed, with the per-GPU memory plan of
+`lens.memplan` and its verdict against the device; nothing is trained.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lens import data
+from lens import data, memplan
 from lens.config import HELDOUT, Config, resolve_path
 
 HELDOUT_PERCENT, HELDOUT_MAX = 5, 64  # the `heldout` split: 5 % of the training problems, at most 64
@@ -314,6 +315,7 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
         f"{prompts_seen / len(train.ids):.2f} epochs of {len(train.ids)} prompts",
         "deepspeed": deepspeed_config(cfg, world_size),
         "sampler": sampler_config(cfg),
+        "memory": memplan.memory_plan(cfg, model_config, world_size=world_size).lines(),
     }
 
 
