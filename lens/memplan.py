@@ -284,8 +284,9 @@ class MemoryPlan:
         """The plan as the dry-run prints it, one item per line, GiB."""
         st = self.states
         on, off = ("on", "off") if self.checkpointing else ("off", "on")
+        unit = "GPU" if self.device.cuda else "rank"
         lines = [
-            f"per {'GPU' if self.device.cuda else 'rank'}, one of {self.world_size} ranks under ZeRO-{self.zero_stage}: "
+            f"per {unit}, one of {self.world_size} ranks under ZeRO-{self.zero_stage}: "
             f"a model of {param_count(self.shape) / 1e9:.2f}B parameters",
             f"policy: parameters {_gib(st.params)}, gradients {_gib(st.grads)}, AdamW states {_gib(st.optimizer)}",
             f"reference: {_gib(st.reference)}" + (f"; HF sampler copy: {_gib(st.sampler)}" if st.sampler else ""),
