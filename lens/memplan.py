@@ -286,56 +286,74 @@ class MemoryPlan:
         on, off = ("on", "off") if self.checkpointing else ("off", "on")
         unit = "GPU" if self.device.cuda else "rank"
         lines = [
-            f"per {unit}, one of {self.world_size} ranks under ZeRO-{self.zero_stage}: "
-            f"a model of {param_count(self.shape) / 1e9:.2f}B parameters",
-            f"policy: parameters {_gib(st.params)}, gradients {_gib(st.grads)}, AdamW states {_gib(st.optimizer)}",
-            f"reference: {_gib(st.reference)}" + (f"; HF sampler copy: {_gib(st.sampler)}" if st.sampler else ""),
+            f"per {unit} ({_ranks(self.world_size)}, ZeRO-{self.zero_stage}), a model of "
+            f"{_count(param_count(self.shape))} parameters",
+            f"policy: parameters {_size(st.params)}, gradients {_size(st.grads)}, AdamW states {_size(st.optimizer)}",
+            f"reference: {_size(st.reference)}" + (f"; HF sampler copy: {_size(st.sampler)}" if st.sampler else ""),
             f"micro-batch: {self.rows} x {self.longest} positions ({self.budget})",
-            f"activations: {_gib(self.activations)} with gradient checkpointing {on}, "
-            f"{_gib(self.activations_other)} with it {off}",
-            f"fused head: chunk {_gib(self.head.chunk)}, backward {_gib(self.head.backward)} "
+            f"activations: {_size(self.activations)} with gradient checkpointing {on}, "
+            f"{_size(self.activations_other)} with it {off}",
+            f"fused head: chunk {_size(self.head.chunk)}, backward {_size(self.head.backward)} "
             "(chunk + d hidden + weight gradient)",
-            f"no-grad passes (pi_old, reference, scoring): {_gib(self.no_grad)}",
+            f"no-grad passes (pi_old, reference, scoring): {_size(self.no_grad)}",
         ]
         if self.gathered:
-            lines.append(f"ZeRO-3 gathered parameters (head + 2 layers): {_gib(self.gathered)}")
+            lines.append(f"ZeRO-3 gathered parameters (head + 2 layers): {_size(self.gathered)}")
         if self.vllm:
-            lines.append(f"vLLM (gpu_memory_utilization x device, while generating): {_gib(self.vllm)}")
+            lines.append(f"vLLM (gpu_memory_utilization x device, while generating): {_size(self.vllm)}")
         lines.append(self.verdict())
         return lines
 
     def verdict(self) -> str:
         """One line: fits or not, the peak and the phase it falls in, against the device."""
-        phase = "update" if self.update_peak >= self.generation_peak else "generation"
-        head = f"peak {_gib(self.peak)} ({phase}) of {_gib(self.device.total)} on {self.device.name}"
+        phases = sorted([(self.update_peak, "update"), (self.generation_peak, "generation")], reverse=True)
+        (_, phase), (other_peak, other) = phases
+        head = (
+            f"peak {_size(self.peak)} ({phase}; {other} {_size(other_peak)}) of {_size(self.device.total)} "
+            f"on {self.device.name}"
+        )
         if self.peak <= self.device.total:
-            return f"verdict: fits: {head}, {_gib(self.device.total - self.peak)} headroom"
+            return f"verdict: fits: {head}, {_size(self.device.total - self.peak)} headroom"
         return (
             f"verdict: does NOT fit: {head}; lower optim.max_tokens_per_micro_batch or rollout."
             "gpu_memory_utilization, turn on model.gradient_checkpointing, or raise optim.zero_stage or the ranks"
         )
 
 
-def _gib(n: int) -> str:
-    return f"{n / GIB:.1f} GiB"
+def _size(n: int) -> str:
+    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / 2**20:.1f} MiB"
 
 
-def planned_micro_batch(cfg: Any) -> tuple[int, int, str]:
-    """(rows, longest, description) of the largest micro-batch the config allows: rows as long as the config
-    allows (the attention mask grows with rows x length^2), as many as fit the token budget."""
-    longest = cfg.data.max_prompt_len + cfg.rollout.max_tokens
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 10**8 else f"{n / 1e6:.2f}M"
+
+
+def _ranks(n: int) -> str:
+    return "1 rank" if n == 1 else f"{n} ranks"
+
+
+def planned_micro_batch(cfg: Any, longest_prompt: int | None = None) -> tuple[int, int, str]:
+    """(rows, longest, description) of the largest micro-batch the config allows: rows as long as they can be
+    (the attention mask grows with rows x length^2), as many as fit the token budget. A row is at most the
+    longest prompt (`longest_prompt`, the dry-run's rendered prompts; else data.max_prompt_len) plus
+    rollout.max_tokens."""
+    prompt = cfg.data.max_prompt_len if longest_prompt is None else longest_prompt
+    what = "data.max_prompt_len" if longest_prompt is None else "longest prompt"
+    longest = prompt + cfg.rollout.max_tokens
+    rows_of = f"{what} {prompt} + rollout.max_tokens {cfg.rollout.max_tokens}"
     budget = cfg.optim.max_tokens_per_micro_batch
     if budget > 0:
-        return max(1, budget // longest), longest, f"optim.max_tokens_per_micro_batch={budget}"
-    return cfg.optim.micro_batch_size, longest, f"optim.micro_batch_size={cfg.optim.micro_batch_size} rows"
+        return max(1, budget // longest), longest, f"optim.max_tokens_per_micro_batch={budget}; {rows_of}"
+    return cfg.optim.micro_batch_size, longest, f"optim.micro_batch_size={cfg.optim.micro_batch_size}; {rows_of}"
 
 
-def memory_plan(cfg: Any, model_config: Any, *, world_size: int) -> MemoryPlan:
-    """The plan of `cfg` (a resolved lens Config) for the model of `model_config` on `world_size` ranks."""
+def memory_plan(cfg: Any, model_config: Any, *, world_size: int, longest_prompt: int | None = None) -> MemoryPlan:
+    """The plan of `cfg` (a resolved lens Config) for the model of `model_config` on `world_size` ranks; rows
+    planned up to `longest_prompt` (None: data.max_prompt_len) + rollout.max_tokens."""
     s = ModelShape.from_hf(model_config)
     b = DTYPE_BYTES[cfg.model.dtype]
     cuda = cfg.device == "cuda"
-    rows, longest, budget = planned_micro_batch(cfg)
+    rows, longest, budget = planned_micro_batch(cfg, longest_prompt)
     # A token budget bounds padded positions, rows x longest <= budget; under it the linear terms are the budget's.
     tokens = max(cfg.optim.max_tokens_per_micro_batch, rows * longest)
     padded = cfg.model.padding_free != "on"  # auto may resolve to padded rows: plan for the larger

@@ -298,7 +298,8 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
         check_spans(rendered, problem_set, tokenizer)
         sets.append(rendered)
     train = sets[0]
-    check_context(cfg, model_config, max(len(ids) for s in sets for ids in s.ids))
+    longest_prompt = max(len(ids) for s in sets for ids in s.ids)
+    check_context(cfg, model_config, longest_prompt)
     # Epochs are over the rendered training prompts: skipped over-long ones are never sampled.
     prompts_seen = cfg.optim.steps * cfg.data.batch_size
     return {
@@ -315,7 +316,7 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
         f"{prompts_seen / len(train.ids):.2f} epochs of {len(train.ids)} prompts",
         "deepspeed": deepspeed_config(cfg, world_size),
         "sampler": sampler_config(cfg),
-        "memory": memplan.memory_plan(cfg, model_config, world_size=world_size).lines(),
+        "memory": memplan.memory_plan(cfg, model_config, world_size=world_size, longest_prompt=longest_prompt).lines(),
     }
 
 

@@ -203,7 +203,7 @@ def test_the_token_budget_bounds_the_micro_batch() -> None:
 def test_a_cpu_run_is_planned_against_this_machine_per_rank() -> None:
     cfg = load_config(None, ["device=cpu"], world_size=2, cuda_available=False)
     plan = memplan.memory_plan(cfg, Qwen2Config(**SMALL), world_size=2)
-    assert plan.lines()[0].startswith("per rank, one of 2 ranks") and plan.vllm == 0
+    assert plan.lines()[0].startswith("per rank (2 ranks, ZeRO-0)") and plan.vllm == 0
     assert "this machine's memory / 2 ranks" in plan.verdict()
     one = dataclasses.replace(plan, device=memplan.device_for(cfg, 1))
     assert one.device.total == 2 * plan.device.total or one.device.total - 1 == 2 * plan.device.total
