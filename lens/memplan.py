@@ -31,6 +31,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+# The head's own chunking constants and rule, so that the plan follows the kernel when either changes.
 from lens_kernels.linear_token_logprobs import _GPU_CHUNK_ELEMS, CHUNK_ELEMS, KEEP_LOGITS_BYTES, _chunk_sizes
 
 GIB = 2**30
@@ -161,30 +162,32 @@ def backward_working_bytes(s: ModelShape, tokens: int, b: int) -> int:
 
 @dataclass(frozen=True)
 class HeadBytes:
-    """The fused LM head of one micro-batch of `rows` predicted positions."""
+    """The fused LM head of one micro-batch."""
 
     saved: int  # what its forward keeps for the backward
-    chunk: int  # one [rows, cols] chunk of the backward and its per-chunk temporaries
+    chunk: int  # one [rows, vocab columns] chunk of the backward and its per-chunk temporaries
     backward: int  # the chunk plus d hidden (fp32) and the head's weight gradient
 
 
-def head_bytes(s: ModelShape, rows: int, b: int, *, cuda: bool) -> HeadBytes:
-    """The fused head's memory (lens_kernels.linear_token_logprobs: Triton on CUDA, torch chunks on CPU)."""
+def head_bytes(s: ModelShape, n: int, b: int, *, cuda: bool) -> HeadBytes:
+    """The fused head's memory over `n` predicted positions (lens_kernels.linear_token_logprobs: Triton on
+    CUDA, torch chunks on CPU)."""
     v, h = s.vocab, s.hidden
     # The gathered hidden states [n, H], the targets (int64) and four fp32 [n] rows (log-prob, entropy, row max,
     # log-sum).
-    saved = rows * (b * h + 8 + 4 * FP32)
+    saved = n * (b * h + 8 + 4 * FP32)
     # The CPU path keeps the forward's fp32 logits chunks for the backward up to KEEP_LOGITS_BYTES.
-    if not cuda and rows * v * FP32 <= KEEP_LOGITS_BYTES:
-        saved += rows * v * FP32
-    budget = _GPU_CHUNK_ELEMS if cuda else CHUNK_ELEMS
-    r, c = _chunk_sizes(rows, v, budget)
-    if cuda:  # dz [r, c] in the model dtype, the fp32 [c, H] weight-gradient accumulator, dz @ W and dz^T @ h
-        chunk = r * c * b + c * h * FP32 + r * h * FP32 + c * h * b
-    else:  # fp32 logits chunk overwritten by dz, the fp32 weight slice (a copy unless fp32)
+    if not cuda and n * v * FP32 <= KEEP_LOGITS_BYTES:
+        saved += n * v * FP32
+    r, c = _chunk_sizes(n, v, _GPU_CHUNK_ELEMS if cuda else CHUNK_ELEMS)
+    if cuda:
+        # dz [r, c] in the model dtype, the fp32 [c, H] weight-gradient accumulator, and the two GEMM outputs
+        # dz @ W [r, H] and dz^T @ h [c, H], each in the model dtype and then as fp32.
+        chunk = r * c * b + c * h * FP32 + (r + c) * h * (b + FP32)
+    else:  # the fp32 logits chunk that dz overwrites, and the fp32 weight slice (a copy unless fp32)
         chunk = r * c * FP32 + (c * h * FP32 if b != FP32 else 0)
     # d hidden accumulates in fp32 [n, H]; the weight gradient [V, H] is a full tensor of the weight's dtype.
-    return HeadBytes(saved=saved, chunk=chunk, backward=chunk + rows * h * FP32 + v * h * b)
+    return HeadBytes(saved=saved, chunk=chunk, backward=chunk + n * h * FP32 + v * h * b)
 
 
 def activation_bytes(

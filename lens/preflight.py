@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lens import data, memplan
+from lens import data
 from lens.config import HELDOUT, Config, resolve_path
 
 HELDOUT_PERCENT, HELDOUT_MAX = 5, 64  # the `heldout` split: 5 % of the training problems, at most 64
@@ -287,6 +287,7 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
     """Everything a run reads before its first step, checked; returns (and the CLI prints) the summary."""
     from transformers import AutoConfig
 
+    from lens import memplan  # imports the kernels (Triton): only a dry run needs them here
     from lens.model import deepspeed_config
 
     tokenizer = load_tokenizer(cfg)  # checks the model paths before HF reads any
