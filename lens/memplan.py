@@ -11,17 +11,17 @@
   scoring run without grad and hold one layer's tensors at a time), with and without gradient checkpointing:
   what autograd saves in a Qwen2/Llama/Qwen3 decoder layer with SDPA, counted term by term below;
 - the fused LM head (lens_kernels.linear_token_logprobs): it never materialises [n, V] logits; its backward
-  holds one [rows, cols] chunk of dz, the head's weight gradient and d hidden;
+  holds one [rows, vocab columns] chunk of dz, the head's weight gradient and d hidden;
 - under ZeRO-3, the parameters gathered for the running module: the head and two decoder layers;
-- vLLM's share, `rollout.gpu_memory_utilization` x the device, during generation (on CUDA vLLM sleeps during
-  the update: its weights are offloaded and its KV cache freed);
+- during generation, vLLM's share, `rollout.gpu_memory_utilization` x the device (on CUDA vLLM sleeps during
+  the update: its weights are offloaded and its KV cache freed), or the HF engine's KV cache;
 and gives a verdict against the device: the GPU's memory, or, for a `device: cuda` preset checked on a
 machine without one, an 80 GiB A800 (the paper's GPU). Not counted: the CUDA context, DeepSpeed's
 communication buckets (its default reduce bucket is 5e8 elements, about 1 GiB in bf16) and allocator
 fragmentation, a few GiB together: hence the headroom the verdict line states.
 
 A micro-batch is planned at its worst: `optim.max_tokens_per_micro_batch` padded positions (or
-`optim.micro_batch_size` rows of `data.max_prompt_len + rollout.max_tokens`), rows as long as they can be.
+`optim.micro_batch_size` rows), rows as long as they can be: the longest prompt + `rollout.max_tokens`.
 The activation formula is checked against the measured peak of a CPU forward+backward (tests/test_memplan.py).
 """
 
@@ -267,6 +267,8 @@ class MemoryPlan:
     gathered: int  # ZeRO-3: parameters gathered for the running modules
     no_grad: int
     vllm: int  # vLLM's share during generation (0 without vLLM)
+    kv_cache: int  # the HF engine's KV cache during generation (0 with vLLM)
+    kv_rows: int  # the rows the HF engine decodes at once
     device: Device
 
     @property
@@ -276,15 +278,15 @@ class MemoryPlan:
 
     @property
     def generation_peak(self) -> int:
-        """Generation: states and vLLM's share (the trainer holds no activations then)."""
-        return self.states.total + self.vllm
+        """Generation: states and vLLM's share or the HF engine's KV cache (no activations then)."""
+        return self.states.total + self.vllm + self.kv_cache
 
     @property
     def peak(self) -> int:
         return max(self.update_peak, self.generation_peak)
 
     def lines(self) -> list[str]:
-        """The plan as the dry-run prints it, one item per line, GiB."""
+        """The plan as the dry-run prints it, one item per line."""
         st = self.states
         on, off = ("on", "off") if self.checkpointing else ("off", "on")
         unit = "GPU" if self.device.cuda else "rank"
@@ -304,6 +306,10 @@ class MemoryPlan:
             lines.append(f"ZeRO-3 gathered parameters (head + 2 layers): {_size(self.gathered)}")
         if self.vllm:
             lines.append(f"vLLM (gpu_memory_utilization x device, while generating): {_size(self.vllm)}")
+        if self.kv_cache:
+            lines.append(
+                f"HF engine KV cache ({self.kv_rows} x {self.longest}, while generating): {_size(self.kv_cache)}"
+            )
         lines.append(self.verdict())
         return lines
 
@@ -350,6 +356,24 @@ def planned_micro_batch(cfg: Any, longest_prompt: int | None = None) -> tuple[in
     return cfg.optim.micro_batch_size, longest, f"optim.micro_batch_size={cfg.optim.micro_batch_size}; {rows_of}"
 
 
+def hf_generation_bytes(s: ModelShape, rows: int, longest: int, b: int) -> int:
+    """The HF engine decoding `rows` rows of up to `longest` positions: keys and values of every layer, and
+    the last position's logits of each row."""
+    return rows * (longest * s.layers * 2 * s.kv_heads * s.head_dim + s.vocab) * b
+
+
+def hf_engine_rows(cfg: Any, world_size: int) -> int:
+    """Rows the HF engine decodes at once on a rank: its generation batch's rollouts, at most the engine's
+    max_batch_size (its constructor's default, which the trainer keeps)."""
+    import inspect
+
+    from lens.rollout.hf import HFEngine
+
+    cap = inspect.signature(HFEngine.__init__).parameters["max_batch_size"].default
+    prompts = cfg.algorithm.dapo.gen_batch_size or cfg.data.batch_size
+    return min(cap, max(1, prompts * cfg.algorithm.m // max(world_size, 1)))
+
+
 def memory_plan(cfg: Any, model_config: Any, *, world_size: int, longest_prompt: int | None = None) -> MemoryPlan:
     """The plan of `cfg` (a resolved lens Config) for the model of `model_config` on `world_size` ranks; rows
     planned up to `longest_prompt` (None: data.max_prompt_len) + rollout.max_tokens."""
@@ -366,6 +390,7 @@ def memory_plan(cfg: Any, model_config: Any, *, world_size: int, longest_prompt:
     zero3 = cfg.optim.zero_stage == 3
     vllm = cfg.rollout.engine == "vllm"
     device = device_for(cfg, world_size)
+    kv_rows = 0 if vllm else hf_engine_rows(cfg, world_size)
     return MemoryPlan(
         shape=s,
         world_size=world_size,
@@ -385,5 +410,7 @@ def memory_plan(cfg: Any, model_config: Any, *, world_size: int, longest_prompt:
         gathered=b * (s.vocab * s.hidden + 2 * layer_params(s)) if zero3 else 0,
         no_grad=no_grad_bytes(s, tokens, longest, b, padded=padded),
         vllm=int(cfg.rollout.gpu_memory_utilization * device.total) if vllm and cuda else 0,
+        kv_cache=hf_generation_bytes(s, kv_rows, longest, b),
+        kv_rows=kv_rows,
         device=device,
     )

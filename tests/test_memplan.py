@@ -180,7 +180,7 @@ def test_every_paper_preset_fits_an_a800_on_8_gpus(preset: str) -> None:
     for item in ("ZeRO-3", "policy: parameters", "AdamW states", "reference:", "activations:", "fused head: chunk",
                  "vLLM", "80 GiB A800 (no GPU on this machine"):  # fmt: skip
         assert item in text, item
-    assert plan.device.total == 80 * GIB and plan.vllm == 40 * GIB  # gpu_memory_utilization 0.5
+    assert plan.device.total == 80 * GIB and plan.vllm == 40 * GIB and plan.kv_cache == 0  # utilization 0.5
     assert plan.peak <= plan.device.total and plan.lines()[-1].startswith("verdict: fits:")
 
 
@@ -202,8 +202,12 @@ def test_the_token_budget_bounds_the_micro_batch() -> None:
 
 def test_a_cpu_run_is_planned_against_this_machine_per_rank() -> None:
     cfg = load_config(None, ["device=cpu"], world_size=2, cuda_available=False)
-    plan = memplan.memory_plan(cfg, Qwen2Config(**SMALL), world_size=2)
+    plan = memplan.memory_plan(cfg, Qwen2Config(num_key_value_heads=2, **SMALL), world_size=2)
     assert plan.lines()[0].startswith("per rank (2 ranks, ZeRO-0)") and plan.vllm == 0
+    # The HF engine decodes a rank's 16 x 8 / 2 rollouts at once: keys and values of 3 layers x 2 kv heads x 16,
+    # and one row of logits each.
+    assert plan.kv_rows == 64 and plan.kv_cache == 64 * (plan.longest * 3 * 2 * 2 * 16 + 151936) * 4
+    assert plan.generation_peak == plan.states.total + plan.kv_cache
     assert "this machine's memory / 2 ranks" in plan.verdict()
     one = dataclasses.replace(plan, device=memplan.device_for(cfg, 1))
     assert one.device.total == 2 * plan.device.total or one.device.total - 1 == 2 * plan.device.total
