@@ -193,7 +193,7 @@ def test_a_plan_that_does_not_fit_says_what_to_change() -> None:
 
 
 def test_the_token_budget_bounds_the_micro_batch() -> None:
-    rows = _paper_plan("paper_qwen3-4b_lens")
+    rows = _paper_plan("paper_qwen3-4b_lens", 8, "optim.max_tokens_per_micro_batch=0", "optim.micro_batch_size=8")
     budget = _paper_plan("paper_qwen3-4b_lens", 8, "optim.max_tokens_per_micro_batch=16384")
     assert (rows.rows, rows.longest) == (8, 1024 + 4096) and (budget.rows, budget.longest) == (3, 5120)
     assert "optim.max_tokens_per_micro_batch=16384" in "\n".join(budget.lines())
