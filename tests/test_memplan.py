@@ -106,10 +106,12 @@ def measured_peak(model: torch.nn.Module, rows: int, length: int) -> tuple[int, 
     """(peak bytes beyond what existed before, predicted positions) of one micro-batch's forward + backward
     through lens's path: the decoder, the predicted positions' hidden states, the fused head. The last row is
     half padding, so the micro-batch carries an attention mask as a padded one does."""
+    device = next(model.parameters()).device
     ids = torch.randint(2, model.config.vocab_size, (rows, length), generator=torch.Generator().manual_seed(0))
     attn = torch.ones(rows, length, dtype=torch.long)
     attn[-1, length // 2 :] = 0
     r, p = torch.nonzero(attn[:, 1:]).T
+    ids, attn, r, p = (t.to(device) for t in (ids, attn, r, p))
     grads = [q.grad for q in model.parameters() if q.grad is not None]
     with LiveBytes([*model.parameters(), *grads, *model.buffers(), ids, attn, r, p]) as live:
         hidden = model.model(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state[r, p]
@@ -128,14 +130,22 @@ BUDGETS = [(1, 256), (4, 128), (2, 512)]
 
 
 @pytest.mark.parametrize(
-    ("family", "dtype", "checkpointing"),
-    [("qwen2", "float32", False), ("qwen2", "float32", True), ("qwen2", "bfloat16", True), ("qwen3", "float32", False)],
+    ("family", "dtype", "checkpointing", "device"),
+    [
+        ("qwen2", "float32", False, "cpu"),
+        ("qwen2", "float32", True, "cpu"),
+        ("qwen2", "bfloat16", True, "cpu"),
+        ("qwen3", "float32", False, "cpu"),
+        # The GPU's own paths: SDPA's CUDA kernels and the Triton head (the storages are counted the same way).
+        pytest.param("qwen2", "bfloat16", True, "cuda", marks=pytest.mark.gpu),
+        pytest.param("qwen3", "bfloat16", False, "cuda", marks=pytest.mark.gpu),
+    ],
 )
 def test_activation_estimate_is_within_25_percent_of_the_measured_peak(
-    family: str, dtype: str, checkpointing: bool
+    family: str, dtype: str, checkpointing: bool, device: str
 ) -> None:
     torch.manual_seed(0)
-    model = FAMILIES[family]().to(getattr(torch, dtype)).train()
+    model = FAMILIES[family]().to(device=device, dtype=getattr(torch, dtype)).train()
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     measured_peak(model, 2, 64)  # allocates every .grad: later backwards accumulate into them in place
@@ -145,9 +155,9 @@ def test_activation_estimate_is_within_25_percent_of_the_measured_peak(
         peak, predicted = measured_peak(model, rows, length)
         estimate = memplan.activation_bytes(
             shape, rows * length, length, memplan.DTYPE_BYTES[dtype],
-            head_rows=predicted, checkpointing=checkpointing, padded=True, cuda=False,
+            head_rows=predicted, checkpointing=checkpointing, padded=True, cuda=device == "cuda",
         )  # fmt: skip
-        print(f"{family} {dtype} ckpt={checkpointing} {rows}x{length}: measured {peak / 2**20:.2f} MiB, "
+        print(f"{family} {dtype} {device} ckpt={checkpointing} {rows}x{length}: measured {peak / 2**20:.2f} MiB, "
               f"estimated {estimate / 2**20:.2f} MiB ({estimate / peak:.3f})")  # fmt: skip
         assert estimate == pytest.approx(peak, rel=0.25), (rows, length)
 
