@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
+from types import SimpleNamespace
 from typing import Any
 
 import paper_shapes
@@ -178,11 +179,18 @@ def test_checkpointing_keeps_one_layer_and_the_layer_inputs() -> None:
 # ------------------------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans checked as on a machine without a GPU (against the A800), wherever the suite runs."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
 def _paper_plan(preset: str, world_size: int = 8, *overrides: str) -> memplan.MemoryPlan:
     cfg = load_config(preset, list(overrides), world_size=world_size, cuda_available=True)
     return memplan.memory_plan(cfg, paper_shapes.hf_config(cfg.model.path), world_size=world_size)
 
 
+@pytest.mark.usefixtures("no_gpu")
 @pytest.mark.parametrize("preset", PAPER_PRESETS)
 def test_every_paper_preset_fits_an_a800_on_8_gpus(preset: str) -> None:
     plan = _paper_plan(preset)
@@ -194,6 +202,7 @@ def test_every_paper_preset_fits_an_a800_on_8_gpus(preset: str) -> None:
     assert plan.peak <= plan.device.total and plan.lines()[-1].startswith("verdict: fits:")
 
 
+@pytest.mark.usefixtures("no_gpu")
 def test_a_plan_that_does_not_fit_says_what_to_change() -> None:
     # ZeRO-3 on one GPU partitions nothing: a 7.6B model's 16 bytes per parameter alone exceed 80 GiB.
     plan = _paper_plan("paper_qwen2.5-7b_lens", 1, "data.batch_size=8")
@@ -202,12 +211,22 @@ def test_a_plan_that_does_not_fit_says_what_to_change() -> None:
     assert verdict.startswith("verdict: does NOT fit: peak") and "optim.max_tokens_per_micro_batch" in verdict
 
 
+@pytest.mark.usefixtures("no_gpu")
 def test_the_token_budget_bounds_the_micro_batch() -> None:
     rows = _paper_plan("paper_qwen3-4b_lens", 8, "optim.max_tokens_per_micro_batch=0", "optim.micro_batch_size=8")
     budget = _paper_plan("paper_qwen3-4b_lens", 8, "optim.max_tokens_per_micro_batch=16384")
     assert (rows.rows, rows.longest) == (8, 1024 + 4096) and (budget.rows, budget.longest) == (3, 5120)
     assert "optim.max_tokens_per_micro_batch=16384" in "\n".join(budget.lines())
     assert budget.activations < rows.activations
+
+
+def test_a_gpu_is_planned_against_its_own_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    props = SimpleNamespace(total_memory=140 * GIB, name="NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+    plan = _paper_plan("paper_qwen3-4b_lens")
+    assert plan.device == memplan.Device(140 * GIB, "this GPU (NVIDIA H200)", cuda=True) and plan.vllm == 70 * GIB
+    assert plan.verdict().endswith(f"of 140.0 GiB on this GPU (NVIDIA H200), {140 - plan.peak / GIB:.1f} GiB headroom")
 
 
 def test_a_cpu_run_is_planned_against_this_machine_per_rank() -> None:
