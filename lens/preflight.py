@@ -7,7 +7,8 @@ resolved and validated (for a CUDA machine when the preset asks for one, so a GP
 laptop), the tokenizer and the model config are read, every training and held-out problem is loaded through
 `lens.data.load_sets` (golds checked) and rendered, every rendered prompt's scorable span is checked to decode
 to its problem text, the prompt + response budget is checked against the model's context, and the engines'
-configs (DeepSpeed, the sampler) are built. A summary is printed; nothing is trained.
+configs (DeepSpeed, the sampler) are built. A summary is printed, with the per-GPU memory plan of
+`lens.memplan` and its verdict against the device; nothing is trained.
 """
 
 from __future__ import annotations
@@ -286,6 +287,7 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
     """Everything a run reads before its first step, checked; returns (and the CLI prints) the summary."""
     from transformers import AutoConfig
 
+    from lens import memplan  # imports the kernels (Triton): only a dry run needs them here
     from lens.model import deepspeed_config
 
     tokenizer = load_tokenizer(cfg)  # checks the model paths before HF reads any
@@ -297,7 +299,8 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
         check_spans(rendered, problem_set, tokenizer)
         sets.append(rendered)
     train = sets[0]
-    check_context(cfg, model_config, max(len(ids) for s in sets for ids in s.ids))
+    longest_prompt = max(len(ids) for s in sets for ids in s.ids)
+    check_context(cfg, model_config, longest_prompt)
     # Epochs are over the rendered training prompts: skipped over-long ones are never sampled.
     prompts_seen = cfg.optim.steps * cfg.data.batch_size
     return {
@@ -314,6 +317,7 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
         f"{prompts_seen / len(train.ids):.2f} epochs of {len(train.ids)} prompts",
         "deepspeed": deepspeed_config(cfg, world_size),
         "sampler": sampler_config(cfg),
+        "memory": memplan.memory_plan(cfg, model_config, world_size=world_size, longest_prompt=longest_prompt).lines(),
     }
 
 

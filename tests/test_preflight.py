@@ -1,16 +1,22 @@
 """Unit tests of lens/preflight.py: the checks a run (and `--dry-run`) makes before its first step, each on
-the smallest input that decides it. No model is loaded; the hub is never contacted.
+the smallest input that decides it, and the dry-run of every paper preset with its memory plan. No model is
+loaded; the hub is never contacted.
 """
 
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from types import SimpleNamespace
 
+import families
+import paper_shapes
 import pytest
+import torch
+from shared_data import DATA_DIR
 
-from lens import data, preflight
-from lens.config import load_config
+from lens import data, preflight, train
+from lens.config import CONFIG_DIR, load_config
 from lens.problem import Problem
 
 
@@ -176,3 +182,47 @@ def test_sampler_config_follows_the_engine_and_zero_stage() -> None:
     assert preflight.sampler_config(_cfg())["shares_trainer_module"] is True
     # ZeRO-3 shards the trainer's module, so the HF engine must sample from its own unsharded copy.
     assert preflight.sampler_config(_cfg("optim.zero_stage=3"))["shares_trainer_module"] is False
+
+
+# ------------------------------------------------------------------------------------------------
+# the dry-run of the paper presets and its memory plan
+# ------------------------------------------------------------------------------------------------
+
+PAPER_PRESETS = sorted(p.stem for p in CONFIG_DIR.glob("paper_*_*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def paper_model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Per paper model: its real config.json (the weights and tokenizer cannot be downloaded here) and a
+    tokenizer of its family, all the dry-run reads, so it plans memory at the real shape."""
+    (train_set,) = data.load_sets("dapo_math_17k", role="train", limit=200)
+    corpus = [p.problem for p in train_set.problems]
+    tokenizers = {f: families.tokenizer(f, corpus) for f in families.FAMILIES}
+    dirs = {}
+    for preset in PAPER_PRESETS:
+        hub_id = load_config(preset, validate=False, cuda_available=True).model.path
+        if hub_id not in dirs:
+            dirs[hub_id] = paper_shapes.save_config(hub_id, tmp_path_factory.mktemp(hub_id.replace("/", "_")))
+            tokenizers[families.family_of(preset)].save_pretrained(dirs[hub_id])
+    return dirs
+
+
+@pytest.mark.skipif(not (DATA_DIR / "dapo_math_17k" / "train.jsonl").is_file(), reason="shared data not found")
+@pytest.mark.parametrize("preset", PAPER_PRESETS)
+def test_every_paper_preset_dry_runs_here_with_its_memory_plan(
+    paper_model_dirs: dict[str, Path], preset: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    hub_id = load_config(preset, validate=False, cuda_available=True).model.path
+    monkeypatch.setenv("WORLD_SIZE", "8")  # as under `lens-train --nproc_per_node=8`, the paper's launch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a GPU machine would plan for its own GPU
+    # Few problems: the plan reads only the longest rendered prompt from the data.
+    small = ["data.train_size=40", "data.eval=[math500]", "data.eval_limit=4"]
+    assert train.main(["--config", preset, "--dry-run", f"model.path={paper_model_dirs[hub_id]}", *small]) == {}
+    out = capsys.readouterr().out
+    plan = out[out.index("memory:") :].splitlines()
+    assert plan[1].strip().startswith("per GPU (8 ranks, ZeRO-3), a model of")
+    for item in ("policy: parameters", "reference:", "activations:", "fused head: chunk", "vLLM"):
+        assert any(line.strip().startswith(item) for line in plan), item
+    verdict = next(line.strip() for line in plan if line.strip().startswith("verdict:"))
+    assert "on an 80 GiB A800 (no GPU on this machine" in verdict
+    assert out.rstrip().endswith("dry run: ok (nothing was trained)")
