@@ -383,8 +383,8 @@ def memory_plan(cfg: Any, model_config: Any, *, world_size: int, longest_prompt:
     rows, longest, budget = planned_micro_batch(cfg, longest_prompt)
     # A token budget bounds padded positions, rows x longest <= budget; under it the linear terms are the budget's.
     tokens = max(cfg.optim.max_tokens_per_micro_batch, rows * longest)
-    # Padded rows unless the passes run padding-free (resolved to a bool; `on` spells it before resolution).
-    padded = cfg.model.padding_free not in (True, "on")
+    # Padded rows unless the passes run padding-free (model.padding_free, resolved to a bool by lens.config).
+    padded = not cfg.model.padding_free
     head_rows = tokens if cfg.optim.max_tokens_per_micro_batch else rows * cfg.rollout.max_tokens
     ckpt = cfg.model.gradient_checkpointing
     kw = {"head_rows": head_rows, "padded": padded, "cuda": cuda}
