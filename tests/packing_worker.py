@@ -51,16 +51,17 @@ def _with_mode(cfg: Config, mode: dict[str, Any]) -> Config:
     return dataclasses.replace(cfg, optim=optim, model=model)
 
 
-def _informative_groups(run: Any, rank: int, tries: int = 8) -> Any:
-    """The first step's groups (of steps 0, 1, ...) that carry a gradient and, for LENS on rank 0, transferred
-    rows: which groups have mixed rewards and pass the transfer guard depends on sampling, not on this test."""
+def _informative_groups(run: Any, tries: int = 8) -> Any:
+    """The first step's groups (of steps 0, 1, ...) that carry a gradient and, for LENS, transferred rows: which
+    groups have mixed rewards and pass the transfer guard depends on sampling, not on this test."""
     for step in range(tries):
         sg = run.method.sample(run, step, {})
         moved = any(s != o for s, o in zip(sg.source, sg.original, strict=True))
         mixed = bool((run.method.advantages(sg) != 0).any())
-        ok = mixed and (moved or not run.method.transfers or rank != 0)
-        # every rank stops at the same step: sampling runs collectives, and one rank ahead would hang the others
-        if dist.all_reduce(float(ok), "min") == 1.0:
+        # Decided over all ranks (some rank has a mixed group, some rank transferred rows): every rank stops at the
+        # same step, since sampling runs collectives and one rank ahead would hang the others.
+        mixed_anywhere = dist.all_reduce(float(mixed), "max") == 1.0
+        if mixed_anywhere and (dist.all_reduce(float(moved), "max") == 1.0 or not run.method.transfers):
             return sg
     raise AssertionError(f"no informative step in {tries} samplings")
 
@@ -86,7 +87,7 @@ def step_gradients(argv: list[str], rank: int) -> dict[str, dict[str, Any]]:
         runs = {"lens": run, "grpo": dataclasses.replace(run, cfg=grpo_cfg, method=methods.build(grpo_cfg))}
         out: dict[str, dict[str, Any]] = {}
         for name, r in runs.items():
-            sg = _informative_groups(r, rank)
+            sg = _informative_groups(r)
             out[name] = {
                 "rows": len(sg.tokens),
                 "moved": sum(s != o for s, o in zip(sg.source, sg.original, strict=True)),

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(not (vartrack.ASSETS_DIR / "model.safetensors").
 
 def _check(results: list[dict], ranks: int) -> None:
     """Every mode's gradient and metrics equal the row-count mode's, on every rank; LENS moved rows on rank 0."""
-    assert results[0]["lens"]["moved"] > 0, "no purified row was transferred: the test would not test LENS"
+    assert sum(r["lens"]["moved"] for r in results) > 0, "no purified row was transferred: LENS would go untested"
     for rank in results:
         for method in ("lens", "grpo"):
             want = rank[method]["rows"]
@@ -66,7 +66,7 @@ def _env() -> dict[str, str]:
 def test_two_ranks_step_gradient_is_the_same_in_every_mode(tmp_path, zero):
     # ~40 s each. Rank 0 purifies all its prompts, rank 1 none: under ZeRO-3 the ranks' micro-batch counts differ
     # by mode and method, and lockstep filler forwards keep them in step.
-    argv = [*BASE, f"optim.zero_stage={zero}", f"run_dir={tmp_path / 'run'}", "data.batch_size=8", "algorithm.m=8"]
+    argv = [*BASE, f"optim.zero_stage={zero}", f"run_dir={tmp_path / 'run'}", "data.batch_size=16", "algorithm.m=8"]
     worker = str(REPO / "tests" / "packing_worker.py")
     cmd = [TORCHRUN, "--standalone", "--nproc_per_node=2", worker, str(tmp_path), *argv]
     done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=900, cwd=REPO)
