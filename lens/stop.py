@@ -12,7 +12,7 @@ scheduler or a script reads a failure; signalling the workers instead needs thei
 The file needs only the run directory, which every rank already shares.
 
 A request is accepted from the moment the run is launched, before the run has created its directory:
-it is written into the directory (created if need be), where the starting run looks for it.
+it is written into the directory (created if need be, in an existing parent), where the starting run looks.
 
 The trainer removes the file when it honours it, so `--resume auto` afterwards trains on. A file
 written before the run was launched (`lens.lifeline.launch_time`: torchrun's start) was left by a run
@@ -57,10 +57,11 @@ def request_stop(run_dir: str | os.PathLike) -> Path:
     """Ask the run in run_dir to stop after its current step -> the request file written.
 
     Accepted from the moment the run is launched: into a run's directory (config.yaml, or the lock of a run
-    that is setting up), and into a directory that does not exist yet or is empty (created here), which is
-    where a run that is still starting will look; it keeps a request written after its launch and removes
-    one written before (`discard_stale_request`). ValueError when run_dir is a file or a directory holding
-    something else than a run (a wrong path: the person would wait for a stop that never comes). A pending
+    that is setting up), and into a directory that does not exist yet (created here, in an existing parent)
+    or is empty, which is where a run that is still starting will look; it keeps a request written after its
+    launch and removes one written before (`discard_stale_request`). ValueError when run_dir is a file or a
+    directory holding something else than a run, FileNotFoundError when its parent does not exist either (a
+    wrong path: the person would wait for a stop that never comes). A pending
     request is simply written again.
     """
     root = Path(run_dir)
@@ -73,7 +74,12 @@ def request_stop(run_dir: str | os.PathLike) -> Path:
                 f"run_dir {root} holds no run (no {_RUN_CONFIG}, but {', '.join(others[:3])}); "
                 "give the run_dir the trainer was started with"
             )
-        root.mkdir(parents=True, exist_ok=True)
+        if not root.parent.is_dir():  # one level is created, never a tree: a typo must not build directories
+            raise FileNotFoundError(
+                f"run_dir {root} does not exist, nor its parent {root.parent}; check the path (a run that is "
+                "starting creates its run_dir within seconds)"
+            )
+        root.mkdir(exist_ok=True)
         request = request_path(root)
         # Only the file's existence counts; the text is for a person who finds it.
         when = time.strftime("%Y-%m-%d %H:%M:%S")

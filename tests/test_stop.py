@@ -48,8 +48,9 @@ def test_the_command_writes_a_request_into_a_claimed_run_dir(run_dir):
         (lambda d: d.write_text(""), "is not a directory"),
         (lambda d: (d.mkdir(), (d / "notes.txt").write_text("")), "holds no run (no config.yaml, but notes.txt)"),
         (lambda d: None, "cannot write the stop request"),  # under a file: /etc/passwd/x
+        (lambda d: None, "does not exist, nor its parent"),  # a typo must not create a tree of directories
     ],
-    ids=["a_file", "not_a_run", "under_a_file"],
+    ids=["a_file", "not_a_run", "under_a_file", "no_parent"],
 )
 def test_a_wrong_path_is_a_one_line_error(tmp_path, capsys, make, message):
     target = tmp_path / "target"
@@ -57,19 +58,21 @@ def test_a_wrong_path_is_a_one_line_error(tmp_path, capsys, make, message):
     if message.startswith("cannot"):
         (tmp_path / "file").write_text("")
         target = tmp_path / "file" / "run"
+    if message.startswith("does not"):
+        target = tmp_path / "typo" / "run"
     with pytest.raises(SystemExit) as exit_:
         stop.main([str(target)])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith(f"lens: error: run_dir {target}") and message in err and err.count("\n") == 1
-    assert not (target / "STOP").exists()
+    assert not (target / "STOP").exists() and not (tmp_path / "typo").exists()
 
 
 @pytest.mark.parametrize("make", [lambda d: None, lambda d: d.mkdir(parents=True)], ids=["missing", "empty"])
 def test_a_request_before_the_run_made_its_directory_is_written_there(tmp_path, make):
     # A stop sent right after the launch, before the run created run_dir, was refused ("does not exist"): the
     # request is written where the starting run looks, and the person is told what it will do.
-    target = tmp_path / "runs" / "new"
+    target = tmp_path / "new"
     make(target)
     done = subprocess.run([sys.executable, "-m", "lens.stop", str(target)], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr
