@@ -61,8 +61,7 @@ def request_stop(run_dir: str | os.PathLike) -> Path:
     or is empty, which is where a run that is still starting will look; it keeps a request written after its
     launch and removes one written before (`discard_stale_request`). ValueError when run_dir is a file or a
     directory holding something else than a run, FileNotFoundError when its parent does not exist either (a
-    wrong path: the person would wait for a stop that never comes). A pending
-    request is simply written again.
+    wrong path: the person would wait for a stop that never comes). A pending request is simply written again.
     """
     root = Path(run_dir)
     try:
@@ -84,6 +83,8 @@ def request_stop(run_dir: str | os.PathLike) -> Path:
         # Only the file's existence counts; the text is for a person who finds it.
         when = time.strftime("%Y-%m-%d %H:%M:%S")
         request.write_text(f"stop requested {when} by pid {os.getpid()} on {socket.gethostname()}\n")
+    except FileNotFoundError:
+        raise
     except OSError as e:  # under a file, too long, not writable: one line, not a traceback
         raise ValueError(f"run_dir {root}: cannot write the stop request ({errors.one_line(e)})") from e
     return request
