@@ -73,6 +73,8 @@ def request_stop(run_dir: str | os.PathLike) -> Path:
                 f"run_dir {root} holds no run (no {_RUN_CONFIG}, but {', '.join(others[:3])}); "
                 "give the run_dir the trainer was started with"
             )
+        if root.parent.exists() and not root.parent.is_dir():
+            raise ValueError(f"run_dir {root} lies under {root.parent}, which is not a directory")
         if not root.parent.is_dir():  # one level is created, never a tree: a typo must not build directories
             raise FileNotFoundError(
                 f"run_dir {root} does not exist, nor its parent {root.parent}; check the path (a run that is "
