@@ -465,6 +465,9 @@ def _coerce_scalar(value: Any, typ: type, key: str) -> Any:
         except ValueError:
             raise errors.ValueTypeError(f"{key}: expected a number, got {value!r}") from None
     if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > 10**300:  # float() would overflow; no numeric key means anything near there
+            allowed = RANGES.get(key.split("[")[0])
+            raise ValueError(f"{key}={_shown(value)}: must be in {allowed}" if allowed else f"{key}: too large")
         return float(value)
     if isinstance(value, typ) and not (typ is int and isinstance(value, bool)):
         return value
@@ -681,7 +684,15 @@ def _validate_numbers(cfg: Config) -> None:
             if v is None:
                 continue
             where = f"must be in {allowed}" if allowed is not None else "must be finite"
-            _require(math.isfinite(v) and (allowed is None or v in allowed), name, v, where)
+            # An int is finite however long (math.isfinite would overflow converting 10**400 to a float).
+            finite = isinstance(v, int) or math.isfinite(v)
+            if not (finite and (allowed is None or v in allowed)):
+                raise ValueError(f"{name}={_shown(v)}: {where}")
+
+
+def _shown(value: float) -> float | str:
+    """A value for a message: a 400-digit integer by its length, not its digits."""
+    return f"<an integer of {len(str(abs(value)))} digits>" if isinstance(value, int) and abs(value) > 10**30 else value
 
 
 def _validate_ranges(cfg: Config) -> None:
@@ -699,7 +710,7 @@ def _validate_ranges(cfg: Config) -> None:
         0.0 < g.p_min <= g.p_init <= g.p_max < 1.0,
         "algorithm.greso.p_init",
         g.p_init,
-        f"need 0 < p_min ({g.p_min}) <= p_init <= p_max ({g.p_max}) < 1",
+        f"need 0 < algorithm.greso.p_min ({g.p_min}) <= p_init <= algorithm.greso.p_max ({g.p_max}) < 1",
     )
     _require(len(o.betas) == 2, "optim.betas", o.betas, "need two, each in [0, 1)")
     _require(o.warmup_steps <= o.steps, "optim.warmup_steps", o.warmup_steps, f"must be in [0, {o.steps}]")
@@ -733,6 +744,10 @@ def _validate_paths(cfg: Config) -> None:
     """Paths the run will open or create, as one line naming the key: too long for the filesystem, and a
     run_dir that is a file or lies under one (`/dev/null`, `/etc/passwd/x`). Read-only."""
     m, d = cfg.model, cfg.data
+    for key, text in (("model.path", m.path), ("data.train", d.train), ("data.split", d.split)):
+        _require(bool(text.strip()), key, text, "must not be empty")
+    for key, text in (("data.problem_key", d.problem_key), ("data.answer_key", d.answer_key)):
+        _require(bool(text.strip()) and "" not in text.split("."), key, text, "must be a field name (dotted: a.b)")
     named = {"run_dir": cfg.run_dir, "model.path": m.path, "model.ref_path": m.ref_path, "data.train": d.train}
     named.update({"data.dir": d.dir, **{f"data.eval[{i}]": e for i, e in enumerate(d.eval or [])}})
     for key, path in named.items():

@@ -309,6 +309,9 @@ def test_every_numeric_key_has_a_range_and_its_default_is_inside():
         ("model.path=/" + "m" * 300, r"model\.path='/m+': has a name longer than 255 bytes"),
         ("data.train=" + "d/" * 2100, r"data\.train='(d/)+': is longer than 4095 bytes"),
         ("optim.lr=12:30:00", r"optim\.lr: expected a number, got '12:30:00'"),  # not YAML's sexagesimal 45000
+        ("optim.lr=1" + "0" * 400, r"optim\.lr=<an integer of 401 digits>: must be in \(0, 10\]"),  # was OverflowError
+        ("optim.steps=1" + "0" * 400, r"optim\.steps=<an integer of 401 digits>: must be in \[1, 1000000000\]"),
+        ('model.path=""', r"model\.path='': must not be empty"),
     ],
 )
 def test_a_value_that_means_nothing_is_refused_naming_its_key_and_range(override, pattern):
