@@ -21,6 +21,11 @@ Layout of <run_dir>/checkpoints/step_<step:08d>/:
 
 Everything is written to `checkpoints/.tmp-step_<step>` first, fsynced, then renamed into place; an
 interrupted save leaves only the temporary directory, which `latest` ignores and the next save removes.
+Pruning keeps the `keep_last` newest VERIFIED checkpoints of the run's lineage (the ones this process saved,
+and older ones that `verify` passes) plus the checkpoint it resumed from, the newest proven to load; a step
+directory newer than that one which this process did not write (a damaged step resumed past, a branch left
+by `checkpoint.resume=<older>`) is renamed to `superseded-step_*` with a warning, never kept in place of a
+fresh checkpoint and never picked by `--resume auto`.
 With several ranks, `save`, `load`, `verify`, `resolve_resume`, `check_run_dir` and `claim_run_dir` are collective
 calls (each rank hashes a share of the files) and run_dir must be on a shared filesystem.
 

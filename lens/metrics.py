@@ -299,7 +299,9 @@ class MetricsLogger:
 
     resume_step: the step of the checkpoint resumed from; rows (and TensorBoard events) after it are
     dropped so a resumed run writes each step once. None: a run that starts at step 0 (fresh, or resumed
-    before its first checkpoint): the file starts empty and earlier TensorBoard events are purged.
+    before its first checkpoint): the file starts empty and earlier TensorBoard events are purged. A row is
+    written whole or not at all (`append_whole`); a full disk is one ValueError naming the disk and the last
+    good checkpoint.
     enabled=False (ranks other than 0) makes every call a no-op.
     """
 
