@@ -357,7 +357,8 @@ def run_fault(fault: Fault, nproc: int, root: Path, ref: list[dict]) -> Row:
     before = log.stat().st_size
     resume_rc = _wait(_start(_command(nproc, run_dir, "--resume", "auto"), log))
     if fault.said:
-        said = [line for line in log.read_text()[before:].splitlines() if fault.said in line]
+        # Paths relative to the run directory: the table shows what was named, not where the temp dir was.
+        said = [line.replace(f"{run_dir}/", "") for line in log.read_text()[before:].splitlines() if fault.said in line]
         note = _join(note, f"resume said: {said[0].split('UserWarning: ')[-1]}" if said else f"NOT said: {fault.said}")
     orphans = [pid for pid in started if _alive(pid)]  # workers that outlived their torchrun and the resume
     for pid in orphans:
