@@ -39,6 +39,7 @@ disk while saving is a one-line error naming the last good checkpoint, which it 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -251,6 +252,10 @@ def _guard_disk(write: Callable[[], None], tmp: Path, step: int) -> None:
         return
     if _rank() == 0:
         shutil.rmtree(tmp, ignore_errors=True)
+        # An empty checkpoints/ left by a failed first save would read as one emptied by hand, which
+        # `--resume auto` refuses (`_no_checkpoint`); without it the resume starts over, as it says below.
+        with contextlib.suppress(OSError):
+            tmp.parent.rmdir()
     good = latest(tmp.parent.parent)
     raise ValueError(
         f"disk full at {tmp.parent} while saving step {step}; the last good checkpoint is "

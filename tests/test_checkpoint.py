@@ -547,6 +547,18 @@ def _no_space(*args, **kwargs):
     raise FULL_DISK["ENOSPC"]
 
 
+def test_a_full_disk_on_the_first_save_leaves_a_run_that_resumes_from_scratch(tmp_path, monkeypatch):
+    # The message says "resume with --resume auto": an empty checkpoints/ left behind would be refused as emptied.
+    _metrics(tmp_path, range(0, 3))
+    monkeypatch.setattr(ck.torch, "save", _no_space)
+    with pytest.raises(ValueError, match=r"the last good checkpoint is none \(nothing was saved yet\)"):
+        ck.save(tmp_path, 2, engine_or_model=tiny_qwen2())
+    monkeypatch.undo()
+    assert not (tmp_path / ck.CHECKPOINTS).exists()
+    with pytest.warns(UserWarning, match="no checkpoint found .* starting over from step 0"):
+        assert ck.resolve_resume("auto", tmp_path) is None
+
+
 def _full_disk_on_rank_1_worker(rank: int, tmp: str) -> None:
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=rank, world_size=2)
