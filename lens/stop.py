@@ -12,7 +12,8 @@ scheduler or a script reads a failure; signalling the workers instead needs thei
 The file needs only the run directory, which every rank already shares.
 
 A request is accepted from the moment the run is launched, before the run has created its directory:
-it is written into the directory (created if need be, in an existing parent), where the starting run looks.
+it is written into the directory (created if need be: in an existing parent, or wherever a process on this
+host was launched with `run_dir=` that directory), where the starting run looks.
 
 The trainer removes the file when it honours it, so `--resume auto` afterwards trains on. A file
 written before the run was launched (`lens.lifeline.launch_time`: torchrun's start) was left by a run
@@ -53,15 +54,33 @@ def run_found(run_dir: str | os.PathLike) -> bool:
     return (root / _RUN_CONFIG).is_file() or lock_path(root).is_file()
 
 
+def launched_into(run_dir: str | os.PathLike) -> bool:
+    """Whether a process on this host has `run_dir=<run_dir>` on its command line (a trainer, torchrun or
+    lens-train launched into it that may not have created the directory yet). Linux /proc; False elsewhere."""
+    target = os.path.realpath(run_dir)
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+            named = [os.fsdecode(a[len(b"run_dir=") :]) for a in args if a.startswith(b"run_dir=")]
+            cwd = os.readlink(proc / "cwd") if named else ""
+        except OSError:  # exited while we looked, or not ours to read
+            continue
+        if any(os.path.realpath(os.path.join(cwd, name)) == target for name in named):
+            return True
+    return False
+
+
 def request_stop(run_dir: str | os.PathLike) -> Path:
     """Ask the run in run_dir to stop after its current step -> the request file written.
 
     Accepted from the moment the run is launched: into a run's directory (config.yaml, or the lock of a run
-    that is setting up), and into a directory that does not exist yet (created here, in an existing parent)
-    or is empty, which is where a run that is still starting will look; it keeps a request written after its
+    that is setting up), and into a directory that does not exist yet (created here: in an existing parent,
+    or wherever a process was launched with this run_dir, `launched_into`) or is empty, which is where a run
+    that is still starting will look; it keeps a request written after its
     launch and removes one written before (`discard_stale_request`). ValueError when run_dir is a file or a
-    directory holding something else than a run, FileNotFoundError when its parent does not exist either (a
-    wrong path: the person would wait for a stop that never comes). A pending request is simply written again.
+    directory holding something else than a run, FileNotFoundError when its parent does not exist either and
+    no process names it (a wrong path: the person would wait for a stop that never comes). A pending request is
+    simply written again.
     """
     root = Path(run_dir)
     try:
@@ -75,12 +94,15 @@ def request_stop(run_dir: str | os.PathLike) -> Path:
             )
         if root.parent.exists() and not root.parent.is_dir():
             raise ValueError(f"run_dir {root} lies under {root.parent}, which is not a directory")
-        if not root.parent.is_dir():  # one level is created, never a tree: a typo must not build directories
+        # One level is created, never a tree (a typo must not build directories), unless a process on this
+        # host was launched with this run_dir on its command line: the launch's own record of where it runs.
+        launching = launched_into(root)
+        if not root.parent.is_dir() and not launching:
             raise FileNotFoundError(
                 f"run_dir {root} does not exist, nor its parent {root.parent}; check the path (a run that is "
                 "starting creates its run_dir within seconds)"
             )
-        root.mkdir(exist_ok=True)
+        root.mkdir(parents=launching, exist_ok=True)
         request = request_path(root)
         # Only the file's existence counts; the text is for a person who finds it.
         when = time.strftime("%Y-%m-%d %H:%M:%S")

@@ -152,3 +152,22 @@ def test_a_stop_at_any_moment_after_the_launch_stops_after_the_first_step(tmp_pa
         assert f"stopped by the stop request {run_dir / 'STOP'} after step 1" in text(), text()
         assert [p.name for p in (run_dir / "checkpoints").glob("step_*")] == ["step_00000001"]
         assert logged_steps(run_dir) == [0, 1] and not (run_dir / "STOP").exists()
+
+
+def test_a_request_for_a_launched_run_dir_creates_its_parents(tmp_path):
+    # The first run into runs/x, where runs/ does not exist yet: the launch's command line names the directory.
+    target = tmp_path / "runs" / "first"
+    assert not stop.launched_into(target)
+    with pytest.raises(FileNotFoundError, match="nor its parent"):
+        stop.request_stop(target)
+    relative = Path("runs") / "first"  # as typed, relative to the launcher's working directory
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)", f"run_dir={relative}"]
+    launcher = subprocess.Popen(sleeper, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 10  # until the child has exec'd its command line
+        while not stop.launched_into(target) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stop.request_stop(target) == target / "STOP"
+    finally:
+        launcher.kill()
+        launcher.wait()
