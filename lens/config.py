@@ -678,7 +678,9 @@ def _validate_numbers(cfg: Config) -> None:
         value = flat[key]
         items = [(f"{key}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, list) else [(key, value)]
         allowed = RANGES.get(key)
-        if key == "data.train_size" and cfg.data.train in BUILTIN_TASKS:  # generated before anything else runs
+        # A built-in task generates this many problems before anything else runs: bounded like its size.
+        generated = {"data.train_size": [cfg.data.train], "data.eval_limit": cfg.data.eval or []}.get(key, [])
+        if any(name in BUILTIN_TASKS for name in generated):
             allowed = TASK_SIZE
         for name, v in items:
             if v is None:

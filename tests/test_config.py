@@ -300,6 +300,7 @@ def test_every_numeric_key_has_a_range_and_its_default_is_inside():
         ("reward.timeout_s=.nan", r"reward\.timeout_s=nan: must be in"),
         ("data.train_size=2147483648", r"data\.train_size=2147483648: must be in \[1, 1048576\]"),
         ("data.train_size=-5", r"data\.train_size=-5: must be in \[1, 1048576\]"),
+        ("data.eval_limit=2147483648", r"data\.eval_limit=2147483648: must be in \[1, 1048576\]"),  # vartrack's sets
         ("seed=-1", r"seed=-1: must be in \[0, 2147483647\]"),
         ("optim.betas=[0.9, 1.5]", r"optim\.betas\[1\]=1\.5: must be in \[0, 1\)"),
         ("data.template=/dev/null", r"data\.template='/dev/null': must be one of auto, chat, plain or a string"),
