@@ -1,17 +1,19 @@
 """The fault matrix: how a torchrun job of lens/train.py ends under each kind of kill or stop, and whether
 `--resume auto` afterwards reproduces an uninterrupted run.
 
-    python bench/fault_matrix.py                      # 1 and 2 ranks, every fault: 36 jobs, ~20 min on 2 cores
+    python bench/fault_matrix.py                      # 1 and 2 ranks, every fault: 54 jobs, ~30 min on 2 cores
     python bench/fault_matrix.py --ranks 2 --faults stop_request,sigterm_torchrun
     python bench/fault_matrix.py --keep runs/faults   # keep the run directories and logs
     python bench/fault_matrix.py --table-only         # rewrite the .md from the .json
     python bench/fault_matrix.py --faults sigkill_torchrun --merge   # rerun some rows into the saved table
 
 For each rank count it trains one uninterrupted reference, then for each fault starts the same job,
-waits until checkpoint 2 is published, injects the fault, waits for torchrun to exit and records: the
-last step logged, the checkpoints present, torchrun's exit code, the seconds from the fault to the exit,
-then runs `--resume auto` to the end and checks that every logged metric (time keys excluded) equals
-the reference bit for bit. Results: bench/results/fault_matrix.md and fault_matrix.json.
+waits until checkpoint 2 is published (a stop during the start: 0.5 s after the launch, or as the setup
+ends; a damage: until checkpoint 4 is, then it kills the job and damages checkpoint 4), injects the fault,
+waits for torchrun to exit and records: the last step logged, the checkpoints present, torchrun's exit
+code, the seconds from the fault to the exit, then runs `--resume auto` to the end and checks that every
+logged metric (time keys excluded) equals the reference bit for bit, and that the resume named what it
+skipped. Results: bench/results/fault_matrix.md and fault_matrix.json.
 
 The job is configs/cpu_smoke.yaml (the process tests' short job): GRPO on the built-in task,
 8 steps, a checkpoint every 2, on gloo/CPU; torchrun's shutdown grace is its default (30 s).
@@ -38,6 +40,8 @@ REPO = Path(__file__).resolve().parent.parent
 TRAIN = str(REPO / "lens" / "train.py")
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 STEPS, EVERY, FAULT_AT = 8, 2, 2  # the fault comes once checkpoint FAULT_AT is published
+DAMAGE_AT = 4  # a damage fault: checkpoints 2 and 4 exist, 4 is damaged, the resume falls back to 2
+LAUNCH_DELAY_S = 0.5  # a stop sent while the job starts: before any process made the run directory
 CONFIG = ["--config", "cpu_smoke", f"optim.steps={STEPS}", f"checkpoint.every={EVERY}"]
 CANCEL_LAG_S = 0.1  # torchrun's copy of a scheduler's SIGTERM, after the workers' own
 SKEW_S = 1.0  # the second signal of the skewed-in-time fault: about one step here, so it lands while the job stops
@@ -167,12 +171,46 @@ def _stop_request(job: subprocess.Popen, run_dir: Path) -> str:
     return "" if done.returncode == 0 else done.stderr.strip()
 
 
+def _killed_then(damage: Callable[[Path], None]) -> Callable[[subprocess.Popen, Path], str]:
+    """SIGKILL torchrun once checkpoint DAMAGE_AT is published, then damage that newest checkpoint (a disk
+    error, a half-finished copy, a person's mistake): the resume must name what it skips and why."""
+
+    def inject(job: subprocess.Popen, run_dir: Path) -> str:
+        os.killpg(job.pid, signal.SIGKILL)  # the whole job: no worker may save over the damage
+        job.wait()
+        damage(run_dir / "checkpoints" / f"step_{DAMAGE_AT:08d}")
+        return ""
+
+    return inject
+
+
+def _flip_weights(ckpt: Path) -> None:
+    weights = ckpt / "hf" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x01
+    weights.write_bytes(bytes(data))
+
+
+def _truncate_state(ckpt: Path) -> None:
+    state = ckpt / "state.pt"
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
+
+
+def _replace_by_file(ckpt: Path) -> None:
+    shutil.rmtree(ckpt)
+    ckpt.write_text("not a checkpoint\n")
+
+
 @dataclass(frozen=True)
 class Fault:
     name: str
     what: str  # the table's description
     ranks: tuple[int, ...]  # the rank counts it applies to
     inject: Callable[[subprocess.Popen, Path], str]  # acts on the running job -> a note ('' when none)
+    # When it comes: once checkpoint FAULT_AT (or DAMAGE_AT) is published, LAUNCH_DELAY_S after the launch, or
+    # when the setup ended (config.yaml written).
+    at: str = "checkpoint"
+    said: str = ""  # a line the resume must print (its first match goes into the note)
 
 
 FAULTS = [
@@ -186,6 +224,40 @@ FAULTS = [
     Fault("stop_request", "`python -m lens.stop RUN_DIR`", (1, 2), _stop_request),
     Fault("sigkill_torchrun", "SIGKILL to torchrun", (1, 2), _sigkill_torchrun),
     Fault("orphan_resume", "SIGKILL to torchrun, `--resume auto` at once", (1, 2), _sigkill_torchrun_resume_at_once),
+    Fault("stop_at_launch", f"`lens.stop` {LAUNCH_DELAY_S:g} s after the launch", (1, 2), _stop_request, at="launch"),
+    Fault("stop_at_setup_end", "`lens.stop` as the setup ends", (1, 2), _stop_request, at="setup"),
+    Fault(
+        "damaged_weights",
+        f"SIGKILL, one byte of checkpoint {DAMAGE_AT}'s weights flipped",
+        (1, 2),
+        _killed_then(_flip_weights),
+        at="damage",
+        said="skipping damaged checkpoint",
+    ),
+    Fault(
+        "truncated_state",
+        f"SIGKILL, checkpoint {DAMAGE_AT}'s state.pt cut in half",
+        (1,),
+        _killed_then(_truncate_state),
+        at="damage",
+        said="skipping damaged checkpoint",
+    ),
+    Fault(
+        "meta_deleted",
+        f"SIGKILL, checkpoint {DAMAGE_AT}'s meta.json deleted",
+        (1,),
+        _killed_then(lambda c: (c / "meta.json").unlink()),
+        at="damage",
+        said="skipping damaged checkpoint",
+    ),
+    Fault(
+        "dir_is_a_file",
+        f"SIGKILL, checkpoint {DAMAGE_AT}'s directory replaced by a file",
+        (1,),
+        _killed_then(_replace_by_file),
+        at="damage",
+        said="skipping damaged checkpoint",
+    ),
 ]
 
 
@@ -255,16 +327,26 @@ class Row:
     note: str
 
 
+def _moment(at: str, run_dir: Path, start: float) -> Callable[[], bool]:
+    """Whether the moment of a fault (Fault.at) has come."""
+    if at == "launch":
+        return lambda: time.monotonic() - start >= LAUNCH_DELAY_S
+    if at == "setup":
+        return (run_dir / "config.yaml").exists
+    step = DAMAGE_AT if at == "damage" else FAULT_AT
+    return (run_dir / "checkpoints" / f"step_{step:08d}" / "meta.json").exists
+
+
 def run_fault(fault: Fault, nproc: int, root: Path, ref: list[dict]) -> Row:
     """One fault on one job, then `--resume auto` to the end -> the table row."""
     run_dir, log = root / f"{fault.name}_{nproc}", root / f"{fault.name}_{nproc}.log"
     start = time.monotonic()
     job = _start(_command(nproc, run_dir), log)
-    published = run_dir / "checkpoints" / f"step_{FAULT_AT:08d}" / "meta.json"
-    while not published.exists() and job.poll() is None and time.monotonic() - start < TIMEOUT_S:
-        time.sleep(0.05)
-    if job.poll() is not None or not published.exists():
-        raise RuntimeError(f"{fault.name} ({nproc} ranks): the job ended or stalled before step {FAULT_AT}; see {log}")
+    ready = _moment(fault.at, run_dir, start)
+    while not ready() and job.poll() is None and time.monotonic() - start < TIMEOUT_S:
+        time.sleep(0.01)
+    if job.poll() is not None or not ready():
+        raise RuntimeError(f"{fault.name} ({nproc} ranks): the job ended or stalled before its fault; see {log}")
     started = list(workers(job.pid).values())
     fault_at = time.monotonic()
     note = fault.inject(job, run_dir)
@@ -272,7 +354,12 @@ def run_fault(fault: Fault, nproc: int, root: Path, ref: list[dict]) -> Row:
     end = time.monotonic()
     logged = [r["step"] for r in rows(run_dir)]
     checkpoints = saved_steps(run_dir)
+    before = log.stat().st_size
     resume_rc = _wait(_start(_command(nproc, run_dir, "--resume", "auto"), log))
+    if fault.said:
+        # Paths relative to the run directory: the table shows what was named, not where the temp dir was.
+        said = [line.replace(f"{run_dir}/", "") for line in log.read_text()[before:].splitlines() if fault.said in line]
+        note = _join(note, f"resume said: {said[0].split('UserWarning: ')[-1]}" if said else f"NOT said: {fault.said}")
     orphans = [pid for pid in started if _alive(pid)]  # workers that outlived their torchrun and the resume
     for pid in orphans:
         _signal(pid, signal.SIGKILL)
@@ -333,7 +420,8 @@ def markdown(table: list[Row], meta: dict) -> str:
         "present then (the last two are kept). *exit after fault*: seconds from the fault to torchrun's exit. "
         "*wall*: the interrupted run from its start (about 15 s of it is startup). *resumed = reference*: after "
         "the resume, every logged metric of every step equals an uninterrupted run's with the same number of "
-        "ranks, bit for bit (time keys excluded).",
+        "ranks, bit for bit (time keys excluded). *resume said*: the warning of `--resume auto` that names the "
+        "damaged checkpoint it skipped and why (it then resumed from the one before).",
     ]
     return "\n".join([*head, *lines, *legend, ""])
 

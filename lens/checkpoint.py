@@ -21,6 +21,11 @@ Layout of <run_dir>/checkpoints/step_<step:08d>/:
 
 Everything is written to `checkpoints/.tmp-step_<step>` first, fsynced, then renamed into place; an
 interrupted save leaves only the temporary directory, which `latest` ignores and the next save removes.
+Pruning keeps the `keep_last` newest VERIFIED checkpoints of the run's lineage (the ones this process saved,
+and older ones that `verify` passes) plus the checkpoint it resumed from, the newest proven to load; a step
+directory newer than that one which this process did not write (a damaged step resumed past, a branch left
+by `checkpoint.resume=<older>`) is renamed to `superseded-step_*` with a warning, never kept in place of a
+fresh checkpoint and never picked by `--resume auto`.
 With several ranks, `save`, `load`, `verify`, `resolve_resume`, `check_run_dir` and `claim_run_dir` are collective
 calls (each rank hashes a share of the files) and run_dir must be on a shared filesystem.
 
@@ -34,6 +39,7 @@ disk while saving is a one-line error naming the last good checkpoint, which it 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -246,6 +252,10 @@ def _guard_disk(write: Callable[[], None], tmp: Path, step: int) -> None:
         return
     if _rank() == 0:
         shutil.rmtree(tmp, ignore_errors=True)
+        # An empty checkpoints/ left by a failed first save would read as one emptied by hand, which
+        # `--resume auto` refuses (`_no_checkpoint`); without it the resume starts over, as it says below.
+        with contextlib.suppress(OSError):
+            tmp.parent.rmdir()
     good = latest(tmp.parent.parent)
     raise ValueError(
         f"disk full at {tmp.parent} while saving step {step}; the last good checkpoint is "
@@ -289,9 +299,12 @@ def save(
     extra.update(generators=generators, tokenizer=tokenizer, data_sources=data_sources)
     _guard_disk(lambda: _write_files(tmp, engine_or_model, extra), tmp, step)  # every rank's files are written
     files = _manifest(tmp)
-    _guard_disk(lambda: _publish(tmp, final, step, files) if _rank() == 0 else None, tmp, step)
+    lineage = _lineage_of(root)
     if _rank() == 0:
-        _prune(root, keep_last)
+        _set_aside_stale(root, lineage, step)
+    _guard_disk(lambda: _publish(tmp, final, step, files) if _rank() == 0 else None, tmp, step)
+    lineage.saved.add(step)
+    _prune(root, keep_last, lineage)
     _barrier()
     return final
 
@@ -374,11 +387,12 @@ def _read_meta(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     return meta, None
 
 
-def _step_dirs(root: Path) -> list[Path]:
-    """Every step_<N> directory under root, damaged or not, oldest first (a save never leaves one without
-    its meta.json: it renames a complete temporary directory into place)."""
+def _step_entries(root: Path) -> list[tuple[int, Path]]:
+    """(step, path) of every step_<N> entry under root, oldest first: directories damaged or not, and files
+    where a step directory should be (a save never leaves one without its meta.json: it renames a complete
+    temporary directory into place)."""
     found = [(int(m.group(1)), c) for c in (root.iterdir() if root.is_dir() else ()) if (m := _STEP_DIR.match(c.name))]
-    return [path for _, path in sorted(found) if path.is_dir()]
+    return sorted(found)
 
 
 def _meta_step(path: Path) -> int | None:
@@ -388,12 +402,86 @@ def _meta_step(path: Path) -> int | None:
         return None
 
 
-def _prune(root: Path, keep_last: int) -> None:
-    for _, path in _complete(root)[:-keep_last]:
-        shutil.rmtree(path)
-    # A save killed mid-way leaves its temporary directory; it is never a checkpoint, so it goes.
-    for stale in root.glob(".tmp-step_*"):
-        shutil.rmtree(stale, ignore_errors=True)
+@dataclass
+class _Lineage:
+    """The checkpoints of the run a process continues in one run directory: the one it resumed from
+    (`resolve_resume`) and the steps it saved since. Pruning keeps only these; a step directory newer than
+    `base_step` that this process did not save belongs to another run (one resumed past, or abandoned by
+    `checkpoint.resume=<older>`)."""
+
+    base: Path | None  # resolved path of the checkpoint the run continues from (None: a fresh start)
+    base_step: int  # its step (-1: fresh)
+    saved: set[int]
+
+
+# Per resolved checkpoints/ directory: a process may check one run directory and save into another (tests).
+_lineages: dict[str, _Lineage] = {}
+_NO_BASE = 1 << 62  # a library caller's lineage: every step is at or below its base
+
+
+def _lineage_key(root: Path) -> str:
+    return str(root.resolve())
+
+
+def _start_lineage(run_dir: str | os.PathLike, base: Path | None) -> None:
+    step = _meta_step(base) if base is not None else None
+    resolved = base.resolve() if base is not None else None
+    _lineages[_lineage_key(Path(run_dir) / CHECKPOINTS)] = _Lineage(resolved, -1 if step is None else step, set())
+
+
+def _lineage_of(root: Path) -> _Lineage:
+    """The lineage saved into `root`. Without a `resolve_resume` in this process (a library caller saving
+    on its own) every step directory counts as the run's: none is set aside, and pruning still keeps only
+    verified ones."""
+    return _lineages.setdefault(_lineage_key(root), _Lineage(None, _NO_BASE, set()))
+
+
+def _stale(root: Path, lineage: _Lineage, step: int) -> list[Path]:
+    """Step directories (or files) newer than the lineage's base that this process did not write."""
+    return [p for s, p in _step_entries(root) if s > lineage.base_step and s not in lineage.saved and s != step]
+
+
+def _set_aside_stale(root: Path, lineage: _Lineage, step: int) -> None:
+    """Rename the other runs' newer checkpoints to superseded-step_* (rank 0, before publishing `step`):
+    `--resume auto` must continue THIS run, and they are kept, not deleted (a damaged one may still hold
+    usable weights; an abandoned branch may still be wanted). Each is named in a warning."""
+    for path in _stale(root, lineage, step):
+        dest = path.with_name(f"superseded-{path.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+        os.rename(path, dest)
+        warnings.warn(
+            f"moved {path} aside to {dest}: it is newer than step {lineage.base_step}, which this run continues "
+            "from, so --resume auto must not pick it; delete it once it is not needed",
+            stacklevel=3,
+        )
+
+
+def _prune(root: Path, keep_last: int, lineage: _Lineage) -> None:
+    """Keep the `keep_last` newest verified checkpoints of the lineage, and the one it resumed from.
+
+    Counted: the steps this process saved (their manifest was hashed from the files just written) and,
+    older than the base, directories that `verify` passes; a damaged one never takes a fresh one's place.
+    The checkpoint the run resumed from stays as long as the process runs: it is the newest one proven
+    to load (the case of a damaged newer step resumed past, then keep_last=1). Collective (verify).
+    """
+    listed = _from_rank0([(s, str(p)) for s, p in _lineage_dirs(root, lineage)] if _rank() == 0 else None)
+    keep = {str(lineage.base)} if lineage.base is not None else set()
+    counted = 0
+    for step, name in sorted(listed, reverse=True):
+        if counted < keep_last and (step in lineage.saved or not verify(name)):
+            keep.add(str(Path(name).resolve()))
+            counted += 1
+    if _rank() == 0:
+        for _, name in listed:
+            if str(Path(name).resolve()) not in keep:
+                shutil.rmtree(name)
+        # A save killed mid-way leaves its temporary directory; it is never a checkpoint, so it goes.
+        for stale in root.glob(".tmp-step_*"):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _lineage_dirs(root: Path, lineage: _Lineage) -> list[tuple[int, Path]]:
+    """(step, directory) of the lineage under root: those it saved and those up to its base."""
+    return [(s, p) for s, p in _step_entries(root) if p.is_dir() and (s in lineage.saved or s <= lineage.base_step)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -473,35 +561,81 @@ def resolve_resume(resume: str | None, run_dir: str | os.PathLike) -> Path | Non
     """`checkpoint.resume` -> the verified checkpoint to load, or None for a fresh start. Collective.
 
     none/None/"": None. auto: the newest intact checkpoint under run_dir, skipping damaged ones (a bad
-    file, a missing or damaged meta.json) with a warning naming the bad file; None when there is none;
-    ValueError when every one is damaged (a fresh start would overwrite the run). A directory: that
-    checkpoint; ValueError naming the bad file when it is damaged (it was asked for by name: no silent
-    fallback).
+    file, a missing or damaged meta.json, a file where a step directory should be) with a warning naming
+    each and why; None when there is none (said when run_dir holds metrics); ValueError when every one is
+    damaged (a fresh start would overwrite the run), or when checkpoints/ was emptied under a run's
+    metrics. A directory: that checkpoint; ValueError naming the bad file when it is damaged (it was asked
+    for by name: no silent fallback). The answer starts this process's lineage in run_dir: what `save`
+    prunes and what it sets aside (`_prune`).
     """
     if resume in (None, "", "none"):
-        return None
-    if resume == "auto":
-        damaged = []
-        for path in reversed(_step_dirs(Path(run_dir) / CHECKPOINTS)):
-            problems = verify(path)
-            if not problems:
-                return path
-            damaged.append(f"{path.name}: {problems[0]}")
-            if _rank() == 0:
-                warnings.warn(f"skipping damaged checkpoint {path}: {'; '.join(problems)}", stacklevel=2)
-        if damaged:
-            raise ValueError(
-                f"every checkpoint under {Path(run_dir) / CHECKPOINTS} is damaged ({'; '.join(damaged)}); "
-                "move them away to start over, or resume from a copy"
-            )
-        return None
-    path = Path(resume)
-    if _meta_step(path) is None:
-        raise ValueError(f"checkpoint.resume={resume}: not a complete checkpoint directory (no valid {META})")
-    problems = verify(path)
-    if problems:
-        raise ValueError(f"checkpoint.resume={resume}: damaged checkpoint: {'; '.join(problems)}")
+        path = None
+    elif resume == "auto":
+        path = _newest_intact(Path(run_dir))
+    else:
+        path = Path(resume)
+        if _meta_step(path) is None:
+            raise ValueError(f"checkpoint.resume={resume}: not a complete checkpoint directory (no valid {META})")
+        problems = verify(path)
+        if problems:
+            raise ValueError(f"checkpoint.resume={resume}: damaged checkpoint: {'; '.join(problems)}")
+    _start_lineage(run_dir, path)
     return path
+
+
+def _newest_intact(run_dir: Path) -> Path | None:
+    """`--resume auto`: the newest checkpoint that `verify` passes; every one skipped is named with why."""
+    root = run_dir / CHECKPOINTS
+    damaged = []
+    for _, path in reversed(_step_entries(root)):
+        problems = verify(path) if path.is_dir() else [f"{path}: not a directory (a file where a checkpoint was)"]
+        if not problems:
+            return path
+        damaged.append(f"{path.name}: {problems[0]}")
+        if _rank() == 0:
+            warnings.warn(f"skipping damaged checkpoint {path}: {'; '.join(problems)}", stacklevel=3)
+    if damaged:
+        raise ValueError(
+            f"every checkpoint under {root} is damaged ({'; '.join(damaged)}); "
+            "move them away to start over, or resume from a copy"
+        )
+    _no_checkpoint(run_dir)
+    return None
+
+
+def _no_checkpoint(run_dir: Path) -> None:
+    """`--resume auto` found no checkpoint: a run killed before its first one starts over (its metrics rows
+    are logged again), said in a warning; a checkpoints/ directory emptied under a run's metrics is refused,
+    since starting over would replace the metrics of steps whose checkpoints were deleted."""
+    rows = _metric_steps(run_dir / "metrics.jsonl")
+    if not rows:
+        return
+    root = run_dir / CHECKPOINTS
+    where = f"{run_dir / 'metrics.jsonl'} ({len(rows)} rows, through step {max(rows)})"
+    if root.is_dir() and not any(root.glob(".tmp-step_*")) and max(rows) > 0:
+        raise ValueError(
+            f"no checkpoint found under {root}, but run_dir holds {where}: resuming would start over from "
+            "step 0 and replace them; restore the checkpoints, or move metrics.jsonl away to start over"
+        )
+    if _rank() == 0:
+        warnings.warn(f"no checkpoint found under {root}: starting over from step 0, replacing {where}", stacklevel=4)
+
+
+def _metric_steps(file: Path) -> list[int]:
+    """The steps of a metrics.jsonl's whole rows ([] when there is none; a torn row does not count)."""
+    steps = []
+    try:
+        lines = file.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int):
+            steps.append(row["step"])
+    return steps
 
 
 def saved_config(path: str | os.PathLike) -> dict[str, Any]:

@@ -251,6 +251,7 @@ class Config:
         world = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
         cuda = _cuda_available() if cuda_available is None else cuda_available
         _validate_ranges(self)
+        _validate_paths(self)
         _validate_batches(self, world)
         _validate_device(self, cuda)
         _validate_micro_batches(self)
@@ -283,12 +284,17 @@ def load_config(
     for item in overrides:  # one layer: the order of the overrides does not matter
         cli = _merge(cli, parse_override(item))
     raw = _layer(read_preset(path) if path is not None else {}, cli)
-    cfg = from_dict(raw)
-    cfg = resolve(
-        cfg, cuda_available=_cuda_available() if cuda_available is None else cuda_available, world_size=world_size
-    )
-    if validate:
-        cfg.validate(world_size=world_size, cuda_available=cuda_available)
+    # The warnings about ignored keys wait for the validation: a refused config prints its one line only.
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        cfg = from_dict(raw)
+        cfg = resolve(
+            cfg, cuda_available=_cuda_available() if cuda_available is None else cuda_available, world_size=world_size
+        )
+        if validate:
+            cfg.validate(world_size=world_size, cuda_available=cuda_available)
+    for w in said:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return cfg
 
 
@@ -366,6 +372,8 @@ def parse_override(item: str) -> dict[str, Any]:
         parsed = yaml.safe_load(value) if value.strip() else None
     except yaml.YAMLError as err:
         raise ValueError(f"override {item!r}: value is not valid YAML: {err}") from None
+    if isinstance(parsed, int | float) and not isinstance(parsed, bool) and ":" in value:
+        parsed = value  # YAML 1.1 reads `12:30:00` as sexagesimal 45000: keep what was typed, for the message
     return _nest(key.split("."), parsed)
 
 
@@ -471,6 +479,9 @@ def _coerce_scalar(value: Any, typ: type, key: str) -> Any:
         except ValueError:
             raise errors.ValueTypeError(f"{key}: expected a number, got {value!r}") from None
     if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > 10**300:  # float() would overflow; no numeric key means anything near there
+            allowed = RANGES.get(key.split("[")[0])
+            raise ValueError(f"{key}={_shown(value)}: must be in {allowed}" if allowed else f"{key}: too large")
         return float(value)
     if isinstance(value, typ) and not (typ is int and isinstance(value, bool)):
         return value
@@ -518,6 +529,7 @@ BUILTIN_TASKS = (
     "stutter",
     "stutter_direct",
 )
+TEMPLATE_MODES = ("auto", "chat", "plain")  # lens.data's prompt modes (tests/test_config.py keeps the two equal)
 HELDOUT = "heldout"  # the data.eval name of the held-out split of the training set (lens.preflight)
 
 
@@ -610,39 +622,143 @@ def _require(ok: bool, key: str, value: Any, what: str) -> None:
         raise ValueError(f"{key}={value!r}: {what}")
 
 
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric config key may take: [low, high], either end open. `str` is how messages say it."""
+
+    low: float
+    high: float
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def __str__(self) -> str:
+        def num(x: float) -> str:
+            return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+        return f"{'(' if self.low_open else '['}{num(self.low)}, {num(self.high)}{')' if self.high_open else ']'}"
+
+
+_COUNT = 1 << 20  # prompts, rollouts, tokens: beyond any run this trainer can hold in memory
+_STEPS = 10**9  # steps and step intervals: far beyond any run's length, and an int every library accepts
+_SEED = 2**31 - 1  # numpy, torch and Python all accept it, also after adding a rank or an offset
+_REWARD = Range(-1.0, 1.0)  # verifier rewards are 0 or 1; a penalty or threshold beyond [-1, 1] means nothing
+_ROWS = 10**12  # rows of a data file
+# Built-in tasks generate their problems: more than this is a typo (2**31 grew memory without bound).
+TASK_SIZE = Range(1, 1 << 20)
+# Every int and float key of the typed config (`numeric_keys`), with the values it may take. Checked first in
+# `Config.validate`, so a value that means nothing (`rollout.temperature=1e308`, `reward.timeout_s=.inf`) fails
+# naming its key and this range; the checks that relate two keys follow in `_validate_ranges`.
+RANGES: dict[str, Range] = {
+    "seed": Range(0, _SEED),
+    "data.max_prompt_len": Range(1, _COUNT),
+    "data.batch_size": Range(1, _COUNT),
+    "data.train_size": Range(1, _ROWS),  # a cap on a file's rows; a built-in task's size: TASK_SIZE
+    "data.eval_every": Range(0, _STEPS),
+    "data.eval_n": Range(1, 1024),
+    "data.eval_limit": Range(1, _ROWS),
+    "rollout.temperature": Range(0.0, 10.0, low_open=True),
+    "rollout.top_p": Range(0.0, 1.0, low_open=True),
+    "rollout.max_tokens": Range(1, _COUNT),
+    "rollout.gpu_memory_utilization": Range(0.0, 1.0, low_open=True, high_open=True),
+    "rollout.tensor_parallel_size": Range(1, 1024),
+    "algorithm.m": Range(2, 4096),  # group advantages need at least 2 rollouts per prompt
+    "algorithm.success_threshold": _REWARD,
+    "algorithm.tau": Range(0.0, 1.0, low_open=True),
+    "algorithm.gamma": Range(0.0, 0.5, low_open=True),  # paper: 0.01-0.05
+    "algorithm.min_score": Range(-1e6, 1e6),
+    "algorithm.clip_low": Range(0.0, 1.0, high_open=True),
+    "algorithm.clip_high": Range(0.0, 10.0),
+    "algorithm.clip_c": Range(1.0, 1e3, low_open=True),
+    "algorithm.beta": Range(0.0, 1e3),
+    "algorithm.dapo.gen_batch_size": Range(1, _COUNT),
+    "algorithm.dapo.max_gen_batches": Range(1, 1000),
+    "algorithm.dapo.overlong_buffer": Range(0, _COUNT),
+    "algorithm.dapo.overlong_factor": Range(0.0, 1e3),
+    "algorithm.greso.alpha": Range(0.0, 1.0, low_open=True, high_open=True),
+    "algorithm.greso.p_init": Range(0.0, 1.0, low_open=True, high_open=True),
+    "algorithm.greso.p_min": Range(0.0, 1.0, low_open=True, high_open=True),
+    "algorithm.greso.p_max": Range(0.0, 1.0, low_open=True, high_open=True),
+    "algorithm.greso.p_step": Range(0.0, 1.0, low_open=True, high_open=True),
+    "optim.lr": Range(0.0, 10.0, low_open=True),
+    "optim.weight_decay": Range(0.0, 10.0),
+    "optim.betas": Range(0.0, 1.0, high_open=True),  # each of the two
+    "optim.grad_clip": Range(0.0, 1e6),  # 0 disables clipping
+    "optim.warmup_steps": Range(0, _STEPS),
+    "optim.min_lr_ratio": Range(0.0, 1.0),
+    "optim.steps": Range(1, _STEPS),
+    "optim.micro_batch_size": Range(1, _COUNT),
+    "optim.zero_stage": Range(0, 3),  # DeepSpeed ZeRO stage
+    "checkpoint.every": Range(0, _STEPS),  # 0: only at the end
+    "checkpoint.keep_last": Range(1, 10**6),
+    "reward.truncated": _REWARD,
+    "reward.timeout_s": Range(0.0, 3600.0, low_open=True),  # CPU seconds per item: the interval timer's range
+}
+
+
+def numeric_keys(cls: type = Config, prefix: str = "") -> Iterator[str]:
+    """The dotted keys of every int and float field (and list of them) of the typed config, in field order."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        typ = hints[f.name]
+        if dataclasses.is_dataclass(typ):
+            yield from numeric_keys(typ, f"{prefix}{f.name}.")
+            continue
+        args = [a for a in typing.get_args(typ) if a is not type(None)] or [typ]
+        inner = typing.get_args(args[0])[0] if typing.get_origin(args[0]) is list else args[0]
+        if inner in (int, float):
+            yield f"{prefix}{f.name}"
+
+
+def _validate_numbers(cfg: Config) -> None:
+    """Every numeric value finite and inside its RANGES entry (None: an optional key left unset)."""
+    flat = dict(_flat_items(cfg.to_dict()))
+    for key in numeric_keys():
+        value = flat[key]
+        items = [(f"{key}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, list) else [(key, value)]
+        allowed = RANGES.get(key)
+        # A built-in task generates this many problems before anything else runs: bounded like its size.
+        generated = {"data.train_size": [cfg.data.train], "data.eval_limit": cfg.data.eval or []}.get(key, [])
+        if any(name in BUILTIN_TASKS for name in generated):
+            allowed = TASK_SIZE
+        for name, v in items:
+            if v is None:
+                continue
+            where = f"must be in {allowed}" if allowed is not None else "must be finite"
+            # An int is finite however long (math.isfinite would overflow converting 10**400 to a float).
+            finite = isinstance(v, int) or math.isfinite(v)
+            if not (finite and (allowed is None or v in allowed)):
+                raise ValueError(f"{name}={_shown(v)}: {where}")
+
+
+def _shown(value: float) -> float | str:
+    """A value for a message: a 400-digit integer by its length, not its digits."""
+    return f"<an integer of {len(str(abs(value)))} digits>" if isinstance(value, int) and abs(value) > 10**30 else value
+
+
 def _validate_ranges(cfg: Config) -> None:
     a, o, r, d = cfg.algorithm, cfg.optim, cfg.rollout, cfg.data
-    _require(a.m >= 2, "algorithm.m", a.m, "need at least 2 rollouts per prompt (group advantages)")
-    _require(0.0 < a.tau <= 1.0, "algorithm.tau", a.tau, "must be in (0, 1]")
-    _require(0.0 < a.gamma <= 0.5, "algorithm.gamma", a.gamma, "must be in (0, 0.5] (paper: 0.01-0.05)")
+    _validate_numbers(cfg)
     a.loss_config()  # the loss knobs: checked where they are defined (lens.variants.LossConfig)
-    _require(math.isfinite(a.min_score), "algorithm.min_score", a.min_score, "must be finite")
-    _require(a.dapo.max_gen_batches >= 1, "algorithm.dapo.max_gen_batches", a.dapo.max_gen_batches, "must be >= 1")
     _require(
-        0 <= a.dapo.overlong_buffer < r.max_tokens,
+        a.dapo.overlong_buffer < r.max_tokens,
         "algorithm.dapo.overlong_buffer",
         a.dapo.overlong_buffer,
         f"must be in [0, rollout.max_tokens={r.max_tokens})",
     )
-    _require(0.0 < a.greso.alpha < 1.0, "algorithm.greso.alpha", a.greso.alpha, "must be in (0, 1)")
     g = a.greso
     _require(
         0.0 < g.p_min <= g.p_init <= g.p_max < 1.0,
         "algorithm.greso.p_init",
         g.p_init,
-        f"need 0 < p_min ({g.p_min}) <= p_init <= p_max ({g.p_max}) < 1",
+        f"need 0 < algorithm.greso.p_min ({g.p_min}) <= p_init <= algorithm.greso.p_max ({g.p_max}) < 1",
     )
-    _require(math.isfinite(o.lr) and o.lr > 0.0, "optim.lr", o.lr, "must be finite and > 0")
-    _require(o.weight_decay >= 0.0, "optim.weight_decay", o.weight_decay, "must be >= 0")
-    _require(len(o.betas) == 2 and all(0.0 <= b < 1.0 for b in o.betas), "optim.betas", o.betas, "need two in [0,1)")
-    _require(o.grad_clip >= 0.0, "optim.grad_clip", o.grad_clip, "must be >= 0 (0 disables clipping)")
-    _require(0 <= o.warmup_steps <= o.steps, "optim.warmup_steps", o.warmup_steps, f"must be in [0, {o.steps}]")
-    _require(0.0 <= o.min_lr_ratio <= 1.0, "optim.min_lr_ratio", o.min_lr_ratio, "must be in [0, 1]")
-    _require(o.steps >= 1, "optim.steps", o.steps, "must be >= 1")
-    _require(o.zero_stage in (0, 1, 2, 3), "optim.zero_stage", o.zero_stage, "DeepSpeed ZeRO stage is 0, 1, 2 or 3")
-    _require(r.temperature > 0.0, "rollout.temperature", r.temperature, "must be > 0")
-    _require(0.0 < r.top_p <= 1.0, "rollout.top_p", r.top_p, "must be in (0, 1]")
-    _require(r.max_tokens >= 1, "rollout.max_tokens", r.max_tokens, "must be >= 1")
+    _require(len(o.betas) == 2, "optim.betas", o.betas, "need two, each in [0, 1)")
+    _require(o.warmup_steps <= o.steps, "optim.warmup_steps", o.warmup_steps, f"must be in [0, {o.steps}]")
     # The engine's log-probs are those of the processed (tempered, nucleus) distribution; the update's
     # pi_theta is the raw policy, so the ratio of Eq. 5 is only right when the two coincide.
     _require(
@@ -651,17 +767,44 @@ def _validate_ranges(cfg: Config) -> None:
         a.old_logprobs,
         f"needs rollout.temperature=1 and rollout.top_p=1 (got {r.temperature}, {r.top_p}): use trainer",
     )
-    _require(
-        0.0 < r.gpu_memory_utilization < 1.0, "rollout.gpu_memory_utilization", r.gpu_memory_utilization, "in (0, 1)"
-    )
-    _require(d.max_prompt_len >= 1, "data.max_prompt_len", d.max_prompt_len, "must be >= 1")
-    _require(d.eval_every >= 0, "data.eval_every", d.eval_every, "must be >= 0 (0 disables evaluation)")
-    _require(d.eval_n >= 1, "data.eval_n", d.eval_n, "must be >= 1")
-    _require(cfg.reward.timeout_s > 0, "reward.timeout_s", cfg.reward.timeout_s, "must be > 0")
-    _require(math.isfinite(cfg.reward.truncated), "reward.truncated", cfg.reward.truncated, "must be finite")
-    _require(cfg.checkpoint.every >= 0, "checkpoint.every", cfg.checkpoint.every, "must be >= 0")
-    _require(cfg.checkpoint.keep_last >= 1, "checkpoint.keep_last", cfg.checkpoint.keep_last, "must be >= 1")
     _require(bool(d.eval) or d.eval_every == 0, "data.eval", d.eval, "empty: set data.eval_every=0")
+    _require(
+        d.template in TEMPLATE_MODES or d.template.count("{problem}") == 1,
+        "data.template",
+        d.template,
+        f"must be one of {', '.join(TEMPLATE_MODES)} or a string with '{{problem}}' exactly once",
+    )
+
+
+_NAME_MAX, _PATH_MAX = 255, 4095  # bytes of one path component, of a whole path (Linux)
+
+
+def _check_path_length(key: str, path: str) -> None:
+    _require(len(os.fsencode(path)) <= _PATH_MAX, key, path, f"is longer than {_PATH_MAX} bytes")
+    for part in Path(path).parts:
+        _require(len(os.fsencode(part)) <= _NAME_MAX, key, path, f"has a name longer than {_NAME_MAX} bytes: {part!r}")
+
+
+def _validate_paths(cfg: Config) -> None:
+    """Paths the run will open or create, as one line naming the key: too long for the filesystem, and a
+    run_dir that is a file or lies under one (`/dev/null`, `/etc/passwd/x`). Read-only."""
+    m, d = cfg.model, cfg.data
+    for key, text in (("model.path", m.path), ("data.train", d.train), ("data.split", d.split)):
+        _require(bool(text.strip()), key, text, "must not be empty")
+    for key, text in (("data.problem_key", d.problem_key), ("data.answer_key", d.answer_key)):
+        _require(bool(text.strip()) and "" not in text.split("."), key, text, "must be a field name (dotted: a.b)")
+    named = {"run_dir": cfg.run_dir, "model.path": m.path, "model.ref_path": m.ref_path, "data.train": d.train}
+    named.update({"data.dir": d.dir, **{f"data.eval[{i}]": e for i, e in enumerate(d.eval or [])}})
+    for key, path in named.items():
+        if path is not None:
+            _require("\0" not in path, key, path, "holds a NUL byte")
+            _check_path_length(key, path)
+    if cfg.run_dir is None:
+        return
+    root = Path(cfg.run_dir)
+    _require(not root.exists() or root.is_dir(), "run_dir", cfg.run_dir, "exists and is not a directory")
+    above = next((p for p in root.parents if p.exists()), None)
+    _require(above is None or above.is_dir(), "run_dir", cfg.run_dir, f"lies under {above}, which is not a directory")
 
 
 def _validate_batches(cfg: Config, world: int) -> None:

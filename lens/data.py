@@ -35,6 +35,7 @@ import math
 import os
 import re
 import warnings
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from lens import errors
 
 # Re-exported: callers know the record as lens.data.Problem; it is defined below the tasks that build it.
 from lens.problem import Problem
@@ -55,6 +58,12 @@ _JSON_SUFFIXES = (".json", ".json.gz")
 _PARQUET_SUFFIXES = (".parquet",)
 _DATA_SUFFIXES = _JSONL_SUFFIXES + _JSON_SUFFIXES + _PARQUET_SUFFIXES
 _ON_ERROR = ("raise", "skip")
+# Bounds on one row: JSON nesting deeper than any dataset's (Python's parser recurses, and 30k levels crash
+# it), a problem or answer longer than any prompt a model reads, a line longer than any row of a real set.
+MAX_DEPTH = 64
+MAX_FIELD_CHARS = 1 << 20
+MAX_LINE_BYTES = 64 << 20
+_READ_CHUNK = 1 << 20
 # hf:ORG/NAME[:CONFIG][@SPLIT]; the split may also come from the `split=` argument.
 _HF_SPEC_RE = re.compile(
     r"hf:(?P<name>[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?)(?::(?P<config>[\w.-]+))?(?:@(?P<split>[\w.-]+))?"
@@ -113,27 +122,116 @@ def _decode(raw: bytes, path: Path, line_no: int) -> str:
         ) from None
 
 
+# What a corrupt or truncated compressed file raises while it is read: gzip.BadGzipFile (an OSError), EOFError
+# ("Compressed file ended before the end-of-stream marker"), zlib.error (a bad block).
+_COMPRESSION_ERRORS = (OSError, EOFError, zlib.error)
+
+
+def _unreadable(path: Path, line_no: int, error: BaseException) -> ValueError:
+    what = "compressed data" if path.name.endswith(".gz") else "file"
+    return ValueError(f"{path}:{line_no}: unreadable {what}, truncated or corrupt ({type(error).__name__}: {error})")
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, raw line) of a file, gzip-aware; a read that fails names the line it was reading."""
+    with _open_text(path) as f:
+        line_no = 0
+        while True:
+            try:
+                raw = f.readline(MAX_LINE_BYTES + 1)
+            except _COMPRESSION_ERRORS as e:
+                raise _unreadable(path, line_no + 1, e) from None
+            if not raw:
+                return
+            line_no += 1
+            if len(raw) > MAX_LINE_BYTES:
+                raise ValueError(
+                    f"{path}:{line_no}: a line longer than {MAX_LINE_BYTES} bytes; not a row of a data set"
+                )
+            yield line_no, raw
+
+
+def _parse_row(line: str) -> Any:
+    """One JSON text -> the value, or a _BadRow saying what is wrong (invalid JSON, nesting deeper than
+    MAX_DEPTH, an integer longer than Python converts)."""
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as e:
+        return _BadRow("invalid_json", f"invalid JSON ({e.msg} at column {e.colno})")
+    except RecursionError:
+        return _BadRow("too_deep", f"JSON nested deeper than {MAX_DEPTH} levels")
+    except ValueError as e:  # "Exceeds the limit (4300 digits) for integer string conversion"
+        return _BadRow("invalid_json", f"invalid JSON ({errors.one_line(e)})")
+    return (
+        value if _depth_within(value, MAX_DEPTH) else _BadRow("too_deep", f"JSON nested deeper than {MAX_DEPTH} levels")
+    )
+
+
+def _depth_within(value: Any, limit: int) -> bool:
+    """Whether `value` nests lists and objects at most `limit` deep (iterative: no recursion to overflow)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth + 1 > limit:
+                    return False
+                stack.append((child, depth + 1))
+    return True
+
+
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
     """(line number, parsed row or _BadRow) for every non-blank line of a JSON Lines file."""
+    for line_no, raw in _lines(path):
+        line = _decode(raw, path, line_no)
+        # Blank lines (a trailing newline, hand-edited files) are not rows; numbering still counts them, so
+        # line numbers in errors match the editor's.
+        if not line.strip():
+            continue
+        # A bad row is yielded, not raised: the caller decides between raising with file:line and skipping it.
+        yield line_no, _parse_row(line)
+
+
+def _read_all(path: Path) -> bytes:
+    """The whole (decompressed) file; a read that fails names the line it reached."""
+    chunks: list[bytes] = []
     with _open_text(path) as f:
-        for line_no, raw in enumerate(f, start=1):
-            line = _decode(raw, path, line_no)
-            # Blank lines (a trailing newline, hand-edited files) are not rows; numbering still counts them, so
-            # line numbers in errors match the editor's.
-            if not line.strip():
-                continue
+        while True:
             try:
-                yield line_no, json.loads(line)
-            except json.JSONDecodeError as e:
-                # Yielded, not raised: the caller decides between raising with file:line and skipping the row.
-                yield line_no, _BadRow("invalid_json", f"invalid JSON ({e.msg} at column {e.colno})")
+                chunk = f.read(_READ_CHUNK)
+            except _COMPRESSION_ERRORS as e:
+                raise _unreadable(path, sum(c.count(b"\n") for c in chunks) + 1, e) from None
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+
+def _deep_line(text: str, limit: int) -> int:
+    """The line on which a JSON text first nests deeper than `limit` (brackets inside strings ignored)."""
+    depth, line, in_string, escaped = 0, 1, False, False
+    for ch in text:
+        if ch == "\n":
+            line += 1
+        if in_string:
+            in_string = escaped or ch != '"'
+            escaped = not escaped and ch == "\\"
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return line
+        elif ch in "]}":
+            depth -= 1
+    return 1
 
 
 def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
     """(row number from 1, row) of a `.json` file: a list of objects, an object holding one such list
     (`{"data": [...]}`, as many hub exports are), or JSON Lines saved under a .json name."""
-    with _open_text(path) as f:
-        raw = f.read()
+    raw = _read_all(path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:  # re-decode the offending line alone: the error then names line and column
@@ -150,6 +248,10 @@ def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}:{e.lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise ValueError(f"{path}:{_deep_line(text, MAX_DEPTH)}: JSON nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as e:  # an integer longer than Python converts
+        raise ValueError(f"{path}: invalid JSON ({errors.one_line(e)})") from None
     if isinstance(doc, dict):
         # Exactly one list: with two (data and metadata, say) guessing which holds the rows would be a bug.
         lists = [v for v in doc.values() if isinstance(v, list)]
@@ -158,7 +260,9 @@ def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
         doc = lists[0]
     if not isinstance(doc, list):
         raise ValueError(f"{path}: expected a JSON list of objects, got {type(doc).__name__}")
-    yield from enumerate(doc, start=1)
+    # The rows are the list's items: each is held to the depth bound a JSON Lines row is held to.
+    too_deep = _BadRow("too_deep", f"JSON nested deeper than {MAX_DEPTH} levels")
+    yield from ((i, row if _depth_within(row, MAX_DEPTH - 1) else too_deep) for i, row in enumerate(doc, start=1))
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
@@ -166,11 +270,18 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
     import pyarrow.parquet as pq
 
     row_no = 0
-    # Record batches: a large training set is never held whole in memory as Python dicts.
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
-        for row in batch.to_pylist():
-            row_no += 1
-            yield row_no, row
+    # Record batches: a large training set is never held whole in memory as Python dicts. pyarrow's errors
+    # (ArrowInvalid "Parquet magic bytes not found", OSError on a cut file) name no file: they get its name
+    # and the row the reader reached.
+    try:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+            for row in batch.to_pylist():
+                row_no += 1
+                yield row_no, row
+    except (OSError, ValueError, EOFError) as e:  # pyarrow.ArrowException subclasses these
+        raise ValueError(
+            f"{path}:{row_no + 1}: unreadable parquet file ({type(e).__name__}: {errors.one_line(e)})"
+        ) from None
 
 
 def _hf_rows(name: str, config: str | None, split: str) -> Iterator[tuple[int, Any]]:
@@ -304,7 +415,23 @@ def _problem_text(value: Any, key: str) -> str:
         raise _BadRow("bad_problem_type", f"problem field {key!r} must be a string, got {type(value).__name__}")
     if not value.strip():
         raise _BadRow("empty_problem", f"empty problem field {key!r}")
+    _check_text(value, "problem", key)
     return value
+
+
+def _check_text(value: str, what: str, key: str) -> None:
+    """A problem or answer the tokenizer and verifiers can take: within MAX_FIELD_CHARS, valid Unicode (JSON's
+    `\\ud800` escape decodes to a lone surrogate, which the tokenizer refuses with a TypeError)."""
+    if len(value) > MAX_FIELD_CHARS:
+        raise _BadRow("too_long", f"{what} field {key!r} has {len(value)} characters, more than {MAX_FIELD_CHARS}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise _BadRow(
+            "bad_text",
+            f"{what} field {key!r} holds a lone surrogate {value[e.start]!r} at character {e.start + 1} "
+            "(not Unicode text)",
+        ) from None
 
 
 def _answer_text(value: Any, key: str) -> str:
@@ -314,6 +441,7 @@ def _answer_text(value: Any, key: str) -> str:
         raise _BadRow("bad_answer_type", f"answer field {key!r}: {e}") from None
     if not answer:
         raise _BadRow("empty_answer", f"empty answer field {key!r}")
+    _check_text(answer, "answer", key)
     return answer
 
 

@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import functools
 import json
+import logging
 import os
 import sys
 import time
@@ -78,12 +79,36 @@ def show_warnings_once() -> None:
     warnings.showwarning = once
 
 
+# Lines libraries print on every start that say nothing to act on: DeepSpeed's accelerator probe warns on every
+# CPU-only import, so a refused launch printed it just before its `lens: error:` line.
+_NOISE = {"DeepSpeed": ("Setting accelerator to CPU",)}
+
+
+class _DropNoise(logging.Filter):
+    def __init__(self, starts: tuple[str, ...]) -> None:
+        super().__init__()
+        self.starts = starts
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.starts)
+
+
+def quiet_library_noise() -> None:
+    """Drop the `_NOISE` lines of the libraries' loggers (installed before they are imported: a logger
+    looked up by name is the same object the library configures later). Idempotent."""
+    for name, starts in _NOISE.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropNoise) for f in logger.filters):
+            logger.addFilter(_DropNoise(starts))
+
+
 def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Wrap a command's entry point: user mistakes exit 2 with `lens: error: ...` (see the module)."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         show_warnings_once()
+        quiet_library_noise()
         try:
             return fn(*args, **kwargs)
         except USER_ERRORS as error:

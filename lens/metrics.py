@@ -15,6 +15,7 @@ with c successes out of m: Failure c = 0, Low 0 < c < m/2, Mid m/2 <= c < 7m/8, 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -255,12 +256,52 @@ def truncate_jsonl(path: Path, keep_through_step: int | None) -> None:
     os.replace(tmp, path)
 
 
+def append_whole(path: Path, data: bytes) -> None:
+    """Append `data` to `path` and fsync it, whole or not at all: a write that fails part-way (a full disk
+    takes what fits, then raises or returns short) is cut back off, so no torn row stays in the file."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, data)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, f"wrote {written} of {len(data)} bytes", str(path))
+            # fsync each row: a run killed mid-step then loses at most the row being written.
+            os.fsync(fd)
+        except OSError:
+            os.ftruncate(fd, size)  # shrinking needs no free space
+            raise
+    finally:
+        os.close(fd)
+
+
+def _mount_point(path: Path) -> Path:
+    path = path.resolve()
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def disk_full_message(run_dir: Path, doing: str) -> str:
+    """The one line of a full disk outside a save: the disk, what failed, and the checkpoint to resume from."""
+    from lens.checkpoint import latest  # lazy: the logger must not load checkpoint code to log a row
+
+    good = latest(run_dir)
+    return (
+        f"disk full at {run_dir} (filesystem {_mount_point(run_dir)}) while {doing}; metrics.jsonl keeps "
+        f"every whole row; the last good checkpoint is {good if good is not None else 'none (nothing was saved yet)'}; "
+        "free some space and resume with --resume auto"
+    )
+
+
 class MetricsLogger:
     """One JSON object per `log(step, metrics)` in <run_dir>/metrics.jsonl, plus TensorBoard and wandb.
 
     resume_step: the step of the checkpoint resumed from; rows (and TensorBoard events) after it are
     dropped so a resumed run writes each step once. None: a run that starts at step 0 (fresh, or resumed
-    before its first checkpoint): the file starts empty and earlier TensorBoard events are purged.
+    before its first checkpoint): the file starts empty and earlier TensorBoard events are purged. A row is
+    written whole or not at all (`append_whole`); a full disk is one ValueError naming the disk and the last
+    good checkpoint.
     enabled=False (ranks other than 0) makes every call a no-op.
     """
 
@@ -281,7 +322,8 @@ class MetricsLogger:
         if not enabled:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        truncate_jsonl(self.path, resume_step)
+        with self._disk_full_is_one_line("rewriting metrics.jsonl for the resume"):
+            truncate_jsonl(self.path, resume_step)
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -296,18 +338,26 @@ class MetricsLogger:
         if not self.enabled:
             return
         row = {"step": int(step), **{k: _scalar(v) for k, v in metrics.items()}}
-        with open(self.path, "a") as f:
-            f.write(json.dumps(row) + "\n")
-            # fsync each row: a run killed mid-step then loses at most the row being written.
-            f.flush()
-            os.fsync(f.fileno())
-        if self._tb is not None:
-            for key, value in row.items():
-                if key != "step" and value is not None:
-                    self._tb.add_scalar(key, value, global_step=step)
-            self._tb.flush()
+        with self._disk_full_is_one_line(f"logging step {step}"):
+            append_whole(self.path, (json.dumps(row) + "\n").encode())
+            if self._tb is not None:
+                for key, value in row.items():
+                    if key != "step" and value is not None:
+                        self._tb.add_scalar(key, value, global_step=step)
+                self._tb.flush()
         if self._wandb is not None:
             self._wandb.log({k: v for k, v in row.items() if k != "step"}, step=int(step))
+
+    @contextlib.contextmanager
+    def _disk_full_is_one_line(self, doing: str) -> Iterator[None]:
+        """A full disk (or quota) while writing the logs -> one ValueError naming the disk and the last good
+        checkpoint (the run is then resumed from it); any other OSError propagates."""
+        try:
+            yield
+        except OSError as error:
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise ValueError(disk_full_message(self.path.parent, doing)) from error
 
     def close(self) -> None:
         """Flush and close the sinks."""

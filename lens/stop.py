@@ -11,6 +11,10 @@ torchrun then exits 1 by design (its elastic agent re-raises the signal as an ex
 scheduler or a script reads a failure; signalling the workers instead needs their PIDs on every node.
 The file needs only the run directory, which every rank already shares.
 
+A request is accepted from the moment the run is launched, before the run has created its directory:
+it is written into the directory (created if need be: in an existing parent, or wherever a process on this
+host was launched with `run_dir=` that directory), where the starting run looks.
+
 The trainer removes the file when it honours it, so `--resume auto` afterwards trains on. A file
 written before the run was launched (`lens.lifeline.launch_time`: torchrun's start) was left by a run
 that never honoured it (killed, crashed, or finished in the step it was written) and is removed with a
@@ -44,28 +48,69 @@ def request_path(run_dir: str | os.PathLike) -> Path:
     return Path(run_dir) / STOP_REQUEST
 
 
+def run_found(run_dir: str | os.PathLike) -> bool:
+    """Whether a run has claimed run_dir (config.yaml) or holds it while it sets up (its lock)."""
+    root = Path(run_dir)
+    return (root / _RUN_CONFIG).is_file() or lock_path(root).is_file()
+
+
+def launched_into(run_dir: str | os.PathLike) -> bool:
+    """Whether a process on this host has `run_dir=<run_dir>` on its command line (a trainer, torchrun or
+    lens-train launched into it that may not have created the directory yet). Linux /proc; False elsewhere."""
+    target = os.path.realpath(run_dir)
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+            named = [os.fsdecode(a[len(b"run_dir=") :]) for a in args if a.startswith(b"run_dir=")]
+            cwd = os.readlink(proc / "cwd") if named else ""
+        except OSError:  # exited while we looked, or not ours to read
+            continue
+        if any(os.path.realpath(os.path.join(cwd, name)) == target for name in named):
+            return True
+    return False
+
+
 def request_stop(run_dir: str | os.PathLike) -> Path:
     """Ask the run in run_dir to stop after its current step -> the request file written.
 
-    FileNotFoundError when run_dir does not exist, ValueError when it is not a run's directory (neither
-    config.yaml, which the trainer writes once its setup succeeded, nor the lock of a run that is setting
-    up, lens.runlock). A pending request is simply written again.
+    Accepted from the moment the run is launched: into a run's directory (config.yaml, or the lock of a run
+    that is setting up), and into a directory that does not exist yet (created here: in an existing parent,
+    or wherever a process was launched with this run_dir, `launched_into`) or is empty, which is where a run
+    that is still starting will look; it keeps a request written after its
+    launch and removes one written before (`discard_stale_request`). ValueError when run_dir is a file or a
+    directory holding something else than a run, FileNotFoundError when its parent does not exist either and
+    no process names it (a wrong path: the person would wait for a stop that never comes). A pending request is
+    simply written again.
     """
     root = Path(run_dir)
-    # Refuse a wrong path here: a STOP file in a directory no trainer watches would be silently ignored,
-    # and the person would wait for a stop that never comes.
-    if not root.exists():
-        raise FileNotFoundError(f"run_dir {root} does not exist")
-    if not root.is_dir():
-        raise ValueError(f"run_dir {root} is not a directory")
-    if not (root / _RUN_CONFIG).is_file() and not lock_path(root).is_file():
-        raise ValueError(
-            f"run_dir {root} holds no run (no {_RUN_CONFIG}); give the run_dir the trainer was started with"
-        )
-    request = request_path(root)
-    # Only the file's existence counts; the text is for a person who finds it.
-    when = time.strftime("%Y-%m-%d %H:%M:%S")
-    request.write_text(f"stop requested {when} by pid {os.getpid()} on {socket.gethostname()}\n")
+    try:
+        if root.exists() and not root.is_dir():
+            raise ValueError(f"run_dir {root} is not a directory")
+        others = sorted(p.name for p in root.iterdir() if p.name != STOP_REQUEST) if root.is_dir() else []
+        if others and not run_found(root):
+            raise ValueError(
+                f"run_dir {root} holds no run (no {_RUN_CONFIG}, but {', '.join(others[:3])}); "
+                "give the run_dir the trainer was started with"
+            )
+        if root.parent.exists() and not root.parent.is_dir():
+            raise ValueError(f"run_dir {root} lies under {root.parent}, which is not a directory")
+        # One level is created, never a tree (a typo must not build directories), unless a process on this
+        # host was launched with this run_dir on its command line: the launch's own record of where it runs.
+        launching = launched_into(root)
+        if not root.parent.is_dir() and not launching:
+            raise FileNotFoundError(
+                f"run_dir {root} does not exist, nor its parent {root.parent}; check the path (a run that is "
+                "starting creates its run_dir within seconds)"
+            )
+        root.mkdir(parents=launching, exist_ok=True)
+        request = request_path(root)
+        # Only the file's existence counts; the text is for a person who finds it.
+        when = time.strftime("%Y-%m-%d %H:%M:%S")
+        request.write_text(f"stop requested {when} by pid {os.getpid()} on {socket.gethostname()}\n")
+    except FileNotFoundError:
+        raise
+    except OSError as e:  # under a file, too long, not writable: one line, not a traceback
+        raise ValueError(f"run_dir {root}: cannot write the stop request ({errors.one_line(e)})") from e
     return request
 
 
@@ -96,7 +141,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("run_dir", help="the run's directory (the trainer's run_dir, default runs/<method>_s<seed>)")
     args = parser.parse_args(argv)
     request = request_stop(args.run_dir)
-    print(f"wrote {request}: the run stops after its current step, saves a checkpoint and exits 0")
+    if run_found(args.run_dir):
+        print(f"wrote {request}: the run stops after its current step, saves a checkpoint and exits 0")
+    else:
+        print(
+            f"wrote {request}: no run has taken {args.run_dir} yet; a run launched before now stops after its "
+            "first step, saves a checkpoint and exits 0 (a run launched later removes the request)"
+        )
 
 
 cli = errors.console_script(main)

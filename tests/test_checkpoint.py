@@ -547,6 +547,18 @@ def _no_space(*args, **kwargs):
     raise FULL_DISK["ENOSPC"]
 
 
+def test_a_full_disk_on_the_first_save_leaves_a_run_that_resumes_from_scratch(tmp_path, monkeypatch):
+    # The message says "resume with --resume auto": an empty checkpoints/ left behind would be refused as emptied.
+    _metrics(tmp_path, range(0, 3))
+    monkeypatch.setattr(ck.torch, "save", _no_space)
+    with pytest.raises(ValueError, match=r"the last good checkpoint is none \(nothing was saved yet\)"):
+        ck.save(tmp_path, 2, engine_or_model=tiny_qwen2())
+    monkeypatch.undo()
+    assert not (tmp_path / ck.CHECKPOINTS).exists()
+    with pytest.warns(UserWarning, match="no checkpoint found .* starting over from step 0"):
+        assert ck.resolve_resume("auto", tmp_path) is None
+
+
 def _full_disk_on_rank_1_worker(rank: int, tmp: str) -> None:
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=rank, world_size=2)
@@ -614,3 +626,89 @@ def test_data_fingerprints_of_tasks_and_named_sets(tmp_path):
     (tmp_path / "math500" / "test.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
     named = source_fingerprint("math500", data_dir=tmp_path)
     assert named["file"] == str((tmp_path / "math500" / "test.jsonl").resolve()) and named["size"] == 34
+
+
+# ----------------------------------------------------------------------------------------------
+# Pruning keeps the run's verified checkpoints; every skipped one is named
+# ----------------------------------------------------------------------------------------------
+
+
+def _steps(run: Path) -> list[int]:
+    return sorted(int(p.name.split("_")[1]) for p in (run / ck.CHECKPOINTS).glob("step_*"))
+
+
+def _trainer_resumes(run: Path, resume: str, saves: list[int], keep_last: int) -> Path | None:
+    """What lens.train does with a run directory: resolve the resume, load it, save the given steps."""
+    model = tiny_qwen2()
+    path = ck.resolve_resume(resume, run)
+    if path is not None:
+        ck.load(path, engine_or_model=model)
+    for step in saves:
+        ck.save(run, step, engine_or_model=model, keep_last=keep_last)
+    return path
+
+
+def test_a_damaged_newer_checkpoint_never_displaces_the_fresh_one(tmp_path):
+    # The audited case: steps 4 and 6, step 6's weights damaged, `--resume auto optim.steps=5
+    # checkpoint.every=2 checkpoint.keep_last=1`: it resumes from 4 and saves 5. Pruning used to keep only the
+    # highest step number (the damaged 6), and the next --resume auto was refused.
+    run = tmp_path / "run"
+    _trainer_resumes(run, "none", [4, 6], keep_last=2)
+    _flip_last_byte(run / ck.CHECKPOINTS / "step_00000006" / "hf" / "model.safetensors")
+    with pytest.warns(UserWarning) as caught:
+        assert _trainer_resumes(run, "auto", [5], keep_last=1).name == "step_00000004"
+    said = " ".join(str(w.message) for w in caught)
+    assert "skipping damaged checkpoint" in said and "moved" in said and "superseded-step_00000006" in said
+    assert _steps(run) == [4, 5]  # the fresh step 5 and the one it resumed from, the only one proven to load
+    assert len(list((run / ck.CHECKPOINTS).glob("superseded-step_00000006-*"))) == 1  # set aside, not deleted
+    assert ck.resolve_resume("auto", run).name == "step_00000005"  # the next resume is not refused
+    _trainer_resumes(run, "auto", [6, 7], keep_last=1)  # a later run prunes as usual
+    assert _steps(run) == [5, 7]
+
+
+def test_resuming_an_older_checkpoint_by_name_keeps_its_lineage(tmp_path):
+    run = tmp_path / "run"
+    _trainer_resumes(run, "none", [2, 4, 6], keep_last=3)
+    older = run / ck.CHECKPOINTS / "step_00000002"
+    with pytest.warns(UserWarning, match="moved .*step_00000004 aside"):
+        _trainer_resumes(run, str(older), [3], keep_last=1)
+    assert _steps(run) == [2, 3]  # 4 and 6 are another branch: they must not win --resume auto
+    assert sorted(p.name[: len("superseded-step_00000004")] for p in (run / ck.CHECKPOINTS).glob("superseded-*")) == [
+        "superseded-step_00000004",
+        "superseded-step_00000006",
+    ]
+    assert ck.resolve_resume("auto", run).name == "step_00000003"
+
+
+def test_a_damaged_older_checkpoint_does_not_count_towards_keep_last(tmp_path):
+    run = tmp_path / "run"
+    _trainer_resumes(run, "none", [1, 2, 3], keep_last=3)
+    _truncate(run / ck.CHECKPOINTS / "step_00000002" / "state.pt")
+    _trainer_resumes(run, "auto", [4], keep_last=3)  # 4, 3 (resumed from), then 1: the damaged 2 is not kept
+    assert _steps(run) == [1, 3, 4]
+
+
+def test_a_checkpoint_replaced_by_a_file_is_named(two_saves, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(two_saves, run)
+    bad = run / ck.CHECKPOINTS / "step_00000002"
+    shutil.rmtree(bad)
+    bad.write_text("not a checkpoint")
+    with pytest.warns(UserWarning, match=r"skipping damaged checkpoint .*step_00000002.*not a directory"):
+        assert ck.resolve_resume("auto", run).name == "step_00000001"
+
+
+def _metrics(run: Path, steps: range) -> None:
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in steps))
+
+
+def test_no_checkpoint_under_metrics_is_said_or_refused(tmp_path):
+    run = tmp_path / "run"
+    _metrics(run, range(0, 2))  # killed before its first checkpoint: it starts over, and says so
+    with pytest.warns(UserWarning, match=r"no checkpoint found under .*checkpoints: starting over .*2 rows"):
+        assert ck.resolve_resume("auto", run) is None
+    (run / ck.CHECKPOINTS).mkdir()  # checkpoints/ emptied under metrics of 5 steps: starting over loses them
+    _metrics(run, range(0, 6))
+    with pytest.raises(ValueError, match=r"no checkpoint found under .*through step 5.*move metrics\.jsonl away"):
+        ck.resolve_resume("auto", run)

@@ -271,3 +271,65 @@ def test_parse_args(monkeypatch):
     assert parse_args([])[0] == cpu() and not args.dry_run
     cfg, args = parse_args(["--resume", "auto", "seed=7", "--dry-run"])  # overrides after options too
     assert cfg.seed == 7 and cfg.checkpoint.resume == "auto" and args.dry_run
+
+
+# ----------------------------------------------------------------------------------------------
+# Every numeric value has a range, named in the message; paths fail in one line
+# ----------------------------------------------------------------------------------------------
+
+
+def test_every_numeric_key_has_a_range_and_its_default_is_inside():
+    from lens.config import RANGES, numeric_keys
+
+    keys = list(numeric_keys())
+    assert "reward.timeout_s" in keys and "optim.betas" in keys and "data.train_size" in keys
+    assert sorted(RANGES) == sorted(keys)  # one table, derived from the typed config: a new key needs its range
+    cpu()  # the defaults validate: each lies in its range
+
+
+@pytest.mark.parametrize(
+    ("override", "pattern"),
+    [  # the values a fuzz audit found accepted
+        ("algorithm.success_threshold=-.inf", r"algorithm\.success_threshold=-inf: must be in \[-1, 1\]"),
+        ("reward.truncated=-1e30", r"reward\.truncated=-1e\+30: must be in \[-1, 1\]"),
+        ("rollout.temperature=1e308", r"rollout\.temperature=1e\+308: must be in \(0, 10\]"),
+        ("algorithm.greso.p_step=2147483648", r"algorithm\.greso\.p_step=2147483648\.0: must be in \(0, 1\)"),
+        ("algorithm.min_score=1e40", r"algorithm\.min_score=1e\+40: must be in \[-1000000, 1000000\]"),
+        ("algorithm.dapo.gen_batch_size=9223372036854775808", r"gen_batch_size=9223372036854775808: must be in \[1,"),
+        ("reward.timeout_s=.inf", r"reward\.timeout_s=inf: must be in \(0, 3600\]"),
+        ("reward.timeout_s=.nan", r"reward\.timeout_s=nan: must be in"),
+        ("data.train_size=2147483648", r"data\.train_size=2147483648: must be in \[1, 1048576\]"),
+        ("data.train_size=-5", r"data\.train_size=-5: must be in \[1, 1048576\]"),
+        ("data.eval_limit=2147483648", r"data\.eval_limit=2147483648: must be in \[1, 1048576\]"),  # vartrack's sets
+        ("seed=-1", r"seed=-1: must be in \[0, 2147483647\]"),
+        ("optim.betas=[0.9, 1.5]", r"optim\.betas\[1\]=1\.5: must be in \[0, 1\)"),
+        ("data.template=/dev/null", r"data\.template='/dev/null': must be one of auto, chat, plain or a string"),
+        ("run_dir=/dev/null", r"run_dir='/dev/null': exists and is not a directory"),
+        ("run_dir=/etc/passwd/x", r"run_dir='/etc/passwd/x': lies under /etc/passwd, which is not a directory"),
+        ("run_dir=" + "r" * 300, r"run_dir='r+': has a name longer than 255 bytes"),
+        ("model.path=/" + "m" * 300, r"model\.path='/m+': has a name longer than 255 bytes"),
+        ("data.train=" + "d/" * 2100, r"data\.train='(d/)+': is longer than 4095 bytes"),
+        ("optim.lr=12:30:00", r"optim\.lr: expected a number, got '12:30:00'"),  # not YAML's sexagesimal 45000
+        ("optim.lr=1" + "0" * 400, r"optim\.lr=<an integer of 401 digits>: must be in \(0, 10\]"),  # was OverflowError
+        ("optim.steps=1" + "0" * 400, r"optim\.steps=<an integer of 401 digits>: must be in \[1, 1000000000\]"),
+        ('model.path=""', r"model\.path='': must not be empty"),
+    ],
+)
+def test_a_value_that_means_nothing_is_refused_naming_its_key_and_range(override, pattern):
+    with pytest.raises(ValueError, match=pattern) as caught:
+        cpu(override)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_file_can_cap_rows_beyond_what_a_task_generates():
+    assert cpu("data.train=some.jsonl", "data.train_size=5000000").data.train_size == 5_000_000
+    from lens.config import TEMPLATE_MODES
+    from lens.data import _MODES
+
+    assert TEMPLATE_MODES == _MODES
+
+
+def test_a_refused_config_prints_no_warning_first(recwarn):
+    with pytest.raises(ValueError, match=r"data\.train_size"):
+        cpu("algorithm.name=grpo", "algorithm.tau=0.3", "data.train_size=-5")  # tau is ignored by grpo: a warning
+    assert not [w for w in recwarn if "is ignored" in str(w.message)]

@@ -138,6 +138,9 @@ def _write_jsonl(path: Path, lines: list[str]) -> Path:
 GOOD = json.dumps({"uid": "a", "problem": "1+1?", "answer": "2", "level": 1})
 
 
+ROW_B = '{"uid": "b", "problem": "x", "answer": "2"'
+
+
 @pytest.mark.parametrize(
     ("bad_line", "message", "reason"),
     [
@@ -159,6 +162,13 @@ GOOD = json.dumps({"uid": "a", "problem": "1+1?", "answer": "2", "level": 1})
         ),
         ('["not", "an", "object"]', "row is a JSON list, not an object", "not_an_object"),
         ('{"uid": "a", "problem": "again", "answer": "3"}', "duplicate uid 'a' \\(first on line 1\\)", "duplicate_uid"),
+        # Malformed inputs that used to end in a traceback or load (a fuzz audit of the loader):
+        (ROW_B + ', "m": ' + "[" * 30000 + "]" * 30000 + "}", "JSON nested deeper than 64 levels", "too_deep"),
+        (ROW_B + ', "m": ' + "[" * 65 + "]" * 65 + "}", "JSON nested deeper than 64", "too_deep"),
+        ('{"problem": "x", "answer": ' + "7" * 5000 + "}", "invalid JSON \\(Exceeds the limit", "invalid_json"),
+        ('{"problem": "x\\ud800", "answer": "2"}', "problem field 'problem' holds a lone surrogate", "bad_text"),
+        ('{"problem": "x", "answer": "\\udfff"}', "answer field 'answer' holds a lone surrogate", "bad_text"),
+        ('{"problem": "' + "x" * (data.MAX_FIELD_CHARS + 1) + '", "answer": "2"}', "problem field .* more", "too_long"),
     ],
 )
 def test_bad_rows_raise_with_line_or_are_skipped(tmp_path: Path, bad_line: str, message: str, reason: str) -> None:
@@ -186,6 +196,59 @@ def test_gzip_custom_keys_and_limit(tmp_path: Path) -> None:
     assert problems == [Problem(str(i), f"q{i}", str(i), {"unit": None}) for i in range(3)]
     assert load(path, problem_key="question", answer_key="final_answer", limit=0) == []
     with pytest.raises(ValueError, match="missing problem field 'problem'"):
+        load(path)
+
+
+def _gzip_rows(path: Path, n: int) -> bytes:
+    data_ = gzip.compress(
+        "".join(json.dumps({"problem": f"q{i} " * 50, "answer": i}) + "\n" for i in range(n)).encode()
+    )
+    path.write_bytes(data_)
+    return data_
+
+
+@pytest.mark.parametrize(
+    ("damage", "pattern"),
+    [
+        (lambda b: b[: len(b) // 2], r":\d+: unreadable compressed data, truncated or corrupt \(EOFError"),
+        (lambda b: b"\x00" * 10 + b[10:], r":1: unreadable compressed data, truncated or corrupt \(BadGzipFile"),
+        (lambda b: b[:400] + bytes(x ^ 0x55 for x in b[400:800]) + b[800:], r":\d+: unreadable compressed data"),
+    ],
+    ids=["truncated", "bad_header", "bad_block"],
+)
+@pytest.mark.parametrize("suffix", [".jsonl.gz", ".json.gz"])
+def test_a_corrupt_compressed_file_names_file_and_line(tmp_path: Path, damage, pattern: str, suffix: str) -> None:
+    path = tmp_path / f"train{suffix}"
+    path.write_bytes(damage(_gzip_rows(tmp_path / "whole.gz", 400)))
+    for on_error in ("raise", "skip"):  # not a bad row to skip: the rest of the file cannot be read
+        with pytest.raises(ValueError, match=re.escape(str(path)) + pattern):
+            load(path, on_error=on_error)
+
+
+def test_a_deeply_nested_json_document_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "train.json"
+    path.write_text(
+        '[\n{"problem": "x", "answer": "1"},\n{"problem": "y", "answer": ' + "[" * 50000 + "]" * 50000 + "}]"
+    )
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}:3: JSON nested deeper than 64 levels"):
+        load(path)
+    path.write_text(
+        '[{"problem": "x", "answer": "1"}, {"problem": "y", "answer": "2", "m": ' + "[" * 70 + "]" * 70 + "}]"
+    )
+    problems, report = load_with_report(path, on_error="skip")
+    assert [p.problem for p in problems] == ["x"] and report.skipped == {"too_deep": 1}
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [lambda b: b[: len(b) // 2], lambda b: b"garbage" * 50, lambda b: b[:4] + bytes(len(b) - 4)],
+    ids=["truncated", "not_parquet", "zeroed"],
+)
+def test_a_broken_parquet_file_names_the_file(tmp_path: Path, damage) -> None:
+    path = tmp_path / "train.parquet"
+    pq.write_table(pa.table({"problem": [f"p{i}" for i in range(100)], "answer": [str(i) for i in range(100)]}), path)
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}:1: unreadable parquet file"):
         load(path)
 
 

@@ -75,3 +75,15 @@ def test_a_repeated_library_warning_is_shown_once():
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0 and done.stderr.count("all_gather_into_tensor is deprecated") == 1
+
+
+def test_a_refused_launch_prints_nothing_but_its_line(tmp_path):
+    # Before: DeepSpeed's accelerator probe printed "Setting accelerator to CPU ..." above every refusal's line
+    # (the probe runs as the trainer sets up its process group, before any check of the run directory).
+    from processes import trainer_env
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
+    cmd = [sys.executable, str(REPO / "lens" / "train.py"), "--config", "cpu_smoke", f"run_dir={tmp_path}"]
+    done = subprocess.run(cmd, env=trainer_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert done.stderr.startswith("lens: error: run_dir") and done.stderr.count("\n") == 1, done.stderr

@@ -223,3 +223,42 @@ def test_transfer_meter_summarizes_every_micro_batch_and_rank():
         assert got[key] == pytest.approx(value) or (math.isnan(value) and math.isnan(got[key])), key
     empty = mx.TransferMeter().metrics(lambda local: [local])
     assert empty["transfer/rows"] == 0.0 and math.isnan(empty["transfer/ratio_p50"])
+
+
+def _disk_fills_after(budget: int):
+    """A fake os.write for a disk with `budget` bytes left: it writes what fits, then fails as Linux does
+    (a short count first, ENOSPC once nothing fits)."""
+    import errno
+    import os
+
+    real, left = os.write, [budget]
+
+    def write(fd: int, data: bytes) -> int:
+        if left[0] <= 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        n = real(fd, data[: left[0]])
+        left[0] -= n
+        return n
+
+    return write
+
+
+@pytest.mark.parametrize("budget", [0, 7])  # nothing fits / part of the row fits (a short write)
+def test_a_full_disk_while_logging_is_one_line_and_leaves_no_torn_row(tmp_path, monkeypatch, budget):
+    good = tmp_path / "checkpoints" / "step_00000002"  # what lens.checkpoint.latest reads of a checkpoint
+    good.mkdir(parents=True)
+    (good / "meta.json").write_text(json.dumps({"step": 2}))
+    log = mx.MetricsLogger(tmp_path, tensorboard=False)
+    log.log(1, {"loss": 1.0})
+    log.log(2, {"loss": 0.5})
+    before = (tmp_path / "metrics.jsonl").read_bytes()
+    with monkeypatch.context() as m:
+        m.setattr(mx.os, "write", _disk_fills_after(budget))
+        with pytest.raises(ValueError) as caught:
+            log.log(3, {"loss": 0.25})
+    message = str(caught.value)
+    assert "\n" not in message and f"disk full at {tmp_path} (filesystem /" in message
+    assert f"the last good checkpoint is {good}" in message and "while logging step 3" in message
+    assert (tmp_path / "metrics.jsonl").read_bytes() == before  # whole rows only: step 3 is not half there
+    log.log(3, {"loss": 0.25})  # space freed: the same logger goes on
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]

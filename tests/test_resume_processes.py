@@ -111,3 +111,25 @@ def test_a_checkpoint_of_two_ranks_resumed_on_one_is_refused_in_one_line(tmp_pat
     assert done.returncode == 2 and _lens_errors(done.stderr) == [done.stderr.strip().splitlines()[-1]]
     assert "was written by 2 rank(s) and this run has 1; resume it with 2 rank(s)" in done.stderr
     assert logged_steps(run_dir) == [0, 1, 2]  # nothing trained or logged
+
+
+@pytest.mark.slow  # three runs, ~60 s on 2 busy cores; test_checkpoint.py checks the same pruning in-process
+def test_pruning_after_resuming_past_a_damaged_step_keeps_the_fresh_checkpoint(tmp_path):
+    # The audited case: steps 4 and 6, one byte of step 6's weights flipped, then `--resume auto optim.steps=5
+    # checkpoint.every=2 checkpoint.keep_last=1`. Before: it resumed from 4, saved 5, and pruning kept only the
+    # damaged 6, so the next --resume auto was refused ("every checkpoint ... is damaged").
+    run_dir = tmp_path / "run"
+    args = [sys.executable, TRAIN, *BASE, "checkpoint.every=2", f"run_dir={run_dir}"]
+    first = _run([*args, "optim.steps=6", "checkpoint.keep_last=2"])
+    assert first.returncode == 0, first.stderr[-3000:]
+    weights = run_dir / "checkpoints" / "step_00000006" / "hf" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x01
+    weights.write_bytes(bytes(data))
+    done = _run([*args, "optim.steps=5", "checkpoint.keep_last=1", "--resume", "auto"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "skipping damaged checkpoint" in done.stderr and "step_00000006 aside" in done.stderr
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) == ["step_00000004", "step_00000005"]
+    again = _run([*args, "optim.steps=6", "checkpoint.keep_last=1", "--resume", "auto"])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resumed from step 5" in again.stdout and logged_steps(run_dir) == [0, 1, 2, 3, 4, 5, 6]

@@ -1,5 +1,6 @@
-"""Tests of lens.stop: `python -m lens.stop RUN_DIR` writes a request only into a run's directory, a run
-removes one from before its launch, and StopFlag honours and consumes a request once.
+"""Tests of lens.stop: `python -m lens.stop RUN_DIR` writes a request into a run's directory (or where a starting
+run will look), a run removes one from before its launch, StopFlag honours and consumes a request once, and a
+request sent at any moment after the launch stops the run after its first step with exit 0.
 (The trainer under torchrun, 1 and 2 ranks: tests/test_train_processes.py.)
 
 Run: `OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_stop.py -q`.
@@ -9,14 +10,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from processes import logged_steps, trainer_env
 
 from lens import checkpoint, dist, runlock, stop
 from lens.config import load_config
+from lens.tasks import vartrack
 
 REPO = Path(__file__).resolve().parent.parent
+TRAIN = str(REPO / "lens" / "train.py")
+TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 
 
 @pytest.fixture
@@ -39,21 +45,38 @@ def test_the_command_writes_a_request_into_a_claimed_run_dir(run_dir):
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda d: None, "does not exist"),
-        (lambda d: d.mkdir(), "holds no run (no config.yaml)"),
         (lambda d: d.write_text(""), "is not a directory"),
+        (lambda d: (d.mkdir(), (d / "notes.txt").write_text("")), "holds no run (no config.yaml, but notes.txt)"),
+        (lambda d: None, "which is not a directory"),  # under a file: /etc/passwd/x
+        (lambda d: None, "does not exist, nor its parent"),  # a typo must not create a tree of directories
     ],
-    ids=["missing", "not_a_run", "a_file"],
+    ids=["a_file", "not_a_run", "under_a_file", "no_parent"],
 )
-def test_no_run_is_a_one_line_error(tmp_path, capsys, make, message):
+def test_a_wrong_path_is_a_one_line_error(tmp_path, capsys, make, message):
     target = tmp_path / "target"
     make(target)
+    if message.startswith("which"):
+        (tmp_path / "file").write_text("")
+        target = tmp_path / "file" / "run"
+    if message.startswith("does not"):
+        target = tmp_path / "typo" / "run"
     with pytest.raises(SystemExit) as exit_:
         stop.main([str(target)])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"lens: error: run_dir {target} {message}") and err.count("\n") == 1
-    assert not (target / "STOP").exists()
+    assert err.startswith(f"lens: error: run_dir {target}") and message in err and err.count("\n") == 1
+    assert not (target / "STOP").exists() and not (tmp_path / "typo").exists()
+
+
+@pytest.mark.parametrize("make", [lambda d: None, lambda d: d.mkdir(parents=True)], ids=["missing", "empty"])
+def test_a_request_before_the_run_made_its_directory_is_written_there(tmp_path, make):
+    # A stop sent right after the launch, before the run created run_dir, was refused ("does not exist"): the
+    # request is written where the starting run looks, and the person is told what it will do.
+    target = tmp_path / "new"
+    make(target)
+    done = subprocess.run([sys.executable, "-m", "lens.stop", str(target)], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert (target / "STOP").is_file() and f"no run has taken {target} yet" in done.stdout
 
 
 def test_a_request_from_before_the_launch_is_removed_and_a_later_one_kept(tmp_path):
@@ -96,3 +119,55 @@ def test_stop_flag_honours_a_request_once_and_removes_it(run_dir):
         assert flag.cause == f"the stop request {run_dir / 'STOP'}"
         assert not stop.request_path(run_dir).exists()  # consumed: a resumed run trains on
         assert not flag.should_stop() and flag.cause is None
+
+
+def _stop_at(moment: str, run_dir: Path, proc: subprocess.Popen, launched: float) -> None:
+    """Send `python -m lens.stop` 0.5 s after the launch, or once the setup ended (config.yaml written)."""
+    deadline = time.monotonic() + 300
+    while not (time.monotonic() - launched >= 0.5 if moment == "launch" else (run_dir / "config.yaml").exists()):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    subprocess.run([sys.executable, "-m", "lens.stop", str(run_dir)], check=True, capture_output=True, cwd=REPO)
+
+
+@pytest.mark.skipif(not (vartrack.ASSETS_DIR / "model.safetensors").exists(), reason="no checkpoint")
+def test_a_stop_at_any_moment_after_the_launch_stops_after_the_first_step(tmp_path):
+    # Before: a stop 0.6-14 s after the launch was refused ("run_dir ... does not exist"): the run creates its
+    # directory only as it takes its lock. The four runs (1 and 2 ranks, stopped 0.5 s after the launch or at
+    # the end of the setup) run at once, each torchrun on its own port: one startup's time, not four.
+    runs = {}
+    for nproc in (1, 2):
+        for moment in ("launch", "setup"):
+            name = f"{moment}_{nproc}"
+            cmd = [TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", TRAIN, "--config", "cpu_smoke"]
+            cmd += ["optim.steps=40", f"run_dir={tmp_path / name}"]
+            log = (tmp_path / f"{name}.log").open("w")
+            proc = subprocess.Popen(cmd, env=trainer_env(), cwd=REPO, stdout=log, stderr=log)
+            runs[name] = (moment, proc, time.monotonic())
+    for name, (moment, proc, launched) in runs.items():
+        _stop_at(moment, tmp_path / name, proc, launched)
+    for name, (_, proc, _) in runs.items():
+        run_dir, text = tmp_path / name, (lambda n=name: (tmp_path / f"{n}.log").read_text()[-3000:])
+        assert proc.wait(timeout=300) == 0, text()
+        assert f"stopped by the stop request {run_dir / 'STOP'} after step 1" in text(), text()
+        assert [p.name for p in (run_dir / "checkpoints").glob("step_*")] == ["step_00000001"]
+        assert logged_steps(run_dir) == [0, 1] and not (run_dir / "STOP").exists()
+
+
+def test_a_request_for_a_launched_run_dir_creates_its_parents(tmp_path):
+    # The first run into runs/x, where runs/ does not exist yet: the launch's command line names the directory.
+    target = tmp_path / "runs" / "first"
+    assert not stop.launched_into(target)
+    with pytest.raises(FileNotFoundError, match="nor its parent"):
+        stop.request_stop(target)
+    relative = Path("runs") / "first"  # as typed, relative to the launcher's working directory
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)", f"run_dir={relative}"]
+    launcher = subprocess.Popen(sleeper, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 10  # until the child has exec'd its command line
+        while not stop.launched_into(target) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stop.request_stop(target) == target / "STOP"
+    finally:
+        launcher.kill()
+        launcher.wait()
