@@ -692,6 +692,7 @@ RANGES: dict[str, Range] = {
     "optim.min_lr_ratio": Range(0.0, 1.0),
     "optim.steps": Range(1, _STEPS),
     "optim.micro_batch_size": Range(1, _COUNT),
+    "optim.max_tokens_per_micro_batch": Range(0, _COUNT),  # 0: micro-batches of optim.micro_batch_size rows
     "optim.zero_stage": Range(0, 3),  # DeepSpeed ZeRO stage
     "checkpoint.every": Range(0, _STEPS),  # 0: only at the end
     "checkpoint.keep_last": Range(1, 10**6),

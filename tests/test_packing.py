@@ -219,9 +219,9 @@ def test_padding_free_resolution():
 def test_a_budget_below_the_longest_row_is_refused_naming_key_and_row():
     cfg = load_config("cpu_default")
     longest = cfg.data.max_prompt_len + cfg.rollout.max_tokens
-    for bad in (longest - 1, -3):
+    for bad, why in ((longest - 1, rf"{longest} tokens"), (-3, r"must be in \[0, ")):
         bad_cfg = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, max_tokens_per_micro_batch=bad))
-        with pytest.raises(ValueError, match=rf"optim.max_tokens_per_micro_batch.*{longest} tokens"):
+        with pytest.raises(ValueError, match=rf"optim.max_tokens_per_micro_batch.*{why}"):
             bad_cfg.validate(world_size=1, cuda_available=False)
     ok = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, max_tokens_per_micro_batch=longest))
     ok.validate(world_size=1, cuda_available=False)
