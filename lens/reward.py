@@ -71,6 +71,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import unicodedata
 import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
@@ -84,8 +85,9 @@ from lens.answers import (
     extract_boxed,
     extract_choice,
     extract_final,
-    normalize_math,
+    normalize_math_unit,
     normalize_text,
+    split_items,
     strip_enclosing_box,
 )
 from lens.verify_pool import Verdict, VerdictPool, close_pool, limit_memory, within_cpu_budget
@@ -201,7 +203,8 @@ def validate_gold(kind: str, answer: Any) -> str | None:
             return f"math gold {answer!r} is not a finite answer"
         if not _braces_balance(gold):
             return f"math gold {answer!r} has unbalanced braces"
-        if "__" in gold:
+        # After NFKC, as the comparison sees it: full-width `＿＿` would otherwise become `__` past this check.
+        if "__" in unicodedata.normalize("NFKC", gold):
             return f"math gold {answer!r} contains '__', which is never parsed"
     return None
 
@@ -272,11 +275,16 @@ def _stage_math(completion: Any, gold: str, max_chars: int, fallback_last_number
     if len(pred) > MAX_ANSWER_CHARS:
         return (0.0, "too_long")
     strip_var = "=" not in gold  # `x = 5` answers the gold `5`; an equation gold keeps its left side
-    if strip_var and "=" in pred:
-        pred = pred.rsplit("=", 1)[1]  # `a + b = 2 + 3 = 5`: the value is what comes last
-    norm_pred, norm_gold = normalize_math(pred, strip_var=strip_var), normalize_math(gold, strip_var=strip_var)
+    norm_pred, pred_units = _normalize_answer(pred, strip_var)
+    norm_gold, gold_units = _normalize_answer(gold, strip_var)
     if not norm_pred:
         return (0.0, "no_answer")
+    if _is_prose(norm_gold) or _is_prose(norm_pred):
+        # Words are compared as words: math-verify would read "a sufficient but not a necessary condition"
+        # as a product of letters, equal to any reordering of it.
+        return _CORRECT if _prose_key(pred) == _prose_key(gold) else _WRONG
+    if any(p and g and p != g for p, g in zip(pred_units, gold_units, strict=False)):
+        return _WRONG  # `50 m` is not `50 cm`; a unit on one side only is formatting
     if norm_pred == norm_gold:
         return _CORRECT
     numeric = _numeric_verdict(norm_pred, norm_gold)
@@ -288,6 +296,46 @@ def _stage_math(completion: Any, gold: str, max_chars: int, fallback_last_number
         # work by the input's structure makes the verdict the same on any machine.
         return _structural_verdict(norm_pred, norm_gold)
     return norm_pred, norm_gold
+
+
+_LIST_HINT_RE = re.compile(r"[,;]|\b(?:or|and)\b")
+_PROSE_RE = re.compile(r"[A-Za-z]{2,} [A-Za-z]{2,}|^[A-Za-z]{4,}$")
+_ARTICLES_RE = re.compile(r"\b(?:a|an|the)\b")
+
+
+def _normalize_answer(answer: str, strip_var: bool) -> tuple[str, list[str | None]]:
+    """The normalized answer and the unit of each of its items.
+
+    A list answer (`x = 1 \\text{ or } x = -2`, `1 and 3`, `\\boxed{3} or \\boxed{4}`) is normalized item by
+    item, each losing its own `x =`, and joined with commas: a list is then compared with the gold as a list,
+    so two different values offered for one gold are never credited. In an item with several `=` the value is
+    what comes last (`a + b = 2 + 3 = 5`).
+    """
+    items = [answer]
+    if _LIST_HINT_RE.search(answer) and not _THOUSANDS_ONLY_RE.fullmatch(answer.strip().strip("$")):
+        items = split_items(answer)
+    parts, units = [], []
+    for item in items:
+        if strip_var and "=" in item:
+            item = item.rsplit("=", 1)[1]
+        norm, unit = normalize_math_unit(item, strip_var=strip_var)
+        parts.append(norm)
+        units.append(unit)
+    return ",".join(parts), units
+
+
+_THOUSANDS_ONLY_RE = re.compile(r"-?\d{1,3}(?:(?:,|\{,\})\d{3})+(?:\.\d+)?")
+
+
+def _is_prose(normalized: str) -> bool:
+    """True for an answer in words: two words of 2+ letters in a row, or one word of 4+ letters, outside
+    LaTeX commands (`\\sin x`, `2ab+bc` and `\\text{(C)}` are not prose)."""
+    return _PROSE_RE.search(_COMMAND_RE.sub(" ", normalized)) is not None
+
+
+def _prose_key(answer: str) -> str:
+    """What two prose answers must share: `normalize_text` without articles."""
+    return " ".join(_ARTICLES_RE.sub(" ", normalize_text(answer)).split())
 
 
 def _nesting_depth(latex: str) -> int:
@@ -343,9 +391,28 @@ def _trusted(parsed: list[Any], latex: str) -> bool:
     if not parsed or not isinstance(parsed[0], Basic):
         return False
     expr = parsed[0]
-    if expr.has(S.ComplexInfinity, S.NaN):
+    if expr.has(S.ComplexInfinity, S.NaN) or _degenerate(expr):
         return False
     return len(expr.free_symbols) >= _text_symbols(latex)
+
+
+def _degenerate(expr: Any) -> bool:
+    """True when an infinity takes part in arithmetic (`oo**oo`, `sqrt(oo)`, `2**oo`, `oo - oo`, `0*oo`).
+
+    math-verify leaves such terms unevaluated and sympy's simplify of `g - oo**oo` is sometimes 0 for a
+    finite g, depending on its random and hash-ordered internals: a reward a policy could learn and a rerun
+    would not reproduce. A bare `\\infty`, `-\\infty`, or an infinite interval end stays a value.
+    """
+    from sympy import Add, Function, Mul, Pow, S, preorder_traversal
+
+    infinite = (S.Infinity, S.NegativeInfinity, S.ComplexInfinity)
+    for node in preorder_traversal(expr):
+        if not isinstance(node, (Add, Mul, Pow, Function)) or not any(a in infinite for a in node.args):
+            continue
+        if isinstance(node, Mul) and len(node.args) == 2 and S.NegativeOne in node.args:
+            continue  # `-\\infty` parsed as -1 * oo
+        return True
+    return False
 
 
 def _structural_verdict(pred: str, gold: str) -> Verdict:
@@ -376,6 +443,22 @@ def _parse_gold(gold: str) -> tuple[Any, ...]:
     return tuple(_parse(gold))
 
 
+def _reset_sympy_state() -> None:
+    """Puts sympy's process-wide state back to where a fresh worker has it, before every item.
+
+    sympy draws from one module-level random generator (in simplify's heuristics and numeric checks), so
+    without a reseed a verdict depended on every item the worker had scored before; its global evaluation
+    flags are restored too, in case a deadline interrupted code that had set them.
+    """
+    from sympy.core import random as sympy_random
+    from sympy.core.parameters import global_parameters
+
+    sympy_random.seed(0)
+    global_parameters.evaluate = True
+    global_parameters.distribute = True
+    global_parameters.exp_is_pow = False
+
+
 def _math_verify(pred: str, gold: str) -> Verdict:
     """Compares normalized prediction and gold via math-verify, or structurally where it mis-parses.
 
@@ -386,6 +469,7 @@ def _math_verify(pred: str, gold: str) -> Verdict:
 
     if "__" in pred:
         return (0.0, "parse_error")
+    _reset_sympy_state()
     try:
         gold_parsed = list(_parse_gold(gold))
         pred_parsed = _parse(pred)
