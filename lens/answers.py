@@ -365,7 +365,7 @@ def extract_choice(text: str) -> str | None:
     Reads the answer region (after the last `</think>`, as for math) with NFKC applied (full-width `Ｅ`):
     the last `<answer>` tag, else the last box (boxes glued by "or"/"and" naming different letters are a
     hedge), else the text after the last "answer is" / "Answer:" / "the correct option is" up to the end of
-    its sentence, else a completion that is only the letter. See `_letter_after` for hedges and negation.
+    its sentence, else a last line that is only the letter. See `_letter_after` for hedges and negation.
     """
     text = unicodedata.normalize("NFKC", text)
     region = answer_region(text)
@@ -374,8 +374,10 @@ def extract_choice(text: str) -> str | None:
         decided, letter = _choice_statement(text)
     if decided:
         return letter
-    alone = _BARE_LETTER_RE.fullmatch(region.strip())
-    return alone.group(1).upper() if alone and region.strip()[:1] in "(" + _LETTERS + "*" else None
+    # No statement: a last line that is only a letter ("(d)", "**C**", "Ｅ.") is the answer.
+    last_line = region.strip().rpartition("\n")[2].strip()
+    alone = _BARE_LETTER_RE.fullmatch(last_line)
+    return alone.group(1).upper() if alone and last_line[:1] in "(*" + _LETTERS else None
 
 
 def _choice_statement(region: str) -> tuple[bool, str | None]:

@@ -298,6 +298,7 @@ def _stage_math(completion: Any, gold: str, max_chars: int, fallback_last_number
     return norm_pred, norm_gold
 
 
+_THIN_SPACE_RE = re.compile(r"(?<!\\)\\[,;:!]")
 _LIST_HINT_RE = re.compile(r"[,;]|\b(?:or|and)\b")
 _PROSE_RE = re.compile(r"[A-Za-z]{2,} [A-Za-z]{2,}|^[A-Za-z]{4,}$")
 _ARTICLES_RE = re.compile(r"\b(?:a|an|the)\b")
@@ -311,6 +312,7 @@ def _normalize_answer(answer: str, strip_var: bool) -> tuple[str, list[str | Non
     so two different values offered for one gold are never credited. In an item with several `=` the value is
     what comes last (`a + b = 2 + 3 = 5`).
     """
+    answer = _THIN_SPACE_RE.sub(" ", answer)  # `1\\,469`: a digit group, not a list separator
     items = [answer]
     if _LIST_HINT_RE.search(answer) and not _THOUSANDS_ONLY_RE.fullmatch(answer.strip().strip("$")):
         items = split_items(answer)
@@ -359,7 +361,7 @@ _GREEK_NAMES = (
     "tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Sigma Upsilon Phi Psi Omega"
 )
 _GREEK = frozenset(_GREEK_NAMES.split())
-_WORD_WRAP_RE = re.compile(r"\\(?:text|textbf|textit|mathrm|mbox|operatorname|mathbb|mathcal)\s*\{[^{}]*\}")
+_WORD_WRAP_RE = re.compile(r"\\(?:begin|end|text|textbf|textit|mathrm|mbox|operatorname|mathbb|mathcal)\s*\{[^{}]*\}")
 _COMMAND_RE = re.compile(r"\\([a-zA-Z]+)")
 _SYMBOL_RE = re.compile(r"([a-zA-Z])(?:_\{?([a-zA-Z0-9]+)\}?)?")
 
@@ -386,14 +388,20 @@ def _trusted(parsed: list[Any], latex: str) -> bool:
     """False when math-verify visibly mis-parsed `latex`: nothing parsed, `zoo`/`nan` in the result (e.g.
     `\\gamma^{2}` read as the gamma function at a pole), or fewer free symbols than the text names (e.g.
     `\\frac{1}{3}E_{1}+\\frac{2}{3}E_{2}` parsed as 2/3)."""
-    from sympy import Basic, S
+    from sympy import Basic, MatrixBase, S
 
-    if not parsed or not isinstance(parsed[0], Basic):
+    if not parsed:
         return False
     expr = parsed[0]
-    if expr.has(S.ComplexInfinity, S.NaN) or _degenerate(expr):
+    if isinstance(expr, MatrixBase):  # not a sympy Basic: its entries are checked one by one
+        entries = list(expr)
+    elif isinstance(expr, Basic):
+        entries = [expr]
+    else:
         return False
-    return len(expr.free_symbols) >= _text_symbols(latex)
+    if any(e.has(S.ComplexInfinity, S.NaN) or _degenerate(e) for e in entries):
+        return False
+    return len(set().union(*(e.free_symbols for e in entries))) >= _text_symbols(latex)
 
 
 def _degenerate(expr: Any) -> bool:
