@@ -3,19 +3,35 @@
 Used by `lens.reward` (the verifiers) and by evaluation reports. Everything here is a linear-time scan or
 regex over at most a few hundred kilobytes of text: it runs inline in the caller and cannot hang.
 
-Extraction (`extract_final`):
-1. If the completion has a `\\boxed{`/`\\fbox{`, the answer is the content of the LAST one when it closes.
-   An unclosed last box is no answer at all: the output was cut while writing it, and falling back to an
-   earlier box or number would pay the policy for running out of tokens.
-2. Else the text after the last answer marker ("answer is", "Answer:", "final answer:"): its math span if
-   it starts with one (possibly on the next line: `The answer is:\\n\\[...\\]`), else the rest of the line.
-3. Else, only when the caller asks (`fallback_last_number`, for benchmarks that expect it): the last math
-   span or the last plain number outside math, whichever ends later, so `$\\sqrt{130}$` gives `\\sqrt{130}`
-   and not 130.
-
-Normalization (`normalize_math`) removes only what cannot change the answer (spacing, `\\left`, `\\dfrac`,
-degrees, `\\$`, `\\%`, a trailing unit, a `x =` prefix) and rewrites scientific notation `1.87e6` as
-`1.87\\times10^{6}`, which math-verify would otherwise read as 1.87·e·6.
+The reward policy (the README's "Rewards" section states the same rules, R1-R13; each has tests of both
+polarities in tests/test_reward.py):
+- R1 answer region (`answer_region`): the text after the last `</think>` when it states an answer, else
+  the whole completion.
+- R2 final answer (`extract_final`): the last closed `<answer>...</answer>` (a box or marker inside it,
+  else its text); else the last closed `\\boxed{}`/`\\fbox{}` (a label such as `\\text{Answer: }` inside
+  it dropped), unless a "Final answer"/"Final result" marker follows it; else the text after the last
+  marker ("answer is", "Answer:", a "Final Answer" heading line, "Final result:"): its math span (on the
+  next line when the marker ends its line) or the rest of its line.
+- R3 cut off: a last box or answer tag that never closes is no answer, never an earlier box or a number.
+- R4 truncation (in `lens.reward`): training scores a length-cut completion `reward.truncated`;
+  evaluation scores its text.
+- R5 fallback, evaluation only (`fallback_last_number`): the last math span or plain number outside
+  math, whichever ends later, so `$\\sqrt{130}$` gives `\\sqrt{130}` and not 130.
+- R6 hedges: boxes glued by "or"/"and"/commas/"possibly" (`_LIST_GLUE_RE`) and math spans so glued after
+  a marker are ONE list answer, and so are values joined by words inside an answer (`split_items`); a
+  list never equals a single gold. Choices: two letters in the answer clause are no answer.
+- R7 lists: `split_items` splits at top-level commas, semicolons and "or"/"and"; `lens.reward` compares
+  item by item normalized lists.
+- R8 units: `normalize_math_unit` returns the trailing unit it removed, in one spelling.
+- R9 words: answers in words are compared as text by `lens.reward`, never by math-verify.
+- R10 formatting (`normalize_math`): spacing, `\\left`/`\\right`/`\\bigl`, `\\dfrac`, degrees, `\\$`,
+  `\\%`, a trailing unit, a `x =` prefix, digit grouping, matrix environments (read as `pmatrix`), Unicode
+  math (`unicode_math`: `√3`, `10¹⁹`, `∞`, before NFKC), and scientific notation `1.87e6` rewritten as
+  `1.87\\times10^{6}`, which math-verify would otherwise read as 1.87·e·6.
+- R11 degenerate values and determinism: in `lens.reward` (math-verify's side).
+- R12 choices (`extract_choice`): A-J in any case or width, from the answer clause; negated letters do not
+  count; a last line that is only a letter.
+- R13 text (`normalize_text`): case, wrappers, quotes, an enclosing pair of brackets, numbers by value.
 """
 
 from __future__ import annotations

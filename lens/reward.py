@@ -1,30 +1,39 @@
 """Verifiers: untrusted completions + gold answers -> rewards, fast, safely, deterministically, never raising.
 
 Kinds (`Verifier(kind=...)`, and one plain function each, usable without a pool):
-- `math` (`verify_math`): the final answer (`lens.answers.extract_final`: the last closed `\\boxed{}`, else
-  the text after the last "answer is"/"Answer:", else, only with `fallback_last_number`, the last number or
-  math span). Fast path first: normalized string equality (`lens.answers.normalize_math`), then exact
-  arithmetic on plain numbers (scientific notation included). Otherwise math-verify's `parse`/`verify` in a
-  worker process; when math-verify visibly mis-parses either side (a result with `zoo` or `nan`, nothing
-  parsed, or fewer free symbols than the text names) its verdict is not trusted and a structural comparison
-  decides instead (equal normalized strings, or the same top-level sum in another order).
-- `choice` (`verify_choice`): the chosen letter A-J (`lens.answers.extract_choice`); a hedge ("H or D") is
-  no answer.
+- `math` (`verify_math`): the final answer (`lens.answers.extract_final`, rules R1-R5 of the reward policy in
+  lens/answers.py and the README). A list answer (R6, R7: glued boxes, "or"/"and" between values) is
+  normalized item by item; two different units are wrong (R8); an answer in words is compared as text (R9).
+  Fast path first: normalized string equality (`lens.answers.normalize_math`), then exact arithmetic on
+  plain numbers (scientific notation included). Otherwise math-verify's `parse`/`verify` in a worker
+  process; when math-verify visibly mis-parses either side (a result with `zoo` or `nan`, an infinity inside
+  arithmetic (R11), nothing parsed, or fewer free symbols than the text names) its verdict is not trusted
+  and a structural comparison decides instead (equal normalized strings, or the same top-level sum in
+  another order).
+- `choice` (`verify_choice`): the chosen letter A-J (`lens.answers.extract_choice`, R12); a hedge ("H or D")
+  is no answer.
 - `text` (`verify_text`): free-form answers (BBEH): extracted as for `math` (no last-number fallback),
-  compared case-insensitively after stripping LaTeX/markdown wrappers; equal numbers are equal (`853.0`,
-  `853`, `1,194`), as BBEH's own scorer accepts them.
+  compared after `lens.answers.normalize_text` (R13); equal numbers are equal (`853.0`, `853`, `1,194`), as
+  BBEH's own scorer accepts them.
 - `vartrack` (`verify_vartrack`): the built-in CPU task, and the one rule `lens.tasks.vartrack.reward` uses:
   the first whitespace-separated token after the FIRST `#` must equal the gold digit.
 - `exact` (`verify_exact`): stripped string equality.
 
 Every verdict is `(reward, reason)` with a reason from `REASONS`; reward 1.0 only for `correct`.
 
-Truncation policy (algorithm.md, "Rewards"):
+Determinism (R11): a verdict depends only on (completion, gold, policy). sympy keeps one module-level random
+generator (used by simplify's heuristics) and global evaluation flags; each worker resets both before every
+item, so neither the items a worker scored before nor their order change a verdict, and an infinity inside
+arithmetic never reaches sympy's simplify (whose `g - oo**oo` was sometimes 0 for a finite g).
+
+Truncation policy (R3-R5; algorithm.md, "Rewards"):
 - An unclosed last `\\boxed{` is no answer (never an earlier box or a number before it).
 - A completion that ended by length (`finish_reason == "length"` passed to `Verifier.score`) is not scored:
   it gets `truncated_reward` (default 0.0, as DAPO treats over-long outputs) and reason `truncated`.
 - The last-number fallback is off by default (training); evaluation turns it on per benchmark with
   `fallback_last_number=True`.
+- Evaluation (`lens.eval.evaluate_set`) passes no finish reasons: it scores the text it got, as the
+  benchmarks' graders do (a closed box before the cut counts there).
 
 Gold answers: `validate_gold(kind, answer)` says why a gold is unusable (None when fine) so the data loader
 rejects it at load time with file:line; `normalize_gold` strips an enclosing `\\boxed{}` (verifiers apply it
@@ -49,7 +58,8 @@ Deadlines are CPU time, not wall time, so verdicts do not depend on machine load
 Safety (model output is untrusted):
 - Nothing is executed: predictions go only through regexes and math-verify's LaTeX parser (ANTLR -> sympy).
   math-verify's `ExprExtractionConfig` path calls sympy's `parse_expr`, which `eval`s text, so it is never
-  used; answers containing `__` are rejected before parsing (defense in depth).
+  used; answers containing `__` (after NFKC, so full-width `＿＿` too) are rejected before parsing (defense
+  in depth).
 - A completion longer than `max_chars` is `too_long` (reward 0); so is an extracted answer longer than
   `MAX_ANSWER_CHARS`. Invalid UTF-8 is repaired; any other non-string is a `parse_error`.
 - Workers run in a `pebble.ProcessPool` (forkserver context: forks come from a small clean server, never from
@@ -58,7 +68,8 @@ Safety (model output is untrusted):
   is a MemoryError (`parse_error`), not an OOM. Like every multiprocessing child, a worker re-imports the
   parent's main module: guard scripts with `if __name__ == "__main__":`.
 - The cheap stages and the cheap kinds run inline in the caller: linear-time regexes over at most
-  `max_chars` characters that cannot hang, cheaper than a pool round trip.
+  `max_chars` characters that cannot hang, cheaper than a pool round trip (tests/test_reward_faults.py
+  times each entry point on 64 KB of pathological text).
 - math-verify verdicts on (prediction, gold) pairs are pure, so `Verifier` keeps an LRU cache of them
   (`cache_size`); timeouts and crashes are never cached.
 
