@@ -175,8 +175,8 @@ _LEADING_NOISE = " \t*:"
 # What may stand between the parts of ONE answer: punctuation and list or hedge words. Parts so joined
 # are one list answer ("$1$ and $-2$", "\boxed{3} or \boxed{4}"), compared as a list with the gold.
 _LIST_GLUE_RE = re.compile(
-    r"[\s,;$*]*(?:(?:and/or|and|or|either|else|possibly|perhaps|maybe|alternatively|also|it\s+could\s+be|"
-    r"could\s+be|might\s+be)\b[\s,;$*]*)*",
+    r"[\s,;/&$*]*(?:(?:and/or|and|or|either|else|possibly|perhaps|maybe|alternatively|also|it\s+could\s+be|"
+    r"could\s+be|might\s+be)\b[\s,;/&$*]*)*",
     re.IGNORECASE,
 )
 _THINK_END = "</think>"
@@ -342,21 +342,35 @@ def _is_word(text: str, letter_at: int) -> bool:
 
 
 def _clause_letters(clause: str) -> list[str]:
-    """The letters a clause names as the answer: every candidate that is not negated ("not (J)",
-    "(J) is wrong") nor an English word; a lower-case letter only when the clause is nothing else."""
+    """The letters a clause names as the answer; more than one is a hedge.
+
+    Negated letters ("not (J)", "(J) is wrong") and the words "A"/"I" never count. Parenthesized letters
+    always count; a bare capital counts when it is the first letter of a clause without parentheses, or is
+    joined to another letter by "or", "and", "/", commas ("D or possibly A", "B/D", "B or (C)"); other bare
+    capitals are text ("(B) 4 J": J is the option's unit, joules). A lower-case letter counts only
+    parenthesized or alone ("final answer: i").
+    """
     bare = _BARE_LETTER_RE.fullmatch(clause)
     if bare is not None:
         return [bare.group(1).upper()]
-    letters = []
+    found: list[tuple[re.Match[str], str]] = []
     for m in _CANDIDATE_RE.finditer(clause):
-        at = m.start(1) if m.group(1) else m.start(2)
-        if m.group(2) and _is_word(clause, at):
+        if m.group(2) and _is_word(clause, m.start(2)):
             continue
         if _NEGATED_BEFORE_RE.search(clause[max(0, m.start() - 30) : m.start()]):
             continue
         if _NEGATED_AFTER_RE.match(clause, m.end()):
             continue
-        letters.append((m.group(1) or m.group(2)).upper())
+        found.append((m, (m.group(1) or m.group(2)).upper()))
+    any_parenthesized = any(m.group(1) for m, _ in found)
+    between = [clause[a.end() : b.start()].lstrip(")") for (a, _), (b, _) in itertools.pairwise(found)]
+    # Joined by a word or a separator, not by a space alone ("4 J (B)" names one option, B).
+    glued = [_LIST_GLUE_RE.fullmatch(t) is not None and t.strip(" \t$*") != "" for t in between]
+    letters = []
+    for k, (m, letter) in enumerate(found):
+        joined = (k > 0 and glued[k - 1]) or (k < len(glued) and glued[k])
+        if m.group(1) or joined or (k == 0 and not any_parenthesized):
+            letters.append(letter)
     return letters
 
 

@@ -623,6 +623,10 @@ POLICY = [
     Rule("R11", "math", WORK + "$\\boxed{-\\infty}$", r"-\infty", 1.0),
     # R12: choices
     Rule("R12", "choice", WORK + "Final answer: f.", "F", 1.0),
+    Rule("R12", "choice", WORK + "The answer is (D) 6 J of work.", "D", 1.0),
+    Rule("R12", "choice", WORK + "The answer is (D) 6 J of work.", "J", 0.0),
+    Rule("R12", "choice", WORK + "The answer is 0.5 A (C).", "C", 1.0),
+    Rule("R6", "choice", WORK + "The answer is G or (C).", "C", 0.0),
     Rule("R12", "choice", WORK + "Final answer: f.", "E", 0.0),
     Rule("R12", "choice", WORK + "It must be\n\n(j)", "J", 1.0),
     Rule("R12", "choice", WORK + "The answer is Ｃ.", "C", 1.0),
