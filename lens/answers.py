@@ -308,6 +308,9 @@ _LETTERS = "ABCDEFGHIJ"
 _CHOICE_MARKER_RE = re.compile(
     r"(?i:(?:answer|(?:correct|right|best|final)\s+(?:option|choice))\s*(?:is\b|:|\*\*\s*:?|would\s+be\b|"
     r"should\s+be\b|must\s+be\b)?|(?:option|choice)\s*(?:is\b|:))[\s:*]*"
+    # "..., which is option (J)" and "Option (C) is correct": the letter follows the marker.
+    r"|(?i:\b(?:is|be)\s+(?:option|choice)\s+)"
+    r"|(?i:\b(?:option|choice)\s+)(?=\(?[A-Ja-j]\)?\s+is\s+(?:the\s+)?(?:correct|right|best|answer)\b)"
 )
 # One candidate letter: "(C)" / "(c)", or "C" as its own token (not the article "A" or the pronoun "I").
 _CANDIDATE_RE = re.compile(r"\(([A-Ja-j])\)|\b([A-J])\b(?!['\w])")
