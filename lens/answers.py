@@ -643,8 +643,44 @@ _UNIT_SYNONYMS = {
 }
 
 
-def _canonical_unit(unit: str) -> str:
-    """One spelling of a unit: wrappers, spaces and a plural `s` dropped, long names abbreviated."""
+# Units of measurement (after `_canonical_unit`): only two of these can disagree. Other trailing words
+# ("5 \\text{ ways to seat them}") are the writer's phrasing, not a unit to check.
+_MEASURES = frozenset(_UNIT_SYNONYMS.values()) | {
+    "cm",
+    "mm",
+    "km",
+    "kg",
+    "mg",
+    "m",
+    "s",
+    "h",
+    "g",
+    "l",
+    "ml",
+    "mi",
+    "ft",
+    "in",
+    "min",
+    "ms",
+    "mph",
+    "km/h",
+    "m/s",
+    "yard",
+    "lb",
+    "oz",
+    "day",
+    "week",
+    "year",
+    "degree",
+    "rad",
+    "dollar",
+    "cent",
+}
+
+
+def _canonical_unit(unit: str) -> str | None:
+    """One spelling of a unit of measurement (wrappers, spaces and a plural `s` dropped, long names
+    abbreviated, `\\text{ cm}^2` -> `cm^2`), or None when the trailing words are not one."""
     u = _TEXT_WRAP_RE.sub(r"\1", unit).replace(" ", "").replace("{", "").replace("}", "").lower()
     power = ""
     if "^" in u:
@@ -652,7 +688,8 @@ def _canonical_unit(unit: str) -> str:
         power = "^" + power
     if len(u) > 3 and u.endswith("s"):
         u = u[:-1]
-    return _UNIT_SYNONYMS.get(u, u) + power
+    u = _UNIT_SYNONYMS.get(u, u)
+    return u + power if u in _MEASURES else None
 
 
 _PLAIN_NUMBER_RE = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")

@@ -550,6 +550,8 @@ POLICY = [
     Rule("R8", "math", WORK + "The answer is 18 kilograms.", r"18\,\mathrm{kg}", 1.0),
     Rule("R8", "math", WORK + "The answer is 18 meters.", r"18\,\mathrm{kg}", 0.0),
     Rule("R8", "math", WORK + "$\\boxed{18\\ \\text{kg}}$", "18", 1.0),
+    Rule("R8", "math", WORK + "$\\boxed{7 \\text{ handshakes in all}}$", r"7 \text{ handshakes}", 1.0),
+    Rule("R8", "math", WORK + "$\\boxed{7\\,\\mathrm{cm}^{3}}$", r"7 \text{ cm}^2", 0.0),
     # R9: words are words
     Rule("R9", "math", WORK + "$\\boxed{\\text{strictly decreasing}}$", r"\text{strictly increasing}", 0.0),
     Rule("R9", "math", WORK + "$\\boxed{\\text{Neither Even Nor Odd}}$", r"\text{neither even nor odd}", 1.0),
