@@ -179,6 +179,10 @@ _LIST_GLUE_RE = re.compile(
     r"could\s+be|might\s+be)\b[\s,;/&$*]*)*",
     re.IGNORECASE,
 )
+# "or" and another value right after the last box: `\\boxed{3} or 4`, `\\boxed{C} or D` (a hedge, R6).
+_ALTERNATIVE_AFTER_RE = re.compile(
+    r"[\s$*]*,?\s*(?i:or|and/or)\s+(?:(?i:possibly|perhaps|maybe)\s+)?(?:\$|\\\(|[-+(\d]|[A-Za-z]\b)"
+)
 _THINK_END = "</think>"
 _ANSWER_TAG_RE = re.compile(r"<answer>|</answer>", re.IGNORECASE)
 # A label written inside the box itself: `\boxed{\text{Answer: } 28}`, `\boxed{Final answer: 28}`.
@@ -260,6 +264,8 @@ def _statement(region: str) -> tuple[bool, str | None]:
             marked = _after_answer_marker(region[final.start() :])
             if marked is not None:
                 return True, marked
+        if _ALTERNATIVE_AFTER_RE.match(region, chain[-1][1]):
+            return True, None
         contents = [_box_content(c) for _, _, c in chain]
         return True, ", ".join(c for c in contents if c) or None
     marked = _after_answer_marker(region)
@@ -426,6 +432,8 @@ def _choice_statement(region: str) -> tuple[bool, str | None]:
     has_box, chain = _boxes(region)
     if has_box:
         if not chain:
+            return True, None
+        if _ALTERNATIVE_AFTER_RE.match(region, chain[-1][1]):
             return True, None
         letters = {_box_letter(c) for _, _, c in chain}
         return True, letters.pop() if len(letters) == 1 else None
