@@ -174,14 +174,16 @@ _NUMBER_RE = re.compile(r"(?<![\w.,])-?\d{1,3}(?:,\d{3})++(?:\.\d+)?(?![\d,])|(?
 _LEADING_NOISE = " \t*:"
 # What may stand between the parts of ONE answer: punctuation and list or hedge words. Parts so joined
 # are one list answer ("$1$ and $-2$", "\boxed{3} or \boxed{4}"), compared as a list with the gold.
-_LIST_GLUE_RE = re.compile(
-    r"[\s,;/&$*]*(?:(?:and/or|and|or|either|else|possibly|perhaps|maybe|alternatively|also|it\s+could\s+be|"
-    r"could\s+be|might\s+be)\b[\s,;/&$*]*)*",
-    re.IGNORECASE,
+_GLUE_SPACE = r"(?:[\s,;/&$*~]|\\[,;:! ]|\\q?quad(?![a-zA-Z]))"
+_GLUE_WORD = (
+    r"(?:\\(?:text|textrm|mathrm|mbox)\s*\{\s*(?:and/or|and|or)\s*\}|(?:and/or|and|or|either|else|possibly|perhaps|"
+    r"maybe|alternatively|also|it\s+could\s+be|could\s+be|might\s+be)\b)"
 )
+_LIST_GLUE_RE = re.compile(rf"{_GLUE_SPACE}*(?:{_GLUE_WORD}{_GLUE_SPACE}*)*", re.IGNORECASE)
 # "or" and another value right after the last box: `\\boxed{3} or 4`, `\\boxed{C} or D` (a hedge, R6).
 _ALTERNATIVE_AFTER_RE = re.compile(
-    r"[\s$*]*,?\s*(?i:or|and/or)\s+(?:(?i:possibly|perhaps|maybe)\s+)?(?:\$|\\\(|[-+(\d]|[A-Za-z]\b)"
+    rf"{_GLUE_SPACE}*(?i:or|and/or|\\(?:text|textrm|mathrm|mbox)\s*\{{\s*or\s*\}}){_GLUE_SPACE}*"
+    r"(?:(?i:possibly|perhaps|maybe)\s+)?(?:\$|\\\(|\\boxed|[-+(\d]|[A-Za-z]\b)"
 )
 _THINK_END = "</think>"
 _ANSWER_TAG_RE = re.compile(r"<answer>|</answer>", re.IGNORECASE)
