@@ -15,14 +15,26 @@ Each mix is timed for lens (`Verifier("math")`, 2 workers, no verdict cache) and
 called directly the way graders call it (`verify(parse(gold), parse(completion))`, one process, its own
 timeouts).
 
+`test_math_items_per_cpu_second_against_base` compares the verifier of this checkout with an earlier commit's
+(`LENS_REWARD_BASE_REF`, default the commit before the reward-policy rewrite) in ONE run: both score the same
+batches, interleaved round by round, and the CPU seconds of the caller and of the workers are summed, so the
+ratio does not depend on how busy the machine is. It prints items per CPU-second of each and their ratio.
+
 Run: `OMP_NUM_THREADS=1 .venv/bin/python -m pytest bench/bench_reward.py -q -s` (about two minutes). Rows go to
 bench/results/results.jsonl through bench/harness.py; `completions_per_s` is in each row.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 import random
 import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import harness
 import pytest
@@ -143,3 +155,68 @@ def test_adversarial_batch_latency(benchmark) -> None:
             warmup=0,
         )
     print(f"\nreward math adversarial batch: median {row['median']:.2f} s (p80 {row['p80']:.2f} s)")
+
+
+# The verifier before the reward-policy rewrite (answer regions, lists, units, prose, choice clauses).
+BASE_REF = os.environ.get("LENS_REWARD_BASE_REF", "7ce0cb2")
+BASE_MODULES = ("answers", "reward", "verify_pool")
+ROUNDS = 7
+
+
+def _base_package(tmp: Path) -> str | None:
+    """Writes lens/{answers,reward,verify_pool}.py of BASE_REF as the package `lens_base` under tmp, its
+    imports pointed at itself; None when this clone does not have that commit."""
+    repo = Path(__file__).resolve().parent.parent
+    package = tmp / "lens_base"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name in BASE_MODULES:
+        shown = subprocess.run(
+            ["git", "show", f"{BASE_REF}:lens/{name}.py"], cwd=repo, capture_output=True, text=True, check=False
+        )
+        if shown.returncode != 0:
+            return None
+        source = re.sub(r"\blens\.(answers|reward|verify_pool)\b", r"lens_base.\1", shown.stdout)
+        (package / f"{name}.py").write_text(source)
+    return str(tmp)
+
+
+def _cpu_seconds(verifier) -> float:
+    """CPU seconds (user + system) of this process and of the verifier's live worker processes."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = time.process_time()
+    for pid in list(verifier._pool.pool._pool_manager.worker_manager.workers):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def test_math_items_per_cpu_second_against_base(tmp_path: Path) -> None:
+    root = _base_package(tmp_path)
+    if root is None:
+        pytest.skip(f"commit {BASE_REF} is not in this clone")
+    sys.path.insert(0, root)
+    base_reward = importlib.import_module("lens_base.reward")
+    batches = [_batch(TYPICAL, BATCH, seed) for seed in range(100, 100 + ROUNDS)]
+    rates: dict[str, list[float]] = {"base": [], "head": []}
+    with (
+        base_reward.Verifier("math", num_workers=NUM_WORKERS, cache_size=0) as base,
+        Verifier("math", num_workers=NUM_WORKERS, cache_size=0) as head,
+    ):
+        for i, (completions, golds) in enumerate(batches):
+            # Interleaved, and the order alternates, so drift in machine load hits both sides alike.
+            order = [("base", base), ("head", head)] if i % 2 == 0 else [("head", head), ("base", base)]
+            for name, verifier in order:
+                before = _cpu_seconds(verifier)
+                verifier.score(completions, golds)
+                rates[name].append(len(completions) / (_cpu_seconds(verifier) - before))
+    base_rate, head_rate = statistics.median(rates["base"]), statistics.median(rates["head"])
+    ratio = statistics.median(h / b for h, b in zip(rates["head"], rates["base"], strict=True))
+    print(
+        f"\nreward math items per CPU-second: base {BASE_REF} {base_rate:.0f}, head {head_rate:.0f}, "
+        f"ratio head/base {ratio:.3f} (median of {ROUNDS} interleaved rounds of {BATCH})"
+    )
+    assert ratio > 0

@@ -3,19 +3,35 @@
 Used by `lens.reward` (the verifiers) and by evaluation reports. Everything here is a linear-time scan or
 regex over at most a few hundred kilobytes of text: it runs inline in the caller and cannot hang.
 
-Extraction (`extract_final`):
-1. If the completion has a `\\boxed{`/`\\fbox{`, the answer is the content of the LAST one when it closes.
-   An unclosed last box is no answer at all: the output was cut while writing it, and falling back to an
-   earlier box or number would pay the policy for running out of tokens.
-2. Else the text after the last answer marker ("answer is", "Answer:", "final answer:"): its math span if
-   it starts with one (possibly on the next line: `The answer is:\\n\\[...\\]`), else the rest of the line.
-3. Else, only when the caller asks (`fallback_last_number`, for benchmarks that expect it): the last math
-   span or the last plain number outside math, whichever ends later, so `$\\sqrt{130}$` gives `\\sqrt{130}`
-   and not 130.
-
-Normalization (`normalize_math`) removes only what cannot change the answer (spacing, `\\left`, `\\dfrac`,
-degrees, `\\$`, `\\%`, a trailing unit, a `x =` prefix) and rewrites scientific notation `1.87e6` as
-`1.87\\times10^{6}`, which math-verify would otherwise read as 1.87·e·6.
+The reward policy (the README's "Rewards" section states the same rules, R1-R13; each has tests of both
+polarities in tests/test_reward.py):
+- R1 answer region (`answer_region`): the text after the last `</think>` when it states an answer, else
+  the whole completion.
+- R2 final answer (`extract_final`): the last closed `<answer>...</answer>` (a box or marker inside it,
+  else its text); else the last closed `\\boxed{}`/`\\fbox{}` (a label such as `\\text{Answer: }` inside
+  it dropped), unless a "Final answer"/"Final result" marker follows it; else the text after the last
+  marker ("answer is", "Answer:", a "Final Answer" heading line, "Final result:"): its math span (on the
+  next line when the marker ends its line) or the rest of its line.
+- R3 cut off: a last box or answer tag that never closes is no answer, never an earlier box or a number.
+- R4 truncation (in `lens.reward`): training scores a length-cut completion `reward.truncated`;
+  evaluation scores its text.
+- R5 fallback, evaluation only (`fallback_last_number`): the last math span or plain number outside
+  math, whichever ends later, so `$\\sqrt{130}$` gives `\\sqrt{130}` and not 130.
+- R6 hedges: boxes glued by "or"/"and"/commas/"possibly" (`_LIST_GLUE_RE`) and math spans so glued after
+  a marker are ONE list answer, and so are values joined by words inside an answer (`split_items`); a
+  list never equals a single gold. Choices: two letters in the answer clause are no answer.
+- R7 lists: `split_items` splits at top-level commas, semicolons and "or"/"and"; `lens.reward` compares
+  item by item normalized lists.
+- R8 units: `normalize_math_unit` returns the trailing unit it removed, in one spelling.
+- R9 words: answers in words are compared as text by `lens.reward`, never by math-verify.
+- R10 formatting (`normalize_math`): spacing, `\\left`/`\\right`/`\\bigl`, `\\dfrac`, degrees, `\\$`,
+  `\\%`, a trailing unit, a `x =` prefix, digit grouping, matrix environments (read as `pmatrix`), Unicode
+  math (`unicode_math`: `√3`, `10¹⁹`, `∞`, before NFKC), and scientific notation `1.87e6` rewritten as
+  `1.87\\times10^{6}`, which math-verify would otherwise read as 1.87·e·6.
+- R11 degenerate values and determinism: in `lens.reward` (math-verify's side).
+- R12 choices (`extract_choice`): A-J in any case or width, from the answer clause; negated letters do not
+  count; a last line that is only a letter.
+- R13 text (`normalize_text`): case, wrappers, quotes, an enclosing pair of brackets, numbers by value.
 """
 
 from __future__ import annotations
@@ -145,10 +161,34 @@ def math_spans(text: str) -> list[tuple[int, int, str]]:
 # Final answers
 # ----------------------------------------------------------------------------------------------------
 
-_ANSWER_MARKER_RE = re.compile(r"(?i:answer)\s*(?:is\b|:)[\s:]*|(?i:answer)\s*\*\*\s*:?[\s:]*")
-_NUMBER_RE = re.compile(r"(?<![\w.])-?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])|(?<![\w.])-?\d+(?:\.\d+)?(?:/\d+)?")
+_ANSWER_MARKER_RE = re.compile(
+    r"(?i:answer|final\s+result)\s*(?:is\b|:)[\s:]*|(?i:answer)\s*\*\*\s*:?[\s:]*"
+    # A "Final Answer" heading on its own line: the answer follows on the next line.
+    r"|(?im:^[#*\s]{0,8}final\s+answer[*\s]{0,8}$)"
+)
+_FINAL_MARKER_RE = re.compile(r"(?i:final\s+(?:answer|result))")
+# The grouped form starts only where no digit group ends (not after a comma) and its groups are possessive:
+# giving a group back always leaves a comma next, which the lookahead refuses, so backtracking could only
+# waste time (quadratic on `1,000,000,...,1`); this way each character is read a bounded number of times.
+_NUMBER_RE = re.compile(r"(?<![\w.,])-?\d{1,3}(?:,\d{3})++(?:\.\d+)?(?![\d,])|(?<![\w.])-?\d+(?:\.\d+)?(?:/\d+)?")
 _LEADING_NOISE = " \t*:"
-_LIST_GLUE_RE = re.compile(r"\s*(?:,|;|and|,\s*and)\s*")
+# What may stand between the parts of ONE answer: punctuation and list or hedge words. Parts so joined
+# are one list answer ("$1$ and $-2$", "\boxed{3} or \boxed{4}"), compared as a list with the gold.
+_GLUE_SPACE = r"(?:[\s,;/&$*~]|\\[,;:! ]|\\q?quad(?![a-zA-Z]))"
+_GLUE_WORD = (
+    r"(?:\\(?:text|textrm|mathrm|mbox)\s*\{\s*(?:and/or|and|or)\s*\}|(?:and/or|and|or|either|else|possibly|perhaps|"
+    r"maybe|alternatively|also|it\s+could\s+be|could\s+be|might\s+be)\b)"
+)
+_LIST_GLUE_RE = re.compile(rf"{_GLUE_SPACE}*(?:{_GLUE_WORD}{_GLUE_SPACE}*)*", re.IGNORECASE)
+# "or" and another value right after the last box: `\\boxed{3} or 4`, `\\boxed{C} or D` (a hedge, R6).
+_ALTERNATIVE_AFTER_RE = re.compile(
+    rf"{_GLUE_SPACE}*(?i:or|and/or|\\(?:text|textrm|mathrm|mbox)\s*\{{\s*or\s*\}}){_GLUE_SPACE}*"
+    r"(?:(?i:possibly|perhaps|maybe)\s+)?(?:\$|\\\(|\\boxed|[-+(\d]|[A-Za-z]\b)"
+)
+_THINK_END = "</think>"
+_ANSWER_TAG_RE = re.compile(r"<answer>|</answer>", re.IGNORECASE)
+# A label written inside the box itself: `\boxed{\text{Answer: } 28}`, `\boxed{Final answer: 28}`.
+_BOX_LABEL_RE = re.compile(r"^(?:\\text(?:bf)?\s*\{\s*)?(?i:(?:final\s+)?answer)\s*:?\s*\}?\s*:?\s*")
 
 
 def _after_answer_marker(text: str) -> str | None:
@@ -168,7 +208,7 @@ def _after_answer_marker(text: str) -> str | None:
     if not spans:
         answer = re.split(r"\.\s", line, maxsplit=1)[0]
     else:
-        # Math on the answer line is the answer; several spans joined by commas or "and" are one list answer.
+        # Math on the answer line is the answer; several spans joined by commas, "and" or "or" are one list.
         answer = spans[0][2]
         for (_, end, _), (start, _, content) in itertools.pairwise(spans):
             if not _LIST_GLUE_RE.fullmatch(rest[end:start]):
@@ -176,6 +216,68 @@ def _after_answer_marker(text: str) -> str | None:
             answer += ", " + content
     answer = answer.replace("**", "").strip().rstrip(".").strip()
     return answer or None
+
+
+def _boxes(text: str) -> tuple[bool, list[tuple[int, int, str]] | None]:
+    """(whether the text has a box, the last box and the boxes glued to it as (start, end, content)).
+
+    None instead of the list when the last box never closes. Scans backwards only while boxes are glued,
+    so the cost is one pass over the text.
+    """
+    starts = list(_BOXED_RE.finditer(text))
+    if not starts:
+        return False, None
+    closing = _brace_pairs(text, starts[0].end() - 1)
+    chain: list[tuple[int, int, str]] = []
+    for m in reversed(starts):
+        end = closing.get(m.end() - 1)
+        if end is None:  # never closes: cut off inside it (an enclosing box keeps the ones inside)
+            return True, chain or None
+        if chain and not _LIST_GLUE_RE.fullmatch(text[end + 1 : chain[0][0]]):
+            break
+        if chain and end > chain[0][0]:
+            break  # a box nested in the previous one's content is part of it
+        chain.insert(0, (m.start(), end + 1, text[m.end() : end].strip()))
+    return True, chain
+
+
+def _box_content(content: str) -> str:
+    return _BOX_LABEL_RE.sub("", content, count=1).strip()
+
+
+def _statement(region: str) -> tuple[bool, str | None]:
+    """(whether the region states a final answer, that answer or None when it is cut off or empty)."""
+    tags = list(_ANSWER_TAG_RE.finditer(region))
+    if tags and tags[-1].group().lower() == "<answer>":
+        return True, None  # an answer tag still open at the end: cut off while writing it
+    for close_tag, open_tag in itertools.pairwise(reversed(tags)):  # the last closed <answer>...</answer>
+        if close_tag.group().lower() == "</answer>" and open_tag.group().lower() == "<answer>":
+            inner = region[open_tag.end() : close_tag.start()]
+            decided, answer = _statement(inner)
+            return True, answer if decided else (inner.strip().rstrip(".").strip() or None)
+    has_box, chain = _boxes(region)
+    if has_box:
+        if not chain:
+            return True, None
+        final = None
+        for final in _FINAL_MARKER_RE.finditer(region, chain[-1][1]):  # noqa: B007 (the last one)
+            pass
+        if final is not None:  # "Final Answer: 4" written after the last box overrides it
+            marked = _after_answer_marker(region[final.start() :])
+            if marked is not None:
+                return True, marked
+        if _ALTERNATIVE_AFTER_RE.match(region, chain[-1][1]):
+            return True, None
+        contents = [_box_content(c) for _, _, c in chain]
+        return True, ", ".join(c for c in contents if c) or None
+    marked = _after_answer_marker(region)
+    return (True, marked) if marked is not None else (False, None)
+
+
+def answer_region(text: str) -> str:
+    """The part of a completion that holds its final answer: after the last `</think>`, else all of it."""
+    cut = text.rfind(_THINK_END)
+    return text if cut < 0 else text[cut + len(_THINK_END) :]
 
 
 def _last_math_or_number(text: str) -> str | None:
@@ -195,13 +297,15 @@ def _last_math_or_number(text: str) -> str | None:
 
 def extract_final(text: str, *, fallback_last_number: bool = False) -> str | None:
     """The final answer of a completion (see the module docstring for the order), or None."""
-    has_box, boxed = _last_box(text)
-    if has_box:
-        return boxed or None
-    marked = _after_answer_marker(text)
-    if marked is not None:
-        return marked
-    return _last_math_or_number(text) if fallback_last_number else None
+    region = answer_region(text)
+    decided, answer = _statement(region)
+    if not decided and region is not text:
+        decided, answer = _statement(text)  # nothing stated after the thinking: what the thinking stated
+    if decided:
+        return answer
+    if not fallback_last_number:
+        return None
+    return _last_math_or_number(region) or _last_math_or_number(text)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -212,11 +316,30 @@ _LETTERS = "ABCDEFGHIJ"
 _CHOICE_MARKER_RE = re.compile(
     r"(?i:(?:answer|(?:correct|right|best|final)\s+(?:option|choice))\s*(?:is\b|:|\*\*\s*:?|would\s+be\b|"
     r"should\s+be\b|must\s+be\b)?|(?:option|choice)\s*(?:is\b|:))[\s:*]*"
+    # "..., which is option (J)" and "Option (C) is correct": the letter follows the marker.
+    r"|(?i:\b(?:is|be)\s+(?:option|choice)\s+)"
+    r"|(?i:\b(?:option|choice)\s+)(?=\(?[A-Ja-j]\)?\s+is\s+(?:the\s+)?(?:correct|right|best|answer)\b)"
 )
-# One candidate letter: "(C)", "C" as its own token (not the article "A" or the pronoun "I" before a word).
-_CANDIDATE_RE = re.compile(r"\(([A-J])\)|\*{0,2}\b([A-J])\b(?!['\w])")
-_HEDGE_RE = re.compile(r"\s*(?:,|/|&|\bor\b|\band\b|\bvs\.?)\s*(?:\(|\b)([A-J])\b", re.IGNORECASE)
+# One candidate letter: "(C)" / "(c)", or "C" as its own token (not the article "A" or the pronoun "I").
+_CANDIDATE_RE = re.compile(r"\(([A-Ja-j])\)|\b([A-J])\b(?!['\w])")
+# Where the answer clause ends and its justification starts ("(B), since (A) fails").
+_CLAUSE_END_RE = re.compile(
+    r"[;:\n]|\.\s|\s[-\u2013\u2014]+\s|\b(?:because|since|as|given|which|whereas|while|than|unlike|so|hence|thus|"
+    r"therefore|due|that|where|when|if)\b",
+    re.IGNORECASE,
+)
+_NEGATED_BEFORE_RE = re.compile(
+    r"(?:\bnot|n't|\bnever|\brather\s+than|\binstead\s+of|\bother\s+than|\bexcept|\bnor|\bneither|\bexclude)"
+    r"\s*(?:(?:option|choice|answer|letter)\s*)?\**\s*$",
+    re.IGNORECASE,
+)
+_NEGATED_AFTER_RE = re.compile(
+    r"\)?\**\s*(?:is|are|was|seems)?\s*(?:not\b|wrong|incorrect|false|ruled\s+out|eliminated|excluded|invalid)",
+    re.IGNORECASE,
+)
+_HEDGE_RE = re.compile(r"\s*(?:,|/|&|\bor\b|\band/or\b|\band\b|\bvs\.?)\s*(?:\(([A-Ja-j])\)|\b([A-J])\b)")
 _BOX_LETTER_RE = re.compile(r"\(?([A-Ja-j])\)?(?:\s*$|[.:)\s]\s*\S|\.$)")
+_BARE_LETTER_RE = re.compile(r"[\s*.:()\[\]'\"`]*(?:(?:option|choice|letter)\s+)?\(?([A-Ja-j])\)?[\s*.:)'\"`]*")
 _TEXT_WRAP_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox|textit|mathit|emph|operatorname)\s*\{([^{}]*)\}")
 
 
@@ -224,59 +347,127 @@ def _is_word(text: str, letter_at: int) -> bool:
     """True when the letter at `letter_at` is the English word "A" or "I" ("A careful look", "I think")."""
     if text[letter_at] not in "AI":
         return False
+    if _HEDGE_RE.match(text, letter_at + 1):
+        return False  # "A or C", "I and J": letters joined to another letter
     return re.match(r" [a-z]", text[letter_at + 1 : letter_at + 3]) is not None
 
 
-def _letter_after(span: str) -> str | None:
-    """The letter an answer span names, or None when it names none or hedges ("H or D", "(B) and (D)")."""
-    for m in _CANDIDATE_RE.finditer(span):
-        letter = m.group(1) or m.group(2)
-        hedge = _HEDGE_RE.match(span, m.end() + (1 if span[m.end() : m.end() + 1] == ")" else 0))
-        named_another = hedge is not None and hedge.group(1) != letter and hedge.group(1).isupper()
-        named_another = named_another and not _is_word(span, hedge.start(1))
-        if named_another:
-            return None  # "H or D", and "A or B" / "I or J", where A and I are letters, not words
-        if m.group(2) and _is_word(span, m.start(2)):
+def _clause_letters(clause: str) -> list[str]:
+    """The letters a clause names as the answer; more than one is a hedge.
+
+    Negated letters ("not (J)", "(J) is wrong") and the words "A"/"I" never count. Parenthesized letters
+    always count; a bare capital counts when it is the first letter of a clause without parentheses, or is
+    joined to another letter by "or", "and", "/", commas ("D or possibly A", "B/D", "B or (C)"); other bare
+    capitals are text ("(B) 4 J": J is the option's unit, joules). A lower-case letter counts only
+    parenthesized or alone ("final answer: i").
+    """
+    bare = _BARE_LETTER_RE.fullmatch(clause)
+    if bare is not None:
+        return [bare.group(1).upper()]
+    found: list[tuple[re.Match[str], str]] = []
+    for m in _CANDIDATE_RE.finditer(clause):
+        if m.group(2) and _is_word(clause, m.start(2)):
             continue
-        return letter
+        if _NEGATED_BEFORE_RE.search(clause[max(0, m.start() - 30) : m.start()]):
+            continue
+        if _NEGATED_AFTER_RE.match(clause, m.end()):
+            continue
+        found.append((m, (m.group(1) or m.group(2)).upper()))
+    any_parenthesized = any(m.group(1) for m, _ in found)
+    between = [clause[a.end() : b.start()].lstrip(")") for (a, _), (b, _) in itertools.pairwise(found)]
+    # Joined by a word or a separator, not by a space alone ("4 J (B)" names one option, B).
+    glued = [_LIST_GLUE_RE.fullmatch(t) is not None and t.strip(" \t$*") != "" for t in between]
+    letters = []
+    for k, (m, letter) in enumerate(found):
+        joined = (k > 0 and glued[k - 1]) or (k < len(glued) and glued[k])
+        if m.group(1) or joined or (k == 0 and not any_parenthesized):
+            letters.append(letter)
+    return letters
+
+
+def _letter_after(span: str) -> str | None:
+    """The letter an answer span names, or None when it names none or hedges.
+
+    The span is read clause by clause; the first clause that names a letter decides: exactly one distinct
+    letter is the answer, two or more ("(G), or possibly (H)", "(E) and/or (C)") are a hedge, no answer.
+    """
+    start = 0
+    for end in [m.start() for m in _CLAUSE_END_RE.finditer(span)] + [len(span)]:
+        letters = set(_clause_letters(span[start:end]))
+        start = end + 1
+        if letters:
+            return letters.pop() if len(letters) == 1 else None
     return None
 
 
 def extract_choice(text: str) -> str | None:
     """The chosen letter A-J (upper case) of a multiple-choice completion, or None (none, or a hedge).
 
-    Looks at the last box (`\\boxed{C}`, `\\boxed{(C) text}`, `\\boxed{B. text}`), else the text after
-    the last "answer is" / "Answer:" / "the correct option is" up to the end of its sentence, else a
-    completion that is only the letter.
+    Reads the answer region (after the last `</think>`, as for math) with NFKC applied (full-width `Ｅ`):
+    the last `<answer>` tag, else the last box (boxes glued by "or"/"and" naming different letters are a
+    hedge), else the text after the last "answer is" / "Answer:" / "the correct option is" up to the end of
+    its sentence, else a last line that is only the letter. See `_letter_after` for hedges and negation.
     """
-    has_box, boxed = _last_box(text)
+    text = unicodedata.normalize("NFKC", text)
+    region = answer_region(text)
+    decided, letter = _choice_statement(region)
+    if not decided and region is not text:
+        decided, letter = _choice_statement(text)
+    if decided:
+        return letter
+    # No statement: a last line that is only a letter ("(d)", "**C**", "Ｅ.") is the answer.
+    last_line = region.strip().rpartition("\n")[2].strip()
+    alone = _BARE_LETTER_RE.fullmatch(last_line)
+    return alone.group(1).upper() if alone and last_line[:1] in "(*" + _LETTERS else None
+
+
+def _choice_statement(region: str) -> tuple[bool, str | None]:
+    """(whether the region states a choice, the letter or None when it is cut off, empty or hedged)."""
+    tags = list(_ANSWER_TAG_RE.finditer(region))
+    if tags and tags[-1].group().lower() == "<answer>":
+        return True, None
+    for close_tag, open_tag in itertools.pairwise(reversed(tags)):
+        if close_tag.group().lower() == "</answer>" and open_tag.group().lower() == "<answer>":
+            inner = region[open_tag.end() : close_tag.start()]
+            decided, letter = _choice_statement(inner)
+            return True, letter if decided else _letter_after(inner.strip()[:200])
+    has_box, chain = _boxes(region)
     if has_box:
-        if boxed is None:
-            return None
-        inner = _TEXT_WRAP_RE.sub(r"\1", boxed).replace("**", "").strip()
-        m = _BOX_LETTER_RE.match(inner)
-        if m is None:
-            return _letter_after(inner[:40]) if len(inner) <= 8 else None
-        hedge = _HEDGE_RE.match(inner, m.end(1) + (1 if inner[m.end(1) : m.end(1) + 1] == ")" else 0))
-        if hedge is not None and hedge.group(1).upper() != m.group(1).upper():
-            return None
-        return m.group(1).upper()
+        if not chain:
+            return True, None
+        if _ALTERNATIVE_AFTER_RE.match(region, chain[-1][1]):
+            return True, None
+        letters = {_box_letter(c) for _, _, c in chain}
+        return True, letters.pop() if len(letters) == 1 else None
     last = None
-    for last in _CHOICE_MARKER_RE.finditer(text):  # noqa: B007 (only the last match is wanted)
+    for last in _CHOICE_MARKER_RE.finditer(region):  # noqa: B007 (only the last match is wanted)
         pass
-    if last is not None:
-        span = re.split(r"\n|(?<=[a-z\)])\.\s", text[last.end() : last.end() + 200], maxsplit=1)[0]
-        return _letter_after(span)
-    alone = re.fullmatch(r"[\s*]*\(?([A-J])\)?[\s.*]*", text)
-    return alone.group(1) if alone else None
+    if last is None:
+        return False, None
+    return True, _letter_after(region[last.end() : last.end() + 200])
+
+
+def _box_letter(boxed: str) -> str | None:
+    """The letter of a box's content: `C`, `(c)`, `\\text{(C)}`, `B. Paris`, `(B) text`; None if hedged."""
+    inner = _TEXT_WRAP_RE.sub(r"\1", _box_content(boxed)).replace("**", "").strip()
+    m = _BOX_LETTER_RE.match(inner)
+    if m is None:
+        return _letter_after(inner) if len(inner) <= 40 else None
+    other = _HEDGE_RE.match(inner, m.end(1) + (1 if inner[m.end(1) : m.end(1) + 1] == ")" else 0))
+    if other is not None and (other.group(1) or other.group(2)).upper() != m.group(1).upper():
+        return None  # "B or D", "(E)/(C)"
+    return m.group(1).upper()
 
 
 # ----------------------------------------------------------------------------------------------------
 # Normalization
 # ----------------------------------------------------------------------------------------------------
 
-_LEFT_RIGHT_RE = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![a-zA-Z])")
-_SPACING_RE = re.compile(r"\\[,;:! ]|\\quad|\\qquad|~|\s+")
+_LEFT_RIGHT_RE = re.compile(r"\\(?:left|right|middle|[bB]igg?[lrm]?)(?![a-zA-Z])")
+# `\\` (a matrix row break) is matched first and kept, so its second backslash is never read as `\ `.
+_SPACING_RE = re.compile(r"(\\\\)|\\[,;:! ]|\\quad|\\qquad|~|\s+")
+_MATRIX_ENV_RE = re.compile(r"\\(begin|end)\{(?:[bB]matrix|matrix|smallmatrix|array)\}(?:\{[lcr|]*\})?")
+_BRACKETED_MATRIX_RE = re.compile(r"^[(\[](\\begin\{pmatrix\}.*\\end\{pmatrix\})[)\]]$")
 _DEGREE_RE = re.compile(r"\^\s*\{?\\circ\}?|\\circ|°|\\degree|\^\s*\{\s*\\text\{\s*o\s*\}\s*\}")
 _FRAC_SHORT_RE = re.compile(r"\\frac\s*(\d)\s*(\d)|\\frac\s*\{([^{}]*)\}\s*(\d)|\\frac\s*(\d)\s*\{")
 _SCI_RE = re.compile(r"(-?\d+(?:\.\d+)?)\s*[eE]\s*([+-]?\d+)")
@@ -284,6 +475,7 @@ _TIMES_TEN_RE = re.compile(r"(-?\d+(?:\.\d+)?)\s*(?:\\times|\\cdot|×|\*)\s*10\s
 # Units a final answer may end with. Single letters (m, s, h, g) only after a space: `5m` may be an expression.
 _UNIT_WORDS = (
     "km/h|km/hr|m/s|mph|kmh|cm|mm|km|kg|mg|sec|ms|hrs?|hours?|minutes?|mins?|seconds?|days?|weeks?|years?|"
+    "(?:centi|milli|kilo)?met(?:er|re)s?|(?:kilo|milli)?grams?|"
     "degrees?|radians?|rad|dollars?|cents?|units?|square units|sq units|inch(?:es)?|feet|ft|foot|meters?|metres?|"
     "miles?|yards?|liters?|litres?|ml|pounds?|lbs?|ounces?|oz|people|students|ways|points"
 )
@@ -291,6 +483,37 @@ _TRAILING_UNIT_RE = re.compile(
     r"(?P<value>.*?[\d}])\s*(?:\\(?:text|mbox|mathrm|textrm)\s*\{\s*[A-Za-z][^{}]*\}"
     rf"|(?:{_UNIT_WORDS})|\s(?:[mgsh]|in|mi|l))(?:\^\{{?[23]\}}?)?"
 )
+# Unicode math a model may write instead of LaTeX. Superscripts and roots are rewritten BEFORE NFKC, which
+# would turn `10¹⁹` into `1019`; the symbols after it (NFKC turns `½` into `1⁄2`).
+_SUPERSCRIPT_RUN_RE = re.compile("[\u2070\u00b9\u00b2\u00b3\u2074-\u207b]+")
+_SUBSCRIPT_RUN_RE = re.compile("[\u2080-\u2089]+")
+_SCRIPT_DIGITS = str.maketrans(
+    "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207a\u207b\u2080\u2081\u2082\u2083\u2084\u2085\u2086\u2087\u2088\u2089",
+    "0123456789+-0123456789",
+)
+_ROOT_RE = re.compile(r"([\u221a\u221b\u221c])\s*(\d+(?:\.\d+)?|[A-Za-z]|\([^()]{0,200}\)|\{[^{}]{0,200}\})")
+_ROOT_INDEX = {"\u221a": "", "\u221b": "[3]", "\u221c": "[4]"}
+_UNICODE_SYMBOLS = {
+    "\u221e": "\\infty ",
+    "\u03c0": "\\pi ",
+    "\u00d7": "\\times ",
+    "\u00b7": "\\cdot ",
+    "\u22c5": "\\cdot ",
+    "\u2212": "-",
+    "\u2013": "-",
+    "\u2264": "\\le ",
+    "\u2265": "\\ge ",
+    "\u2260": "\\ne ",
+    "\u00b1": "\\pm ",
+    "\u2044": "/",
+    "\u222a": "\\cup ",
+    "\u2229": "\\cap ",
+    "\u03b8": "\\theta ",
+    "\u00f7": "\\div ",
+}
+_UNICODE_SYMBOL_RE = re.compile("|".join(_UNICODE_SYMBOLS))
+# Words between the values of one list answer: `x = 1 \text{ or } x = -2`, `1 and 3`.
+_LIST_WORD_RE = re.compile(r"\s*(?:\\(?:text|textrm|mbox|mathrm)\s*\{\s*(?:or|and)\s*\}|\b(?:or|and)\b)\s*")
 _VAR_EQ_RE = re.compile(r"^[a-zA-Z](?:_\{?[a-zA-Z0-9]+\}?)?(?:\([a-z]\))?\s*=\s*(?!=)")
 _INNER_SPACE_RE = re.compile(r"(?<![A-Za-z]) | (?![A-Za-z])")
 _BARE_SCRIPT_RE = re.compile(r"([_^]|\\sqrt)([A-Za-z0-9])")
@@ -310,12 +533,51 @@ def _expand_short_fracs(s: str) -> str:
     return _FRAC_SHORT_RE.sub(fix, s)
 
 
+def unicode_math(text: str) -> str:
+    """Unicode math as LaTeX, then NFKC: `√3` -> `\\sqrt{3}`, `10¹⁹` -> `10^{19}`, `∞` -> `\\infty`, `π` -> `\\pi`."""
+    if text.isascii():
+        return text
+    text = _SUPERSCRIPT_RUN_RE.sub(lambda m: "^{" + m.group().translate(_SCRIPT_DIGITS) + "}", text)
+    text = _SUBSCRIPT_RUN_RE.sub(lambda m: "_{" + m.group().translate(_SCRIPT_DIGITS) + "}", text)
+    text = _ROOT_RE.sub(lambda m: f"\\sqrt{_ROOT_INDEX[m.group(1)]}{{{m.group(2).strip('{}')}}}", text)
+    text = unicodedata.normalize("NFKC", text)
+    return _UNICODE_SYMBOL_RE.sub(lambda m: _UNICODE_SYMBOLS[m.group()], text)
+
+
+def split_items(answer: str) -> list[str]:
+    """The values of a list answer, split at top-level commas, semicolons and the words "or"/"and"
+    (`x = 1 \\text{ or } x = -2` -> [`x = 1`, `x = -2`]); one item for anything else. Commas inside
+    brackets, braces or parentheses (tuples, intervals, sets) do not split."""
+    answer = _LIST_WORD_RE.sub(",", answer) if re.search(r"\b(?:or|and)\b", answer) else answer
+    items: list[str] = []
+    depth = 0
+    current: list[str] = []
+    for ch in answer:
+        if ch in "{([":
+            depth += 1
+        elif ch in "})]":
+            depth -= 1
+        if depth == 0 and ch in ",;":
+            items.append("".join(current))
+            current = []
+            continue
+        current.append(ch)
+    items.append("".join(current))
+    return [item.strip() for item in items]
+
+
 def normalize_math(answer: str, *, strip_var: bool = True) -> str:
     """Formatting-only normalization: two answers equal after it are the same answer.
 
     strip_var: drop a leading `x =` / `f(x) =` (pass False when the gold itself is an equation).
     """
-    s = unicodedata.normalize("NFKC", answer).strip()
+    return normalize_math_unit(answer, strip_var=strip_var)[0]
+
+
+def normalize_math_unit(answer: str, *, strip_var: bool = True) -> tuple[str, str | None]:
+    """`normalize_math`'s result and the trailing unit it removed, in one spelling (`\\text{ cm}`,
+    `centimeters` -> `cm`), or None when the answer has no unit. The verifier refuses two different units."""
+    s = unicode_math(answer).strip()
     s = s.strip("$").strip()
     if s.startswith(("\\[", "\\(")) and s.endswith(("\\]", "\\)")):
         s = s[2:-2]
@@ -324,9 +586,13 @@ def normalize_math(answer: str, *, strip_var: bool = True) -> str:
     s = s.replace("−", "-").replace("\\$", "").replace("$", "").replace("\\%", "").replace("%", "")
     s = _LEFT_RIGHT_RE.sub("", s)
     s = _DEGREE_RE.sub("", s)
-    s = _SPACING_RE.sub(" ", s).strip()
+    s = _SPACING_RE.sub(lambda m: m.group(1) or " ", s).strip()
+    # One spelling of a matrix: bmatrix, matrix and array (its column spec dropped) are read as pmatrix.
+    s = _MATRIX_ENV_RE.sub(lambda m: f"\\{m.group(1)}{{pmatrix}}", s)
     unit = _TRAILING_UNIT_RE.fullmatch(s)
+    unit_name = None
     if unit is not None and re.search(r"\d", unit.group("value")):
+        unit_name = _canonical_unit(s[unit.end("value") :])
         s = unit.group("value").strip()
     s = _TEXT_WRAP_RE.sub(r"\1", s)
     if strip_var:
@@ -343,7 +609,97 @@ def normalize_math(answer: str, *, strip_var: bool = True) -> str:
     s = _BARE_SCRIPT_RE.sub(r"\1{\2}", s)  # `m_p c^2 \sqrt3` -> `m_{p} c^{2} \sqrt{3}`: one spelling per group
     # Again: the braces just added turn `p c` (kept above, letters) into `} c`, which the gold spells `}c`.
     s = _INNER_SPACE_RE.sub("", s)
-    return _strip_outer_braces(s)
+    bracketed = _BRACKETED_MATRIX_RE.match(
+        s
+    )  # `\\left( \\begin{array}...\\end{array} \\right)`: the parens are the matrix's
+    if bracketed is not None:
+        s = bracketed.group(1)
+    return _strip_outer_braces(s), unit_name
+
+
+_UNIT_SYNONYMS = {
+    "centimeter": "cm",
+    "centimetre": "cm",
+    "millimeter": "mm",
+    "millimetre": "mm",
+    "kilometer": "km",
+    "kilometre": "km",
+    "meter": "m",
+    "metre": "m",
+    "second": "s",
+    "sec": "s",
+    "hour": "h",
+    "hr": "h",
+    "minute": "min",
+    "kilogram": "kg",
+    "gram": "g",
+    "milligram": "mg",
+    "inche": "in",
+    "inch": "in",
+    "foot": "ft",
+    "feet": "ft",
+    "mile": "mi",
+    "liter": "l",
+    "litre": "l",
+    "milliliter": "ml",
+    "pound": "lb",
+    "ounce": "oz",
+    "kmh": "km/h",
+    "km/hr": "km/h",
+    "squareunit": "unit^2",
+    "squnit": "unit^2",
+    "radian": "rad",
+    "cent": "cent",
+}
+
+
+# Units of measurement (after `_canonical_unit`): only two of these can disagree. Other trailing words
+# ("5 \\text{ ways to seat them}") are the writer's phrasing, not a unit to check.
+_MEASURES = frozenset(_UNIT_SYNONYMS.values()) | {
+    "cm",
+    "mm",
+    "km",
+    "kg",
+    "mg",
+    "m",
+    "s",
+    "h",
+    "g",
+    "l",
+    "ml",
+    "mi",
+    "ft",
+    "in",
+    "min",
+    "ms",
+    "mph",
+    "km/h",
+    "m/s",
+    "yard",
+    "lb",
+    "oz",
+    "day",
+    "week",
+    "year",
+    "degree",
+    "rad",
+    "dollar",
+    "cent",
+}
+
+
+def _canonical_unit(unit: str) -> str | None:
+    """One spelling of a unit of measurement (wrappers, spaces and a plural `s` dropped, long names
+    abbreviated, `\\text{ cm}^2` -> `cm^2`), or None when the trailing words are not one."""
+    u = _TEXT_WRAP_RE.sub(r"\1", unit).replace(" ", "").replace("{", "").replace("}", "").lower()
+    power = ""
+    if "^" in u:
+        u, _, power = u.partition("^")
+        power = "^" + power
+    if len(u) > 3 and u.endswith("s"):
+        u = u[:-1]
+    u = _UNIT_SYNONYMS.get(u, u)
+    return u + power if u in _MEASURES else None
 
 
 _PLAIN_NUMBER_RE = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
@@ -392,20 +748,24 @@ def additive_terms(normalized: str) -> list[str] | None:
     return sorted(terms) if len(terms) > 1 else None
 
 
-_TEXT_NOISE = " .'\"`*"
+_TEXT_NOISE = " .'\"`*\u2018\u2019\u201c\u201d\u00ab\u00bb"
 _TEXT_NUMBER_RE = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
+# Digit grouping a model may write in LaTeX: `1{,}075`, `1\,217`, `1\ 217`, `1~217`.
+_LATEX_GROUPING_RE = re.compile(r"(?<=\d)(?:\{,\}|\\[,;! ]|~)(?=\d{3})")
 
 
 def normalize_text(answer: str) -> str:
-    """Case-insensitive normalization of free-form answers: LaTeX and markdown wrappers, quotes, brackets
-    and trailing punctuation go; "(b)" becomes "b"; list separators lose their spaces; a plain number
-    becomes its canonical value (`853.0`, `853`, `853.00` -> `853`; `1,194` -> `1194`)."""
-    s = unicodedata.normalize("NFKC", answer).strip().strip("$").strip()
+    """Case-insensitive normalization of free-form answers: LaTeX and markdown wrappers, quotes (curly ones
+    too), an enclosing pair of brackets or parentheses and trailing punctuation go; "(b)" becomes "b"; list
+    separators lose their spaces; a plain number becomes its canonical value (`853.0`, `853`, `853.00` ->
+    `853`; `1,194`, `1{,}194` and `1\\,194` -> `1194`)."""
+    s = unicode_math(answer).strip().strip("$").strip()
     for _ in range(2):  # nested wrappers: \text{\textbf{x}}
         s = _TEXT_WRAP_RE.sub(r"\1", s)
+    s = _LATEX_GROUPING_RE.sub(lambda m: "," if m.group() == "{,}" else "", s)
     s = s.replace("**", "").replace("\\%", "%")
     s = " ".join(s.lower().split()).strip(_TEXT_NOISE)
-    if len(s) > 2 and s[0] == "[" and s[-1] == "]":
+    if len(s) > 2 and (s[0], s[-1]) in (("[", "]"), ("(", ")")) and _encloses(s):
         s = s[1:-1].strip()
     s = re.sub(r"\s*([,;])\s*", r"\1", s)
     letter = re.fullmatch(r"\(([a-z])\)", s)
@@ -414,6 +774,17 @@ def normalize_text(answer: str) -> str:
     if _TEXT_NUMBER_RE.fullmatch(s):
         return _canonical_decimal(s)
     return s
+
+
+def _encloses(s: str) -> bool:
+    """True when the bracket at s[0] closes at s[-1] (`(90, 1)`), not earlier (`(a) and (b)`)."""
+    depth = 0
+    for i, ch in enumerate(s):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if depth == 0 and i < len(s) - 1:
+            return False
+    return True
 
 
 def _canonical_decimal(number: str) -> str:

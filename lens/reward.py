@@ -1,30 +1,39 @@
 """Verifiers: untrusted completions + gold answers -> rewards, fast, safely, deterministically, never raising.
 
 Kinds (`Verifier(kind=...)`, and one plain function each, usable without a pool):
-- `math` (`verify_math`): the final answer (`lens.answers.extract_final`: the last closed `\\boxed{}`, else
-  the text after the last "answer is"/"Answer:", else, only with `fallback_last_number`, the last number or
-  math span). Fast path first: normalized string equality (`lens.answers.normalize_math`), then exact
-  arithmetic on plain numbers (scientific notation included). Otherwise math-verify's `parse`/`verify` in a
-  worker process; when math-verify visibly mis-parses either side (a result with `zoo` or `nan`, nothing
-  parsed, or fewer free symbols than the text names) its verdict is not trusted and a structural comparison
-  decides instead (equal normalized strings, or the same top-level sum in another order).
-- `choice` (`verify_choice`): the chosen letter A-J (`lens.answers.extract_choice`); a hedge ("H or D") is
-  no answer.
+- `math` (`verify_math`): the final answer (`lens.answers.extract_final`, rules R1-R5 of the reward policy in
+  lens/answers.py and the README). A list answer (R6, R7: glued boxes, "or"/"and" between values) is
+  normalized item by item; two different units are wrong (R8); an answer in words is compared as text (R9).
+  Fast path first: normalized string equality (`lens.answers.normalize_math`), then exact arithmetic on
+  plain numbers (scientific notation included). Otherwise math-verify's `parse`/`verify` in a worker
+  process; when math-verify visibly mis-parses either side (a result with `zoo` or `nan`, an infinity inside
+  arithmetic (R11), nothing parsed, or fewer free symbols than the text names) its verdict is not trusted
+  and a structural comparison decides instead (equal normalized strings, or the same top-level sum in
+  another order).
+- `choice` (`verify_choice`): the chosen letter A-J (`lens.answers.extract_choice`, R12); a hedge ("H or D")
+  is no answer.
 - `text` (`verify_text`): free-form answers (BBEH): extracted as for `math` (no last-number fallback),
-  compared case-insensitively after stripping LaTeX/markdown wrappers; equal numbers are equal (`853.0`,
-  `853`, `1,194`), as BBEH's own scorer accepts them.
+  compared after `lens.answers.normalize_text` (R13); equal numbers are equal (`853.0`, `853`, `1,194`), as
+  BBEH's own scorer accepts them.
 - `vartrack` (`verify_vartrack`): the built-in CPU task, and the one rule `lens.tasks.vartrack.reward` uses:
   the first whitespace-separated token after the FIRST `#` must equal the gold digit.
 - `exact` (`verify_exact`): stripped string equality.
 
 Every verdict is `(reward, reason)` with a reason from `REASONS`; reward 1.0 only for `correct`.
 
-Truncation policy (algorithm.md, "Rewards"):
+Determinism (R11): a verdict depends only on (completion, gold, policy). sympy keeps one module-level random
+generator (used by simplify's heuristics) and global evaluation flags; each worker resets both before every
+item, so neither the items a worker scored before nor their order change a verdict, and an infinity inside
+arithmetic never reaches sympy's simplify (whose `g - oo**oo` was sometimes 0 for a finite g).
+
+Truncation policy (R3-R5; algorithm.md, "Rewards"):
 - An unclosed last `\\boxed{` is no answer (never an earlier box or a number before it).
 - A completion that ended by length (`finish_reason == "length"` passed to `Verifier.score`) is not scored:
   it gets `truncated_reward` (default 0.0, as DAPO treats over-long outputs) and reason `truncated`.
 - The last-number fallback is off by default (training); evaluation turns it on per benchmark with
   `fallback_last_number=True`.
+- Evaluation (`lens.eval.evaluate_set`) passes no finish reasons: it scores the text it got, as the
+  benchmarks' graders do (a closed box before the cut counts there).
 
 Gold answers: `validate_gold(kind, answer)` says why a gold is unusable (None when fine) so the data loader
 rejects it at load time with file:line; `normalize_gold` strips an enclosing `\\boxed{}` (verifiers apply it
@@ -49,7 +58,8 @@ Deadlines are CPU time, not wall time, so verdicts do not depend on machine load
 Safety (model output is untrusted):
 - Nothing is executed: predictions go only through regexes and math-verify's LaTeX parser (ANTLR -> sympy).
   math-verify's `ExprExtractionConfig` path calls sympy's `parse_expr`, which `eval`s text, so it is never
-  used; answers containing `__` are rejected before parsing (defense in depth).
+  used; answers containing `__` (after NFKC, so full-width `＿＿` too) are rejected before parsing (defense
+  in depth).
 - A completion longer than `max_chars` is `too_long` (reward 0); so is an extracted answer longer than
   `MAX_ANSWER_CHARS`. Invalid UTF-8 is repaired; any other non-string is a `parse_error`.
 - Workers run in a `pebble.ProcessPool` (forkserver context: forks come from a small clean server, never from
@@ -58,7 +68,8 @@ Safety (model output is untrusted):
   is a MemoryError (`parse_error`), not an OOM. Like every multiprocessing child, a worker re-imports the
   parent's main module: guard scripts with `if __name__ == "__main__":`.
 - The cheap stages and the cheap kinds run inline in the caller: linear-time regexes over at most
-  `max_chars` characters that cannot hang, cheaper than a pool round trip.
+  `max_chars` characters that cannot hang, cheaper than a pool round trip (tests/test_reward_faults.py
+  times each entry point on 64 KB of pathological text).
 - math-verify verdicts on (prediction, gold) pairs are pure, so `Verifier` keeps an LRU cache of them
   (`cache_size`); timeouts and crashes are never cached.
 
@@ -71,6 +82,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import unicodedata
 import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
@@ -84,8 +96,9 @@ from lens.answers import (
     extract_boxed,
     extract_choice,
     extract_final,
-    normalize_math,
+    normalize_math_unit,
     normalize_text,
+    split_items,
     strip_enclosing_box,
 )
 from lens.verify_pool import Verdict, VerdictPool, close_pool, limit_memory, within_cpu_budget
@@ -201,7 +214,8 @@ def validate_gold(kind: str, answer: Any) -> str | None:
             return f"math gold {answer!r} is not a finite answer"
         if not _braces_balance(gold):
             return f"math gold {answer!r} has unbalanced braces"
-        if "__" in gold:
+        # After NFKC, as the comparison sees it: full-width `＿＿` would otherwise become `__` past this check.
+        if "__" in unicodedata.normalize("NFKC", gold):
             return f"math gold {answer!r} contains '__', which is never parsed"
     return None
 
@@ -272,11 +286,16 @@ def _stage_math(completion: Any, gold: str, max_chars: int, fallback_last_number
     if len(pred) > MAX_ANSWER_CHARS:
         return (0.0, "too_long")
     strip_var = "=" not in gold  # `x = 5` answers the gold `5`; an equation gold keeps its left side
-    if strip_var and "=" in pred:
-        pred = pred.rsplit("=", 1)[1]  # `a + b = 2 + 3 = 5`: the value is what comes last
-    norm_pred, norm_gold = normalize_math(pred, strip_var=strip_var), normalize_math(gold, strip_var=strip_var)
+    norm_pred, pred_units = _normalize_answer(pred, strip_var)
+    norm_gold, gold_units = _normalize_answer(gold, strip_var)
     if not norm_pred:
         return (0.0, "no_answer")
+    if _is_prose(norm_gold) or _is_prose(norm_pred):
+        # Words are compared as words: math-verify would read "a sufficient but not a necessary condition"
+        # as a product of letters, equal to any reordering of it.
+        return _CORRECT if _prose_key(pred) == _prose_key(gold) else _WRONG
+    if any(p and g and p != g for p, g in zip(pred_units, gold_units, strict=False)):
+        return _WRONG  # `50 m` is not `50 cm`; a unit on one side only is formatting
     if norm_pred == norm_gold:
         return _CORRECT
     numeric = _numeric_verdict(norm_pred, norm_gold)
@@ -288,6 +307,48 @@ def _stage_math(completion: Any, gold: str, max_chars: int, fallback_last_number
         # work by the input's structure makes the verdict the same on any machine.
         return _structural_verdict(norm_pred, norm_gold)
     return norm_pred, norm_gold
+
+
+_THIN_SPACE_RE = re.compile(r"(?<!\\)\\[,;:!]")
+_LIST_HINT_RE = re.compile(r"[,;]|\b(?:or|and)\b")
+_PROSE_RE = re.compile(r"[A-Za-z]{2,} [A-Za-z]{2,}|^[A-Za-z]{4,}$")
+_ARTICLES_RE = re.compile(r"\b(?:a|an|the)\b")
+
+
+def _normalize_answer(answer: str, strip_var: bool) -> tuple[str, list[str | None]]:
+    """The normalized answer and the unit of each of its items.
+
+    A list answer (`x = 1 \\text{ or } x = -2`, `1 and 3`, `\\boxed{3} or \\boxed{4}`) is normalized item by
+    item, each losing its own `x =`, and joined with commas: a list is then compared with the gold as a list,
+    so two different values offered for one gold are never credited. In an item with several `=` the value is
+    what comes last (`a + b = 2 + 3 = 5`).
+    """
+    answer = _THIN_SPACE_RE.sub(" ", answer)  # `1\\,469`: a digit group, not a list separator
+    items = [answer]
+    if _LIST_HINT_RE.search(answer) and not _THOUSANDS_ONLY_RE.fullmatch(answer.strip().strip("$")):
+        items = split_items(answer)
+    parts, units = [], []
+    for item in items:
+        if strip_var and "=" in item:
+            item = item.rsplit("=", 1)[1]
+        norm, unit = normalize_math_unit(item, strip_var=strip_var)
+        parts.append(norm)
+        units.append(unit)
+    return ",".join(parts), units
+
+
+_THOUSANDS_ONLY_RE = re.compile(r"-?\d{1,3}(?:(?:,|\{,\})\d{3})+(?:\.\d+)?")
+
+
+def _is_prose(normalized: str) -> bool:
+    """True for an answer in words: two words of 2+ letters in a row, or one word of 4+ letters, outside
+    LaTeX commands (`\\sin x`, `2ab+bc` and `\\text{(C)}` are not prose)."""
+    return _PROSE_RE.search(_COMMAND_RE.sub(" ", normalized)) is not None
+
+
+def _prose_key(answer: str) -> str:
+    """What two prose answers must share: `normalize_text` without articles."""
+    return " ".join(_ARTICLES_RE.sub(" ", normalize_text(answer)).split())
 
 
 def _nesting_depth(latex: str) -> int:
@@ -311,7 +372,7 @@ _GREEK_NAMES = (
     "tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Sigma Upsilon Phi Psi Omega"
 )
 _GREEK = frozenset(_GREEK_NAMES.split())
-_WORD_WRAP_RE = re.compile(r"\\(?:text|textbf|textit|mathrm|mbox|operatorname|mathbb|mathcal)\s*\{[^{}]*\}")
+_WORD_WRAP_RE = re.compile(r"\\(?:begin|end|text|textbf|textit|mathrm|mbox|operatorname|mathbb|mathcal)\s*\{[^{}]*\}")
 _COMMAND_RE = re.compile(r"\\([a-zA-Z]+)")
 _SYMBOL_RE = re.compile(r"([a-zA-Z])(?:_\{?([a-zA-Z0-9]+)\}?)?")
 
@@ -338,14 +399,39 @@ def _trusted(parsed: list[Any], latex: str) -> bool:
     """False when math-verify visibly mis-parsed `latex`: nothing parsed, `zoo`/`nan` in the result (e.g.
     `\\gamma^{2}` read as the gamma function at a pole), or fewer free symbols than the text names (e.g.
     `\\frac{1}{3}E_{1}+\\frac{2}{3}E_{2}` parsed as 2/3)."""
-    from sympy import Basic, S
+    from sympy import Basic, MatrixBase, S
 
-    if not parsed or not isinstance(parsed[0], Basic):
+    if not parsed:
         return False
     expr = parsed[0]
-    if expr.has(S.ComplexInfinity, S.NaN):
+    if isinstance(expr, MatrixBase):  # not a sympy Basic: its entries are checked one by one
+        entries = list(expr)
+    elif isinstance(expr, Basic):
+        entries = [expr]
+    else:
         return False
-    return len(expr.free_symbols) >= _text_symbols(latex)
+    if any(e.has(S.ComplexInfinity, S.NaN) or _degenerate(e) for e in entries):
+        return False
+    return len(set().union(*(e.free_symbols for e in entries))) >= _text_symbols(latex)
+
+
+def _degenerate(expr: Any) -> bool:
+    """True when an infinity takes part in arithmetic (`oo**oo`, `sqrt(oo)`, `2**oo`, `oo - oo`, `0*oo`).
+
+    math-verify leaves such terms unevaluated and sympy's simplify of `g - oo**oo` is sometimes 0 for a
+    finite g, depending on its random and hash-ordered internals: a reward a policy could learn and a rerun
+    would not reproduce. A bare `\\infty`, `-\\infty`, or an infinite interval end stays a value.
+    """
+    from sympy import Add, Function, Mul, Pow, S, preorder_traversal
+
+    infinite = (S.Infinity, S.NegativeInfinity, S.ComplexInfinity)
+    for node in preorder_traversal(expr):
+        if not isinstance(node, (Add, Mul, Pow, Function)) or not any(a in infinite for a in node.args):
+            continue
+        if isinstance(node, Mul) and len(node.args) == 2 and S.NegativeOne in node.args:
+            continue  # `-\\infty` parsed as -1 * oo
+        return True
+    return False
 
 
 def _structural_verdict(pred: str, gold: str) -> Verdict:
@@ -376,6 +462,22 @@ def _parse_gold(gold: str) -> tuple[Any, ...]:
     return tuple(_parse(gold))
 
 
+def _reset_sympy_state() -> None:
+    """Puts sympy's process-wide state back to where a fresh worker has it, before every item.
+
+    sympy draws from one module-level random generator (in simplify's heuristics and numeric checks), so
+    without a reseed a verdict depended on every item the worker had scored before; its global evaluation
+    flags are restored too, in case a deadline interrupted code that had set them.
+    """
+    from sympy.core import random as sympy_random
+    from sympy.core.parameters import global_parameters
+
+    sympy_random.seed(0)
+    global_parameters.evaluate = True
+    global_parameters.distribute = True
+    global_parameters.exp_is_pow = False
+
+
 def _math_verify(pred: str, gold: str) -> Verdict:
     """Compares normalized prediction and gold via math-verify, or structurally where it mis-parses.
 
@@ -386,6 +488,7 @@ def _math_verify(pred: str, gold: str) -> Verdict:
 
     if "__" in pred:
         return (0.0, "parse_error")
+    _reset_sympy_state()
     try:
         gold_parsed = list(_parse_gold(gold))
         pred_parsed = _parse(pred)

@@ -8,16 +8,19 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
+import re
 import signal
 import string
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from lens import answers
 from lens.answers import normalize_math
 from lens.reward import (
     DEFAULT_MAX_CHARS,
@@ -469,3 +472,215 @@ def test_close_stops_workers() -> None:
     v.close()
     v.close()
     assert not any(p.is_alive() for p in procs)
+
+
+# ------------------------------------------------------------------------------------------------
+# the reward policy, rule by rule (README "Rewards", lens/answers.py's docstring): both polarities
+# ------------------------------------------------------------------------------------------------
+
+WORK = "Let me set up the quantities. Squaring both sides and cancelling gives a single candidate. "
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One policy case: `rule` (R1-R13), the verifier kind, what the model wrote, the gold, the reward it must
+    get, and how it is scored ("train": no fallback, the finish reason passed; "eval": as lens.eval does)."""
+
+    rule: str
+    kind: str
+    completion: str
+    gold: str
+    reward: float
+    mode: str = "train"
+    finish: str = "stop"
+
+
+POLICY = [
+    # R1: after the last </think>, else everything
+    Rule("R1", "math", "<think>maybe \\boxed{12}?</think>\nSo the final answer is: $15$", "15", 1.0),
+    Rule("R1", "math", "<think>maybe \\boxed{12}?</think>\nSo the final answer is: $15$", "12", 0.0),
+    Rule("R1", "math", "<think>I get \\boxed{21}.</think>\nThat settles it.", "21", 1.0),
+    Rule("R1", "choice", "<think>Answer: (C)</think>\nAfter checking units, Answer: (F)", "C", 0.0),
+    Rule("R1", "choice", "<think>Answer: (C)</think>\nAfter checking units, Answer: (F)", "F", 1.0),
+    # R2: answer tags, box, "Final answer" after a box, markers without a colon, labels in the box
+    Rule("R2", "math", WORK + "<answer>\n\\frac{7}{9}\n</answer>", r"\frac79", 1.0),
+    Rule("R2", "math", WORK + "\\boxed{3}<answer>8</answer>", "3", 0.0),
+    Rule("R2", "math", WORK + "so $\\boxed{44}$.\n\n**Final answer:** 45", "45", 1.0),
+    Rule("R2", "math", WORK + "so $\\boxed{44}$.\n\n**Final answer:** 45", "44", 0.0),
+    Rule("R2", "math", WORK + "\n## Final Answer\n\n\\[ 2\\pi \\]", r"2\pi", 1.0),
+    Rule("R2", "math", WORK + "Final result: $-6$.", "-6", 1.0),
+    Rule("R2", "math", WORK + "Final result: $-6$.", "6", 0.0),
+    Rule("R2", "math", WORK + "$\\boxed{\\textbf{Answer:}\\ 316}$", "316", 1.0),
+    Rule("R2", "math", WORK + "$\\boxed{\\textbf{Answer:}\\ 316}$", "361", 0.0),
+    Rule("R2", "text", WORK + "<answer>orange, violet</answer>", "orange, violet", 1.0),
+    # R3: a box or answer tag that never closes
+    Rule("R3", "math", WORK + "\\boxed{9} first, then I would refine it to \\boxed{9", "9", 0.0),
+    Rule("R3", "choice", WORK + "<answer>(B", "B", 0.0),
+    Rule("R3", "math", WORK + "the value is \\boxed{\\frac{5}{2}} and we stop.", "2.5", 1.0),
+    # R4: cut by length: 0 in training, its text in evaluation
+    Rule("R4", "math", WORK + "so $\\boxed{27}$, and to double-check we", "27", 0.0, "train", "length"),
+    Rule("R4", "math", WORK + "so $\\boxed{27}$, and to double-check we", "27", 1.0, "eval", "length"),
+    Rule("R4", "math", WORK + "so $\\boxed{26}$, and to double-check we", "27", 0.0, "eval", "length"),
+    # R5: the last number, evaluation only
+    Rule("R5", "math", WORK + "which leaves 318 marbles in the jar", "318", 0.0, "train"),
+    Rule("R5", "math", WORK + "which leaves 318 marbles in the jar", "318", 1.0, "eval"),
+    Rule("R5", "math", WORK + "which leaves $\\sqrt{318}$ as the side", "318", 0.0, "eval"),
+    # R6: hedges, in boxes, spans, words, letters
+    Rule("R6", "math", WORK + "$\\boxed{5}$, or perhaps $\\boxed{7}$", "5", 0.0),
+    Rule("R6", "math", WORK + "$\\boxed{5}$, or perhaps $\\boxed{7}$", "7", 0.0),
+    Rule("R6", "math", WORK + "The answer is $11$ or $13$.", "13", 0.0),
+    Rule("R6", "math", WORK + "Answer: 2 or 8", "2", 0.0),
+    Rule("R6", "math", WORK + "$\\boxed{11 \\text{ or } 13}$", "11", 0.0),
+    Rule("R6", "math", WORK + "$\\boxed{11}$, or maybe $13$.", "11", 0.0),
+    Rule("R6", "math", WORK + "$\\boxed{11}$ or so, by the estimate above.", "11", 1.0),
+    Rule("R6", "choice", WORK + "$\\boxed{E}$ or F", "E", 0.0),
+    Rule("R6", "math", WORK + "$\\boxed{-1} \\quad\\text{or}\\quad \\boxed{2}$", "2", 0.0),
+    Rule("R6", "choice", WORK + "$\\boxed{A}\\text{ or }\\boxed{G}$", "G", 0.0),
+    Rule("R7", "math", WORK + "$\\boxed{-1} \\quad\\text{or}\\quad \\boxed{2}$", "-1, 2", 1.0),
+    Rule("R6", "math", WORK + "$\\boxed{5}$. Rechecking the sign, the value is actually $\\boxed{7}$", "7", 1.0),
+    Rule("R6", "choice", WORK + "Answer: (D), though (A) is also defensible", "D", 0.0),
+    Rule("R6", "choice", WORK + "Answer: (D), because (A) ignores drag", "D", 1.0),
+    Rule("R6", "choice", WORK + "My pick: the answer is D or possibly A.", "D", 0.0),
+    Rule("R6", "choice", WORK + "The answer is (h) and/or (b).", "H", 0.0),
+    Rule("R6", "choice", WORK + "$\\boxed{C}$ or $\\boxed{J}$", "J", 0.0),
+    # R7: solution lists in words
+    Rule("R7", "math", WORK + "$\\boxed{t = -4 \\text{ or } t = 6}$", "6, -4", 1.0),
+    Rule("R7", "math", WORK + "$\\boxed{t = -4 \\text{ or } t = 5}$", "6, -4", 0.0),
+    Rule("R7", "math", WORK + "The answer is $2$ and $9$.", "2,9", 1.0),
+    Rule("R7", "math", WORK + "$\\boxed{-4}$ and $\\boxed{6}$", "-4, 6", 1.0),
+    Rule("R7", "math", WORK + "$\\boxed{-4}$", "-4, 6", 0.0),
+    Rule("R7", "math", WORK + "$\\boxed{p + q = 3 + 4 = 7}$", "7", 1.0),
+    # R8: units
+    Rule("R8", "math", WORK + "$\\boxed{18\\ \\text{kg}}$", r"18 \text{ kg}", 1.0),
+    Rule("R8", "math", WORK + "$\\boxed{18\\ \\text{g}}$", r"18 \text{ kg}", 0.0),
+    Rule("R8", "math", WORK + "The answer is 18 kilograms.", r"18\,\mathrm{kg}", 1.0),
+    Rule("R8", "math", WORK + "The answer is 18 meters.", r"18\,\mathrm{kg}", 0.0),
+    Rule("R8", "math", WORK + "$\\boxed{18\\ \\text{kg}}$", "18", 1.0),
+    Rule("R8", "math", WORK + "$\\boxed{7 \\text{ handshakes in all}}$", r"7 \text{ handshakes}", 1.0),
+    Rule("R8", "math", WORK + "$\\boxed{7\\,\\mathrm{cm}^{3}}$", r"7 \text{ cm}^2", 0.0),
+    # R9: words are words
+    Rule("R9", "math", WORK + "$\\boxed{\\text{strictly decreasing}}$", r"\text{strictly increasing}", 0.0),
+    Rule("R9", "math", WORK + "$\\boxed{\\text{Neither Even Nor Odd}}$", r"\text{neither even nor odd}", 1.0),
+    Rule("R9", "math", WORK + "$\\boxed{\\text{odd neither even nor}}$", r"\text{neither even nor odd}", 0.0),
+    Rule("R9", "math", WORK + "$\\boxed{\\text{parabola}}$", r"\text{the parabola}", 1.0),
+    Rule("R9", "math", WORK + "$\\boxed{\\text{arbolpa}}$", r"\text{parabola}", 0.0),
+    # R10: formatting only
+    Rule(
+        "R10",
+        "math",
+        WORK + "$\\boxed{\\begin{bmatrix}2&0\\\\-1&\\dfrac{3}{4}\\end{bmatrix}}$",
+        r"\begin{pmatrix}2&0\\-1&3/4\end{pmatrix}",
+        1.0,
+    ),
+    Rule(
+        "R10",
+        "math",
+        WORK + "$\\boxed{\\begin{bmatrix}2&0\\\\-1&\\dfrac{3}{5}\\end{bmatrix}}$",
+        r"\begin{pmatrix}2&0\\-1&3/4\end{pmatrix}",
+        0.0,
+    ),
+    Rule(
+        "R10",
+        "math",
+        WORK + "$\\boxed{\\left[\\begin{array}{c} 4 \\\\ -2 \\end{array}\\right]}$",
+        r"\begin{pmatrix}4\\-2\end{pmatrix}",
+        1.0,
+    ),
+    Rule(
+        "R10",
+        "math",
+        WORK + "$\\boxed{\\begin{vmatrix}2&0\\\\-1&3/4\\end{vmatrix}}$",
+        r"\begin{pmatrix}2&0\\-1&3/4\end{pmatrix}",
+        0.0,
+    ),
+    Rule(
+        "R10",
+        "math",
+        WORK + "$\\boxed{\\begin{bmatrix}2&0\\\\-1&\\dfrac{3}{4}\\end{bmatrix}}$",
+        r"\begin{pmatrix}2&0\\-1&3/4\end{pmatrix}",
+        1.0,
+    ),
+    Rule(
+        "R10",
+        "math",
+        WORK + "$\\boxed{\\begin{bmatrix}2&0\\\\-1&\\dfrac{3}{5}\\end{bmatrix}}$",
+        r"\begin{pmatrix}2&0\\-1&3/4\end{pmatrix}",
+        0.0,
+    ),
+    Rule(
+        "R10",
+        "math",
+        WORK + "$\\boxed{\\left[\\begin{array}{c} 4 \\\\ -2 \\end{array}\\right]}$",
+        r"\begin{pmatrix}4\\-2\end{pmatrix}",
+        1.0,
+    ),
+    Rule("R10", "math", WORK + "$\\boxed{\\Bigl[ -1, 5 \\Bigr)}$", "[-1,5)", 1.0),
+    Rule("R10", "math", WORK + "$\\boxed{\\biggl( -1, 5 \\biggr]}$", "[-1,5)", 0.0),
+    Rule("R10", "math", WORK + "The answer is 3√5.", r"3\sqrt{5}", 1.0),
+    Rule("R10", "math", WORK + "The answer is 5√3.", r"3\sqrt{5}", 0.0),
+    Rule("R10", "math", WORK + "The answer is 2³⁰.", "2^{30}", 1.0),
+    Rule("R10", "math", WORK + "The answer is 2³.", "2^{30}", 0.0),
+    Rule("R10", "math", WORK + "$\\boxed{(2, ∞)}$", r"(2,\infty)", 1.0),
+    Rule("R10", "math", WORK + "$\\boxed{12{,}600}$", "12600", 1.0),
+    Rule("R10", "math", WORK + "$\\boxed{12\\,601}$", "12600", 0.0),
+    # R11: degenerate values never equal a finite gold
+    Rule("R11", "math", WORK + "$\\boxed{3^{\\infty}}$", "3", 0.0),
+    Rule("R11", "math", WORK + "$\\boxed{\\frac{\\infty}{\\infty}}$", "1", 0.0),
+    Rule("R11", "math", WORK + "$\\boxed{\\infty\\cdot 0}$", "0", 0.0),
+    Rule("R11", "math", WORK + "$\\boxed{(-\\infty, 0]}$", r"(-\infty,0]", 1.0),
+    Rule("R11", "math", WORK + "$\\boxed{-\\infty}$", r"-\infty", 1.0),
+    # R12: choices
+    Rule("R12", "choice", WORK + "Final answer: f.", "F", 1.0),
+    Rule("R12", "choice", WORK + "The answer is (D) 6 J of work.", "D", 1.0),
+    Rule("R12", "choice", WORK + "The answer is (D) 6 J of work.", "J", 0.0),
+    Rule("R12", "choice", WORK + "The answer is 0.5 A (C).", "C", 1.0),
+    Rule("R12", "choice", WORK + "That gives 9 N, which is choice (e).", "E", 1.0),
+    Rule("R12", "choice", WORK + "Option (B) fails the test; option H is the correct one.", "B", 0.0),
+    Rule("R12", "choice", WORK + "Option (B) fails the test. Option H is correct.", "H", 1.0),
+    Rule("R6", "choice", WORK + "The answer is G or (C).", "C", 0.0),
+    Rule("R12", "choice", WORK + "Final answer: f.", "E", 0.0),
+    Rule("R12", "choice", WORK + "It must be\n\n(j)", "J", 1.0),
+    Rule("R12", "choice", WORK + "The answer is Ｃ.", "C", 1.0),
+    Rule("R12", "choice", WORK + "The answer is not (C) but (G).", "C", 0.0),
+    Rule("R12", "choice", WORK + "The answer is not (C) but (G).", "G", 1.0),
+    Rule("R12", "choice", WORK + "The answer is (B); (E) is ruled out by the data.", "B", 1.0),
+    Rule("R12", "choice", WORK + "Answer: (E) is wrong, so (B).", "E", 0.0),
+    # R13: text answers
+    Rule("R13", "text", WORK + "The answer is: ‘Tuesday’", "tuesday", 1.0),
+    Rule("R13", "text", WORK + "The answer is: ‘Tuesday’", "thursday", 0.0),
+    Rule("R13", "text", WORK + "The answer is: $3{,}402$", "3402", 1.0),
+    Rule("R13", "text", WORK + "The answer is: $3\\,402$", "3042", 0.0),
+    Rule("R13", "text", WORK + "The answer is: (4, 0, 2)", "[4, 0, 2]", 1.0),
+    Rule("R13", "text", WORK + "The answer is: (4, 2, 0)", "[4, 0, 2]", 0.0),
+]
+
+
+@pytest.fixture(scope="module")
+def policy_verifiers():
+    made = {
+        (kind, mode): Verifier(kind, num_workers=1, fallback_last_number=mode == "eval", cache_size=0)
+        for kind in ("math", "choice", "text")
+        for mode in ("train", "eval")
+    }
+    yield made
+    for v in made.values():
+        v.close()
+
+
+@pytest.mark.parametrize("case", POLICY, ids=lambda c: f"{c.rule}-{c.kind}-{c.reward:.0f}-{c.completion[-24:]}")
+def test_policy_rule(policy_verifiers, case: Rule) -> None:
+    verifier = policy_verifiers[(case.kind, case.mode)]
+    # Training passes the engine's finish reason; evaluation (lens.eval) passes none and scores the text.
+    finish = [case.finish] if case.mode == "train" else None
+    batch = verifier.score([case.completion], [case.gold], finish)
+    assert batch.rewards.tolist() == [case.reward], batch.item_reasons
+
+
+def test_every_written_rule_has_tests_of_both_polarities() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Rewards\n", 1)[1].split("\n## ", 1)[0]
+    written = set(re.findall(r"\*\*(R\d+) ", section))
+    docstring = set(re.findall(r"^- (R\d+) ", answers.__doc__ or "", re.MULTILINE))
+    assert written == docstring == {f"R{i}" for i in range(1, 14)}
+    for rule in written:
+        assert {c.reward for c in POLICY if c.rule == rule} == {0.0, 1.0}, rule

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -423,3 +426,145 @@ def test_labelled_cases() -> None:
                 missed.append(c["id"])
     assert not wrong_rewards, wrong_rewards  # precision 1: no wrong answer is paid
     assert len(missed) <= len(cases) // 200, missed  # recall >= 99%
+
+
+# ------------------------------------------------------------------------------------------------
+# verdicts depend only on (completion, gold, policy): not on the worker's history, the order, the process
+# ------------------------------------------------------------------------------------------------
+
+DEGENERATE = [
+    r"\infty^{\infty}",
+    r"\infty^{3}",
+    r"5^{\infty}",
+    r"\sqrt{\infty}",
+    r"\frac{0}{0}",
+    r"\infty-\infty",
+    r"\frac{\infty}{\infty}",
+    r"\log(\infty)",
+    "∞^∞",
+    "zoo",
+    "nan",
+]
+# Items only math-verify decides (no fast path): the batch must also be right, not only stable.
+SYMBOLIC = [
+    (r"\boxed{2\sqrt{2}}", r"\sqrt{8}", 1.0),
+    (r"\boxed{(y-3)^2}", "y^2-6y+9", 1.0),
+    (r"\boxed{\frac{x^2-1}{x-1}}", "x+1", 1.0),
+    (r"\boxed{\log_2 8}", "3", 1.0),
+    (r"\boxed{\frac{\pi}{3}}", r"60^\circ", 0.0),
+    (r"\boxed{y^2+6y+9}", "(y-3)^2", 0.0),
+]
+
+
+def _determinism_batch() -> tuple[list[str], list[str]]:
+    items = [(f"Collecting the limits: $\\boxed{{{d}}}$.", str(g)) for d in DEGENERATE for g in range(-1, 9)]
+    items += [(COT + c, g) for c, g, _ in SYMBOLIC]
+    return [c for c, _ in items], [g for _, g in items]
+
+
+def _in_process_verdicts(completions: list[str], golds: list[str]) -> list[list]:
+    from lens.reward import _math_verify, _stage_math
+
+    out = []
+    for c, g in zip(completions, golds, strict=True):
+        staged = _stage_math(c, g, 65_536, False)
+        out.append(list(staged if isinstance(staged[0], float) else _math_verify(*staged)))
+    return out
+
+
+def test_verdicts_do_not_depend_on_worker_history_order_or_process() -> None:
+    completions, golds = _determinism_batch()
+    with Verifier("math", num_workers=1, cache_size=0) as fresh:
+        reference = fresh.score(completions, golds)
+    n_degenerate = len(DEGENERATE) * 10
+    assert reference.rewards[:n_degenerate].sum() == 0  # never equal to a finite gold
+    assert reference.rewards[n_degenerate:].tolist() == [r for _, _, r in SYMBOLIC]
+    # A long-lived pool: it has cut a computation at its deadline and scored other items before; then the
+    # same batch in two shuffled orders.
+    with Verifier("math", num_workers=2, cache_size=0, timeout_s=0.5) as worn:
+        warm = worn.score(
+            [r"\boxed{(10^{100})!}", COT + r"\boxed{\infty^{\infty}+x}", *completions[::7]], ["2", "x", *golds[::7]]
+        )
+        assert warm.item_reasons[0] == "timeout"
+        for seed in (3, 4):
+            order = list(range(len(completions)))
+            random.Random(seed).shuffle(order)
+            got = worn.score([completions[i] for i in order], [golds[i] for i in order])
+            assert [got.item_reasons[order.index(i)] for i in range(len(order))] == list(reference.item_reasons)
+    # Another interpreter with another hash seed, scoring in this process (no pool), in reverse order.
+    script = (
+        "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); from tests.test_reward_faults import "
+        "_determinism_batch, _in_process_verdicts; c, g = _determinism_batch(); "
+        "print(json.dumps(_in_process_verdicts(c[::-1], g[::-1])[::-1]))"
+    )
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    run = subprocess.run(
+        [sys.executable, "-c", script, json.dumps([root])], capture_output=True, text=True, env=env, check=True
+    )
+    other = json.loads(run.stdout.strip().splitlines()[-1])
+    assert [tuple(v) for v in other] == list(zip(reference.rewards.tolist(), reference.item_reasons, strict=True))
+
+
+# ------------------------------------------------------------------------------------------------
+# every pattern applied to model output is linear in its length
+# ------------------------------------------------------------------------------------------------
+
+PATHOLOGICAL_UNITS = [
+    ",000",
+    "1,",
+    "\\$",
+    "$",
+    "∞",
+    "(A) or ",
+    "answer is ",
+    "\\boxed{",
+    "{",
+    "\\frac",
+    "x=",
+    "1e",
+    "</think>",
+    "<answer>",
+    "not (",
+    "\\\\",
+    " and ",
+    "Final Answer\n",
+    "\\,1",
+    "√",
+]
+
+
+def _cpu(fn, text: str) -> float:
+    best = float("inf")
+    for _ in range(2):
+        start = time.process_time()
+        fn(text)
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def test_comma_grouped_number_of_64kb_scores_in_milliseconds() -> None:
+    text = "1" + ",000" * 16000 + ",1"
+    assert 64_000 <= len(text) <= 65_536
+    assert verify_math(text, "1", fallback_last_number=True) == (1.0, "correct")  # the last number is `1`
+    assert _cpu(lambda t: verify_math(t, "7", fallback_last_number=True), text) < 0.05
+
+
+@pytest.mark.parametrize("unit", PATHOLOGICAL_UNITS)
+def test_entry_points_scale_linearly(unit: str) -> None:
+    entry_points = {
+        "math": lambda t: extract_final(t, fallback_last_number=True),
+        "choice": extract_choice,
+        "text": lambda t: verify_text(t, "5", max_chars=70_000),
+    }
+    small, large = (unit * (n // len(unit)) for n in (16_000, 64_000))
+    for name, fn in entry_points.items():
+        # Four times the text: about four times the work when linear, sixteen when quadratic.
+        small_s, large_s = _cpu(fn, small), _cpu(fn, large)
+        assert large_s < max(8 * small_s, 0.05), (name, unit, small_s, large_s)
+
+
+def test_gold_guard_applies_after_nfkc() -> None:
+    message = validate_gold("math", "＿＿import＿＿('os').getcwd()")
+    assert message is not None and "'__'" in message
+    assert validate_gold("math", "x＿1") is None  # one full-width underscore is a subscript, as `x_1`
