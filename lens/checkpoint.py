@@ -674,7 +674,7 @@ def refuse_used_run_dir(run_dir: str | os.PathLike, config: Mapping[str, Any] | 
     guarded = [line for key, line in _diff(saved, config or {}) if _guarded(key)] if saved else []
     if guarded:
         raise ValueError(
-            f"run_dir {root} already holds another run ({'; '.join(guarded)}); "
+            f"run_dir {root} already holds a run that differs from this one ({'; '.join(guarded)}); "
             f"give this one its own, e.g. run_dir={root}_2"
         )
     if found == [CONFIG]:  # claimed after its setup, then stopped before its first logged step

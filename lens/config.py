@@ -708,7 +708,10 @@ def _validate_ranges(cfg: Config) -> None:
 def _validate_batches(cfg: Config, world: int) -> None:
     b, m, micro = cfg.data.batch_size, cfg.algorithm.m, cfg.optim.micro_batch_size
     _require(b >= 1, "data.batch_size", b, "must be >= 1")
-    _require(b % world == 0, "data.batch_size", b, f"does not divide over {world} ranks")
+    fits = sorted({max(world, b // world * world), -(-b // world) * world})  # the nearest that divide
+    _require(
+        b % world == 0, "data.batch_size", b, f"does not divide over {world} ranks: use {' or '.join(map(str, fits))}"
+    )
     per_rank = b * m // world
     _require(micro is not None and micro >= 1, "optim.micro_batch_size", micro, "must be >= 1 (or auto)")
     _require(

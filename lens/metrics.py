@@ -379,7 +379,10 @@ class Progress:
         )
 
     def update(self, step: int, metrics: Mapping[str, Any]) -> None:
-        """Advance to `step` (1-based count of finished steps) and show the key numbers."""
+        """Advance to `step` (1-based count of finished steps) and show the key numbers; a step in which no
+        group carried signal (every group's rollouts rewarded alike: zero advantages) is said above the bar."""
+        if metrics.get("zero_variance_share") == 1.0 and not self._bar.disable:  # tqdm.write prints on every rank
+            self.write(f"step {step}: no group carries signal (each group's rollouts got one reward): nothing learned")
         self._bar.set_postfix_str(format_metrics(metrics, self.keys), refresh=False)
         self._bar.update(step - self._bar.n)
         if not self._warm and not self._bar.disable:  # a disabled bar (ranks > 0) keeps no clock
