@@ -509,9 +509,16 @@ def find_data(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path
             if (root / rel).is_file():
                 return root / rel
     looked = "; ".join(f"{why}: {root / spec.path}" for why, root in places)
+    from lens.datahub import NO_HUB_SOURCE  # lens.datahub imports this module
+
+    get = (
+        f"it has no hub source: put its file at DIR/{spec.path} yourself"
+        if name in NO_HUB_SOURCE
+        else f"get it with `{PREPARE_HINT.replace('NAME', name)}` (needs network access to the Hugging Face hub "
+        "and the `hub` extra)"
+    )
     raise FileNotFoundError(
-        f"data set {name!r} not found (looked in {looked}); get it with `{PREPARE_HINT.replace('NAME', name)}` "
-        "and set data.dir or LENS_DATA_DIR to DIR"
+        f"data set {name!r} not found (looked in {looked}); {get} and set data.dir or LENS_DATA_DIR to DIR"
     )
 
 

@@ -403,9 +403,10 @@ def next_commands(cfg: Config) -> list[str]:
     if (root / "tensorboard").is_dir():
         lines.append(f"TensorBoard  .venv/bin/tensorboard --logdir {root / 'tensorboard'}")
     lines.append(f"report       .venv/bin/lens-report {root}")
+    # The held-out split is the run's own; lens.eval takes named sets, files and built-in tasks.
+    sets = ",".join(s for s in cfg.data.eval or [] if s != "heldout") or "SETS"
     if latest is not None:
-        evals = ",".join(cfg.data.eval or []) or "math500"
-        lines.append(f"evaluate     .venv/bin/lens-eval --model {latest / 'hf'} --benchmarks {evals}")
+        lines.append(f"evaluate     .venv/bin/lens-eval --model {latest / 'hf'} --benchmarks {sets}")
     return lines
 
 
