@@ -312,12 +312,21 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, argparse.Namespac
     args = build_parser().parse_intermixed_args(argv)
     overrides = list(args.overrides) + ([f"checkpoint.resume={args.resume}"] if args.resume is not None else [])
     overrides += ["checkpoint.allow_config_change=true"] if args.allow_config_change else []
-    cuda = None
-    if args.dry_run and load_config(args.config, overrides, validate=False, cuda_available=False).device == "cuda":
-        cuda = True
-    cfg = load_config(args.config, overrides, validate=False, cuda_available=cuda)
-    base = resume_base(cfg)
-    cfg = load_config(args.config, overrides, cuda_available=cuda, base=base)
+    with warnings.catch_warnings():
+        # The config's warnings once per job: lens.launch printed them before it started this worker, and
+        # under torchrun rank 0 prints them; the other ranks would repeat them.
+        if os.environ.get(errors.LAUNCHER_ENV) or os.environ.get("RANK", "0") != "0":
+            warnings.simplefilter("ignore")
+        cuda = None
+        if args.dry_run and load_config(args.config, overrides, validate=False, cuda_available=False).device == "cuda":
+            cuda = True
+        cfg = load_config(args.config, overrides, validate=False, cuda_available=cuda)
+        base = resume_base(cfg)
+        if base:
+            # The run's saved values were warned about when it was launched (and hold resolved placeholders,
+            # dapo.gen_batch_size, that its method ignores); the command line's were just warned about above.
+            warnings.simplefilter("ignore")
+        cfg = load_config(args.config, overrides, cuda_available=cuda, base=base)
     if args.print_config:
         print(cfg.to_yaml(), end="")
         raise SystemExit(0)
@@ -343,16 +352,6 @@ def resume_base(cfg: Config) -> dict[str, Any]:
     # What the resume itself sets is the command line's, never the first launch's (which said resume=none).
     saved.get("checkpoint", {}).pop("resume", None)
     saved.get("checkpoint", {}).pop("allow_config_change", None)
-    # The keys its method ignores hold resolved placeholders (dapo.gen_batch_size): given again, they would
-    # draw the ignored-key warning for a value the user never set.
-    name = saved.get("algorithm", {}).get("name", AlgorithmConfig.name)
-    for key in variants.method(name).ignored if name in variants.METHODS else ():
-        *parents, last = key.split(".")
-        section = saved
-        for part in parents:
-            section = section.get(part, {}) if isinstance(section, dict) else {}
-        if isinstance(section, dict):
-            section.pop(last, None)
     return saved
 
 

@@ -36,6 +36,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import FrameType
 
+import torch
 from torch.distributed import run as torchrun
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
@@ -260,6 +261,8 @@ def main(argv: list[str] | None = None) -> None:
         print(finished)
         return
     os.environ[LAUNCHER_ENV] = "1"  # the workers leave their user errors to this process (lens.errors)
+    if not torch.cuda.is_available():  # else DeepSpeed warns on every start that it fell back to the CPU
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     with _held_worker_logs() as held, _Interrupts().installed(args) as interrupts:
         try:
             torchrun.run(args)

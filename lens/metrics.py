@@ -368,6 +368,10 @@ class Progress:
 
         self.keys = tuple(keys)
         self._warm = False
+        # A warning printed while the bar is drawn would be glued onto it: shown above it instead.
+        self._showwarning = warnings.showwarning
+        if enabled:
+            warnings.showwarning = self._above_bar
         self._bar = tqdm(
             total=total_steps,
             initial=initial,
@@ -395,8 +399,16 @@ class Progress:
         """Print a line above the bar (e.g. an evaluation result)."""
         self._bar.write(line)
 
+    def _above_bar(self, *args: Any, **kwargs: Any) -> None:
+        from tqdm import tqdm
+
+        with tqdm.external_write_mode():
+            self._showwarning(*args, **kwargs)
+
     def close(self) -> None:
-        """Close the bar."""
+        """Close the bar (and give warnings back their own printer)."""
+        if warnings.showwarning == self._above_bar:
+            warnings.showwarning = self._showwarning
         self._bar.close()
 
     def __enter__(self) -> Progress:

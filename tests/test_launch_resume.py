@@ -41,7 +41,8 @@ def interrupted(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """A run of STEPS steps launched with lens-train and stopped by Ctrl-C (SIGINT to the terminal's process
     group: the launcher and its worker) once it logged step 1."""
     run_dir = tmp_path_factory.mktemp("ctrl_c") / "run"
-    cmd = [*LAUNCH, *SMALL, f"optim.steps={STEPS}", f"run_dir={run_dir}"]
+    # algorithm.gamma: a value GRPO ignores, warned about once per job.
+    cmd = [*LAUNCH, *SMALL, f"optim.steps={STEPS}", "algorithm.gamma=0.05", f"run_dir={run_dir}"]
     job = subprocess.Popen(
         cmd,
         env=trainer_env(),
@@ -72,6 +73,16 @@ def test_ctrl_c_under_lens_train_saves_and_exits_0_in_one_line(interrupted):
 
 
 @needs_model
+def test_one_line_per_warning_and_no_deepspeed_banner(interrupted):
+    # Was: DeepSpeed's "Setting accelerator to CPU" on every start, the ignored-gamma warning twice (launcher
+    # and worker) with the line of lens's code that raised it, a warning glued onto the progress bar.
+    out = interrupted[1].stdout + interrupted[1].stderr
+    assert "Setting accelerator to CPU" not in out
+    lines = [line for line in out.replace("\r", "\n").splitlines() if "is ignored by algorithm.name=grpo" in line]
+    assert lines == ["lens: warning: algorithm.gamma=0.05 is ignored by algorithm.name=grpo"], lines
+
+
+@needs_model
 def test_resume_auto_continues_the_run_as_launched_and_a_finished_run_says_so(interrupted, tmp_path):
     # Was: a run launched with optim.steps=6 resumed as "steps k-40" and trained to the default 40; resumed
     # once more when finished it printed "steps 41-40" and an empty table.
@@ -80,6 +91,7 @@ def test_resume_auto_continues_the_run_as_launched_and_a_finished_run_says_so(in
     stopped_at = logged_steps(run_dir)[-1]
     done = _launch("--resume", "auto", f"run_dir={run_dir}")
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "is ignored" not in done.stderr  # the saved config's values were warned about at the launch
     assert f"steps {stopped_at + 1}-{STEPS};" in done.stdout and f"resumed from step {stopped_at}" in done.stdout
     assert logged_steps(run_dir)[-1] == STEPS
     assert f"lens: {run_dir}: step {STEPS} of {STEPS}" in done.stdout
