@@ -19,7 +19,7 @@ import pytest
 import yaml
 from processes import logged_steps, trainer_env
 
-from lens import checkpoint, launch, train
+from lens import checkpoint, launch, metrics, preflight, train
 from lens.config import load_config, parse_args
 from lens.tasks import vartrack
 
@@ -231,3 +231,28 @@ def test_a_batch_that_does_not_divide_over_the_ranks_is_the_launchers_line_with_
 def test_a_preset_typo_gets_a_suggestion():
     with pytest.raises(ValueError, match=r"no such preset \(did you mean --config cpu_smoke\?\)"):
         parse_args(["--config", "cpu_smok"])
+
+
+def test_under_torchrun_a_finished_run_says_so_too():
+    cfg, _ = parse_args(["optim.steps=8", "--resume", "auto"])
+    assert train.start_line(cfg, 8).startswith(f"lens: {cfg.run_dir} is finished: step 8 of optim.steps=8")
+
+
+def test_the_dry_run_says_who_clips_the_gradient():
+    # Was: DeepSpeed's `gradient_clipping: 0.0` beside optim.grad_clip=1.0, unexplained.
+    cfg, _ = parse_args(["--dry-run"])
+    summary = preflight.dry_run(cfg)
+    assert summary["deepspeed"]["gradient_clipping"] == 0.0
+    assert (
+        summary["gradient clipping"]
+        == "optim.grad_clip=1.0, by lens itself (DeepSpeed's gradient_clipping 0.0 is left off)"
+    )
+
+
+def test_a_step_without_signal_is_said_above_the_bar(capsys):
+    # Was: three steps with reward 0 on every rollout (zero-variance share 1.0) passed without a word.
+    with metrics.Progress(3, enabled=True) as bar:
+        bar.update(1, {"zero_variance_share": 0.5})
+        bar.update(2, {"zero_variance_share": 1.0})
+    out = capsys.readouterr().out
+    assert "step 2: no group carries signal" in out and "step 1:" not in out
