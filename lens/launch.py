@@ -50,6 +50,7 @@ _NOT_OURS = {"-m", "--module", "--no-python", "--no_python", "--run-path", "--ru
 # it ended in a user error (then the user's line says it all).
 _WORKER_LOGS = "torch.distributed.elastic"
 INTERRUPTED_TWICE = "lens: interrupted twice: the workers stopped without saving; the last checkpoint is kept"
+INTERRUPTED_EARLY = "lens: interrupted while the workers started (before they could save); nothing was trained"
 
 
 def _torchrun_options() -> dict[str, bool]:
@@ -256,7 +257,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     launch_args, train_args = split_argv(argv)
     args = torchrun.get_args_parser().parse_args([*launch_args, "--module", "lens.train", *train_args])
-    finished = check_before_workers(train_args, world_size(args))
+    try:
+        finished = check_before_workers(train_args, world_size(args))
+    except KeyboardInterrupt:  # Ctrl-C while the data loads: nothing started, nothing to save
+        print("lens: interrupted before any worker started", file=sys.stderr)
+        raise SystemExit(130) from None
     if finished is not None:
         print(finished)
         return
@@ -271,8 +276,8 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(130) from None
         except ChildFailedError as failed:
             line = first_user_error(failed.failures)
-            if line is None and interrupts.again:
-                print(INTERRUPTED_TWICE, file=sys.stderr)
+            if line is None and interrupts.first is not None:  # the workers died of the interrupt itself
+                print(INTERRUPTED_TWICE if interrupts.again else INTERRUPTED_EARLY, file=sys.stderr)
                 raise SystemExit(130) from None
             if line is None:
                 _replay(held)
