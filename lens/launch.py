@@ -131,10 +131,11 @@ def check_before_workers(train_args: list[str], world: int | None = None) -> str
 
 def finished_line(run_dir: str, resume: str, steps: int) -> str | None:
     """For a resume whose checkpoint already holds optim.steps steps: the line that says so (nothing is
-    left to train, so no worker starts); None otherwise. Not verified here: the trainer does that."""
+    left to train, so no worker starts); None otherwise."""
     path = checkpoint.latest(run_dir) if resume == "auto" else Path(resume)
     done = _checkpoint_step(path) if path is not None else None
-    if done is None or done < steps:
+    # Verified only when it would end the command: a damaged last checkpoint is the trainer's to skip.
+    if done is None or done < steps or checkpoint.verify(path):
         return None
     return (
         f"lens: {run_dir} is finished: its checkpoint {path} is step {done} of optim.steps={steps}; nothing to "
