@@ -34,7 +34,12 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-RESULTS_FILE = Path(__file__).resolve().parent / "results" / "results.jsonl"
+# Rows land in runs/bench/ of the checkout; LENS_BENCH_RESULTS=bench/results updates the committed ones (a plain
+# `pytest bench/ --benchmark-only` must leave a clone as it was).
+RESULTS_FILE = (
+    Path(os.environ.get("LENS_BENCH_RESULTS") or Path(__file__).resolve().parent.parent / "runs" / "bench")
+    / "results.jsonl"
+)
 # Rows recorded in this process, printed as one table by bench/conftest.py at the end of the session.
 SESSION_ROWS: list[dict[str, Any]] = []
 

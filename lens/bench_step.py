@@ -186,7 +186,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=12, help="training steps per algorithm, warm-up included")
     p.add_argument("--algorithms", default="grpo,lens", help="comma-separated algorithm names")
     p.add_argument("--warmup", type=int, default=1, help="first steps dropped from the medians")
-    p.add_argument("--out", default="bench/results", help="folder for step_time.json and step_time.md")
+    p.add_argument(
+        "--out",
+        default="runs/bench_step",
+        help="folder for step_time.json/.md (default runs/bench_step; the committed table: --out bench/results)",
+    )
     p.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides for every run")
     args = p.parse_args(argv)
     if args.warmup < 0 or args.steps <= args.warmup:

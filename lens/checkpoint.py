@@ -777,7 +777,7 @@ def check_resume_config(saved: Mapping[str, Any], new: Mapping[str, Any], allow_
     which case they are warned about (rank 0) and the run goes on.
     """
     changes = _diff(saved, new)
-    guarded = [line for key, line in changes if key not in FREE_KEYS and not key.startswith(FREE_SECTIONS)]
+    guarded = [line for key, line in changes if _guarded(key)]
     _refuse_or_warn(
         guarded,
         allow_change,
@@ -799,11 +799,20 @@ def _refuse_or_warn(changes: list[str], allow_change: bool, *, refusal: str, war
         warnings.warn(warning.format(listed), stacklevel=3)
 
 
-def refuse_used_run_dir(run_dir: str | os.PathLike) -> None:
+def refuse_used_run_dir(run_dir: str | os.PathLike, config: Mapping[str, Any] | None = None) -> None:
     """A fresh run's check: ValueError when run_dir holds another run's metrics.jsonl, config.yaml or
-    checkpoints. Read-only (lens.launch asks before it starts the workers)."""
+    checkpoints. Read-only (lens.launch asks before it starts the workers). With this run's `config`, the
+    advice fits: `--resume auto` for the same run, another run_dir for a run that differs from the saved
+    one in what a resume refuses to change (a resume would refuse it too)."""
     root = Path(run_dir)
     found = [name for name in RUN_MARKERS if (root / name).exists()]
+    saved = saved_config(root) if found and config is not None else {}
+    guarded = [line for key, line in _diff(saved, config or {}) if _guarded(key)] if saved else []
+    if guarded:
+        raise ValueError(
+            f"run_dir {root} already holds a run that differs from this one ({'; '.join(guarded)}); "
+            f"give this one its own, e.g. run_dir={root}_2"
+        )
     if found == [CONFIG]:  # claimed after its setup, then stopped before its first logged step
         raise ValueError(
             f"run_dir {root} already holds a run that stopped before its first step (only {CONFIG}); "
@@ -814,6 +823,11 @@ def refuse_used_run_dir(run_dir: str | os.PathLike) -> None:
             f"run_dir {root} already holds a run ({', '.join(found)}); "
             "continue it with --resume auto, or choose another run_dir"
         )
+
+
+def _guarded(key: str) -> bool:
+    """Whether a resume refuses a change of this dotted config key (see `check_resume_config`)."""
+    return key not in FREE_KEYS and not key.startswith(FREE_SECTIONS)
 
 
 def check_run_dir(
@@ -829,7 +843,7 @@ def check_run_dir(
     """
     root = Path(run_dir)
     if resume in (None, "", "none"):
-        refuse_used_run_dir(root)
+        refuse_used_run_dir(root, config)
     path = resolve_resume(resume, root)
     saved = saved_config(path) if path is not None else saved_config(root)
     if saved:

@@ -19,6 +19,7 @@ import dataclasses
 import difflib
 import math
 import os
+import re
 import types
 import typing
 import warnings
@@ -274,16 +275,17 @@ def load_config(
     validate: bool = True,
     world_size: int | None = None,
     cuda_available: bool | None = None,
+    base: dict[str, Any] | None = None,
 ) -> Config:
     """Preset chain at `path` (None: built-in defaults) + dotted `key=value` overrides -> resolved Config.
 
     `auto` values are resolved (device, model.dtype, dapo.gen_batch_size, optim.micro_batch_size) so the saved
-    tree says what ran.
+    tree says what ran. `base`: a tree under the preset (a resumed run's saved config, `resume_base`).
     """
     cli: dict[str, Any] = {}
     for item in overrides:  # one layer: the order of the overrides does not matter
         cli = _merge(cli, parse_override(item))
-    raw = _layer(read_preset(path) if path is not None else {}, cli)
+    raw = _layer(_layer(base or {}, read_preset(path) if path is not None else {}), cli)
     # The warnings about ignored keys wait for the validation: a refused config prints its one line only.
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
@@ -298,25 +300,88 @@ def load_config(
     return cfg
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[Config, argparse.Namespace]:
-    """CLI of lens/train.py: `[--config FILE] [--resume auto|none|DIR] [--dry-run] [key.sub=value ...]`
-    (options and overrides in any order). A dry run of a preset that asks for `device: cuda` is validated
-    as on a CUDA machine, so GPU presets can be checked where there is none."""
+def build_parser() -> argparse.ArgumentParser:
+    """The trainer's command line (`lens-train --help` shows it after the launcher's own options)."""
     parser = errors.ArgumentParser(prog="lens/train.py", description="GRPO / LENS RL post-training")
     parser.add_argument("--config", default=None, help="YAML preset (configs/*.yaml or a name); default: CPU run")
-    parser.add_argument("--resume", default=None, help="auto (latest checkpoint or fresh), none, or a directory")
+    parser.add_argument(
+        "--resume",
+        default=None,
+        help="auto (latest checkpoint or fresh), none, or a checkpoint directory; the run's saved config.yaml is "
+        "the base, --config and key=value go on top, and the start line lists every change",
+    )
     parser.add_argument("--dry-run", action="store_true", help="check config, tokenizer, data and prompts; no training")
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the resolved config (every key, defaults included) and exit"
+    )
     parser.add_argument(
         "--allow-config-change", action="store_true", help="resume even if algorithm/data/model/sampling changed"
     )
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="dotted overrides, YAML-typed")
-    args = parser.parse_intermixed_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[Config, argparse.Namespace]:
+    """CLI of lens/train.py: `[--config FILE] [--resume auto|none|DIR] [--dry-run] [--print-config]
+    [key.sub=value ...]` (options and overrides in any order). A dry run of a preset that asks for
+    `device: cuda` is validated as on a CUDA machine, so GPU presets can be checked where there is none.
+    A resume starts from the run's saved config (`resume_base`). `--print-config` prints the resolved tree
+    and exits 0."""
+    args = build_parser().parse_intermixed_args(argv)
     overrides = list(args.overrides) + ([f"checkpoint.resume={args.resume}"] if args.resume is not None else [])
     overrides += ["checkpoint.allow_config_change=true"] if args.allow_config_change else []
-    cuda = None
-    if args.dry_run and load_config(args.config, overrides, validate=False, cuda_available=False).device == "cuda":
-        cuda = True
-    return load_config(args.config, overrides, cuda_available=cuda), args
+    with warnings.catch_warnings():
+        # The config's warnings once per job: lens.launch printed them before it started this worker, and
+        # under torchrun rank 0 prints them; the other ranks would repeat them.
+        if os.environ.get(errors.LAUNCHER_ENV) or os.environ.get("RANK", "0") != "0":
+            warnings.simplefilter("ignore")
+        cuda = None
+        if args.dry_run and load_config(args.config, overrides, validate=False, cuda_available=False).device == "cuda":
+            cuda = True
+        cfg = load_config(args.config, overrides, validate=False, cuda_available=cuda)
+        base = resume_base(cfg)
+        if base:
+            # The run's saved values were warned about when it was launched (and hold resolved placeholders,
+            # dapo.gen_batch_size, that its method ignores); the command line's were just warned about above.
+            warnings.simplefilter("ignore")
+        cfg = load_config(args.config, overrides, cuda_available=cuda, base=base)
+    if args.print_config:
+        print(cfg.to_yaml(), end="")
+        raise SystemExit(0)
+    return cfg, args
+
+
+def resume_base(cfg: Config) -> dict[str, Any]:
+    """The config a resume continues: the tree saved in run_dir/config.yaml (`--resume auto`) or in the
+    named checkpoint directory; {} for a fresh run or a run directory without one. Without it a resume
+    would rebuild the config from the defaults: a run launched with optim.steps=8 would train on to 40."""
+    resume = cfg.checkpoint.resume
+    if resume in (None, "", "none"):
+        return {}
+    file = Path(cfg.run_dir if resume == "auto" else resume) / "config.yaml"
+    try:
+        saved = yaml.safe_load(file.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, yaml.YAMLError) as err:
+        raise ValueError(f"{file}: cannot read the run's saved config: {err}") from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{file}: the run's saved config is not a mapping of keys")
+    # What the resume itself sets is the command line's, never the first launch's (which said resume=none).
+    saved.get("checkpoint", {}).pop("resume", None)
+    saved.get("checkpoint", {}).pop("allow_config_change", None)
+    return saved
+
+
+def config_changes(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """`key: old -> new` for every dotted key whose value differs between two config trees, sorted."""
+    old, cur = dict(_flat_items(saved)), dict(_flat_items(new))
+    missing = "(absent)"
+    return [
+        f"{key}: {old.get(key, missing)} -> {cur.get(key, missing)}"
+        for key in sorted(old.keys() | cur.keys())
+        if old.get(key, missing) != cur.get(key, missing)
+    ]
 
 
 def read_preset(path: str | os.PathLike, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
@@ -357,9 +422,12 @@ def _find_preset(path: str | os.PathLike) -> Path:
     for cand in candidates:
         if cand.is_file():
             return cand.resolve()
-    presets = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+    names = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+    close = difflib.get_close_matches(Path(path).stem, names, n=1)
+    hint = f" (did you mean --config {close[0]}?)" if close else ""
     raise ValueError(
-        f"--config {path}: no such preset (looked in the current directory and {CONFIG_DIR}); presets: {presets}"
+        f"--config {path}: no such preset{hint} (looked in the current directory and {CONFIG_DIR}); "
+        f"presets: {', '.join(names)}"
     )
 
 
@@ -555,7 +623,7 @@ def resolve(cfg: Config, *, cuda_available: bool, world_size: int | None = None)
         micro = auto_micro_batch_size(cfg.data.batch_size * cfg.algorithm.m // max(world, 1))
     return dataclasses.replace(
         cfg,
-        run_dir=cfg.run_dir or default_run_dir(cfg.algorithm.name, cfg.seed),
+        run_dir=cfg.run_dir or default_run_dir(cfg.algorithm.name, cfg.seed, data=cfg.data.train, model=cfg.model.path),
         device=device,
         model=dataclasses.replace(
             cfg.model,
@@ -592,9 +660,24 @@ def resolve_padding_free(setting: bool | None, attn_implementation: str, device:
     return device == "cuda" and attn_implementation in NATIVE_VARLEN
 
 
-def default_run_dir(algorithm_name: str, seed: int) -> str:
-    """`runs/<name>_s<seed>`: two runs that differ in method or seed never share a directory by default."""
-    return f"runs/{algorithm_name}_s{seed}"
+def default_run_dir(algorithm_name: str, seed: int, *, data: str | None = None, model: str | None = None) -> str:
+    """`runs/<method>[_<data>][_<model>]_s<seed>`, the data and model named only when they are not the built-in
+    run's: two runs that differ in method, data, model or seed never share a directory by default (the
+    main job is `runs/lens_s0`; the same job on my_problems.jsonl `runs/lens_my_problems_s0`)."""
+    parts = [algorithm_name]
+    if data is not None and data != DataConfig.train:
+        parts.append(_slug(data))
+    if model is not None and model != ModelConfig.path:
+        parts.append(_slug(model))
+    return f"runs/{'_'.join(parts)}_s{seed}"
+
+
+def _slug(source: str) -> str:
+    """A short directory-safe name of a data source or model: its last path part without the suffix
+    (`data/x.jsonl` -> x, `hf:ORG/NAME:CFG@split` -> NAME, `Qwen/Qwen2.5-3B` -> Qwen2.5-3B)."""
+    name = source.removeprefix("hf:").rstrip("/").split("@")[0].split(":")[0].rsplit("/", 1)[-1]
+    name = re.sub(r"\.(jsonl|json|parquet)$", "", name)
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "data"
 
 
 def resolve_path(path: str) -> str:
@@ -811,7 +894,10 @@ def _validate_paths(cfg: Config) -> None:
 def _validate_batches(cfg: Config, world: int) -> None:
     b, m, micro = cfg.data.batch_size, cfg.algorithm.m, cfg.optim.micro_batch_size
     _require(b >= 1, "data.batch_size", b, "must be >= 1")
-    _require(b % world == 0, "data.batch_size", b, f"does not divide over {world} ranks")
+    fits = sorted({max(world, b // world * world), -(-b // world) * world})  # the nearest that divide
+    _require(
+        b % world == 0, "data.batch_size", b, f"does not divide over {world} ranks: use {' or '.join(map(str, fits))}"
+    )
     per_rank = b * m // world
     _require(micro is not None and micro >= 1, "optim.micro_batch_size", micro, "must be >= 1 (or auto)")
     _require(

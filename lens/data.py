@@ -98,6 +98,24 @@ class _BadRow(ValueError):
         self.reason = reason
 
 
+class BadRows(ValueError):
+    """Every bad row of a file at once, in file order: fixing them one run at a time costs a run each.
+    `rows`: [(line, message)]; `problems`: the rows that loaded (their golds are checked next)."""
+
+    SHOWN = 5  # a broken export can hold thousands: the first few name the pattern
+
+    def __init__(self, name: str, rows: list[tuple[int, str]], problems: list[Problem] | None = None) -> None:
+        self.name, self.rows, self.problems = name, sorted(rows), problems or []
+        first = self.rows[: self.SHOWN]
+        if len(self.rows) == 1:
+            message = f"{name}:{first[0][0]}: {first[0][1]}"
+        else:
+            more = f"; and {len(self.rows) - self.SHOWN} more" if len(self.rows) > self.SHOWN else ""
+            listed = "; ".join(f"line {line}: {why}" for line, why in first)
+            message = f"{name}: {len(self.rows)} bad rows: {listed}{more}"
+        super().__init__(message)
+
+
 def _stem(path: Path) -> str:
     """File name without its data suffixes: `test.jsonl.gz` -> `test`."""
     name = path.name
@@ -157,7 +175,7 @@ def _parse_row(line: str) -> Any:
     try:
         value = json.loads(line)
     except json.JSONDecodeError as e:
-        return _BadRow("invalid_json", f"invalid JSON ({e.msg} at column {e.colno})")
+        return _BadRow("invalid_json", _json_error(e, line))
     except RecursionError:
         return _BadRow("too_deep", f"JSON nested deeper than {MAX_DEPTH} levels")
     except ValueError as e:  # "Exceeds the limit (4300 digits) for integer string conversion"
@@ -226,6 +244,17 @@ def _deep_line(text: str, limit: int) -> int:
         elif ch in "]}":
             depth -= 1
     return 1
+
+
+def _json_error(e: json.JSONDecodeError, line: str) -> str:
+    """A JSON Lines parse error in words: a line that ends inside its object is said to be cut short."""
+    if e.pos >= len(line.rstrip()) or e.msg.startswith("Unterminated string"):
+        return (
+            f"invalid JSON: the line ends at column {len(line.rstrip())} inside its object ({e.msg}): a truncated "
+            "line, or an object spread over several lines"
+        )
+    # e.pos, not e.colno: colno counts from the line's own newline, past which a cut-short object is read.
+    return f"invalid JSON ({e.msg} at column {e.pos + 1})"
 
 
 def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
@@ -488,6 +517,7 @@ def load_with_report(
     problems: list[Problem] = []
     first_line: dict[str, int] = {}
     skipped: Counter[str] = Counter()
+    bad_rows: list[tuple[int, str]] = []
     for line_no, row in rows:
         # The limit counts loaded problems, not rows: skipped rows do not shorten the set.
         if limit is not None and len(problems) >= limit:
@@ -507,13 +537,15 @@ def load_with_report(
                 )
         except _BadRow as bad:
             if on_error == "raise":
-                raise ValueError(f"{name}:{line_no}: {bad}") from None
+                bad_rows.append((line_no, str(bad)))
             skipped[bad.reason] += 1
             continue
         # Recorded only for kept rows, so a duplicate always points at the row that was loaded.
         first_line[problem.uid] = line_no
         report.derived_uids += int(derived)
         problems.append(problem)
+    if bad_rows:
+        raise BadRows(name, bad_rows, problems)
     report.loaded = len(problems)
     report.skipped = dict(skipped)
     _warn_duplicates(report, unit)
@@ -605,9 +637,16 @@ def find_data(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path
             if (root / rel).is_file():
                 return root / rel
     looked = "; ".join(f"{why}: {root / spec.path}" for why, root in places)
+    from lens.datahub import NO_HUB_SOURCE  # lens.datahub imports this module
+
+    get = (
+        f"it has no hub source: put its file at DIR/{spec.path} yourself"
+        if name in NO_HUB_SOURCE
+        else f"get it with `{PREPARE_HINT.replace('NAME', name)}` (needs network access to the Hugging Face hub "
+        "and the `hub` extra)"
+    )
     raise FileNotFoundError(
-        f"data set {name!r} not found (looked in {looked}); get it with `{PREPARE_HINT.replace('NAME', name)}` "
-        "and set data.dir or LENS_DATA_DIR to DIR"
+        f"data set {name!r} not found (looked in {looked}); {get} and set data.dir or LENS_DATA_DIR to DIR"
     )
 
 
@@ -658,24 +697,28 @@ def load_sets(
 
     if role not in ("train", "eval"):
         raise ValueError(f"load_sets: role={role!r}: expected train or eval")
+    bad: BadRows | None = None
     if source in tasks.NAMES:
         built = tasks.problem_sets(source, role=role, limit=limit, seed=seed)
         sets = [ProblemSet(name, tasks.verifier(source), "{problem}", problems) for name, problems in built.items()]
     elif source in BENCHMARKS:
         sets = [load_benchmark(source, data_dir, limit=limit)]
     else:
-        problems = load(
-            source,
-            limit=limit,
-            split=split or ("train" if role == "train" else "test"),
-            problem_key=problem_key,
-            answer_key=answer_key,
-        )
+        try:
+            problems = load(
+                source,
+                limit=limit,
+                split=split or ("train" if role == "train" else "test"),
+                problem_key=problem_key,
+                answer_key=answer_key,
+            )
+        except BadRows as e:  # reported with the bad golds of the rows that loaded, in one line
+            problems, bad = e.problems, e
         sets = [ProblemSet(_set_name(source), "math", MATH_PROMPT, problems)]
     if kind is not None:
         sets = [ProblemSet(s.name, kind, PROMPTS.get(kind, s.prompt), s.problems) for s in sets]
     for s in sets:
-        _check_golds(s, str(source))
+        _check_golds(s, str(source), bad)
     return sets
 
 
@@ -722,21 +765,29 @@ def _set_name(source: str) -> str:
 _PROSE_GOLD = re.compile(r"[A-Za-z]+(?:\s+[A-Za-z]+){3,}\s*[.!?]?")
 
 
-def _check_golds(problem_set: ProblemSet, source: str) -> None:
-    """Every gold of the set must be usable by its verifier kind (the message names file:line)."""
+def _check_golds(problem_set: ProblemSet, source: str, bad: BadRows | None = None) -> None:
+    """Every gold of the set must be usable by its verifier kind; a ValueError names file:line, or the file
+    and every bad row in file order, those the loader found (`bad`) included."""
     from lens.reward import validate_gold
 
-    if not problem_set.problems:
+    if not problem_set.problems and bad is None:
         raise ValueError(f"{source}: data set {problem_set.name!r} has no problems (an empty file?)")
+    unusable = []
     for p in problem_set.problems:
         why = validate_gold(problem_set.kind, p.answer)
         # A prose gold would score every rollout 0: the set would train on noise without any error.
         if why is None and problem_set.kind == "math" and _PROSE_GOLD.fullmatch(p.answer.strip()):
             why = "it reads as prose, not a final answer"
         if why is not None:
-            raise ValueError(
-                f"{p.where or p.uid}: gold answer {p.answer!r} is unusable for the {problem_set.kind} verifier: {why}"
-            )
+            unusable.append((p, f"gold answer {p.answer!r} is unusable for the {problem_set.kind} verifier: {why}"))
+    # Rows with a file line are listed with the loader's bad rows, in file order; a built-in task's have none.
+    lined = [((p.where or "").rpartition(":"), why) for p, why in unusable]
+    unlined = [(p, why) for p, why in unusable if not (p.where or "").rpartition(":")[2].isdigit()]
+    if unlined:
+        raise ValueError(f"{unlined[0][0].where or unlined[0][0].uid}: {unlined[0][1]}")
+    rows = (bad.rows if bad is not None else []) + [(int(where[2]), why) for where, why in lined]
+    if rows:
+        raise BadRows(bad.name if bad is not None else lined[0][0][0], rows)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -8,14 +8,21 @@
 normalisation and row checks apply as for every other source), and writes the layout `lens.data.find_data`
 reads: `DIR/<set>/<split>.jsonl` with `uid`, `problem`, `answer` per row, and `DIR/manifest.json` with each
 file's row count, sha256 and source. The default DIR is `~/.cache/lens/data`, the last place the loader
-looks. Without network it fails with one line naming the set and the hub id.
+looks. It needs network access to the hub and the `hub` extra (`datasets`): when the hub cannot be reached
+within seconds, it reads only what the local Hugging Face cache holds and fails with one line naming the set
+and the hub id, instead of retrying for half a minute. Named sets without a hub source (`NO_HUB_SOURCE`) are
+read from a data directory only: `prepare` says so rather than calling them unknown.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import socket
+import sys
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,12 +105,49 @@ def _rows_of(name: str, source: HubSource) -> list[dict[str, Any]]:
     return [{"uid": r["uid"], "problem": r["problem"], "answer": r["answer"]} for r in rows]
 
 
+# Named sets of lens.data.BENCHMARKS that no public hub dataset holds in their form: a data directory only.
+NO_HUB_SOURCE = tuple(n for n in data.BENCHMARKS if n not in CATALOG)
+REACH_TIMEOUT_S = 3.0
+
+
+def hub_reachable(timeout_s: float = REACH_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to the hub ($HF_ENDPOINT, default huggingface.co) opens within timeout_s."""
+    url = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "", port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _offline_unless_reachable() -> None:
+    """Offline, `datasets` retries each download for tens of seconds before it fails: when the hub does not
+    answer at once, switch it to the local cache (what it holds still loads; the rest fails in one line)."""
+    if data._hub_offline() or hub_reachable():
+        return
+    os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
+    print(
+        f"prepare: the Hugging Face hub does not answer within {REACH_TIMEOUT_S:g} s: reading the local cache only "
+        "(prepare needs network access for a set not cached)",
+        file=sys.stderr,
+    )
+
+
 def prepare(names: Sequence[str], out: Path) -> dict[str, dict[str, Any]]:
     """Writes each named set under `out` and merges its entry into `out/manifest.json`; returns the entries."""
     # All names checked before any download, so a typo does not fail after minutes of work.
+    no_source = [n for n in names if n in NO_HUB_SOURCE]
+    if no_source:
+        files = ", ".join(f"{n}: <DIR>/{data.BENCHMARKS[n].path}" for n in no_source)
+        raise ValueError(
+            f"prepare: {', '.join(no_source)} has no hub source to prepare from; put the file in a data directory "
+            f"yourself ({files}) and set data.dir or LENS_DATA_DIR to it"
+        )
     unknown = [n for n in names if n not in CATALOG]
     if unknown:
         raise ValueError(f"prepare: unknown set(s) {unknown}; known: {', '.join(CATALOG)} (or all)")
+    _offline_unless_reachable()
     # Merged, not replaced: preparing one more set must not forget the ones already there.
     manifest = read_manifest(out) if (out / MANIFEST).is_file() else {}
     written = {}
@@ -183,7 +227,7 @@ def check(root: Path) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = errors.ArgumentParser(prog="python -m lens.data", description="Get and verify lens's data sets")
     sub = parser.add_subparsers(dest="command", required=True)
-    prep = sub.add_parser("prepare", help="download named sets from the Hugging Face hub")
+    prep = sub.add_parser("prepare", help="download named sets from the Hugging Face hub (needs network)")
     prep.add_argument("names", nargs="+", help=f"set names ({', '.join(CATALOG)}) or all")
     prep.add_argument("--out", type=Path, default=data.data_dirs()[-1][1], help="data directory to write")
     chk = sub.add_parser("check", help="verify a data directory against its manifest")
@@ -192,6 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # `all` is spelled out here so prepare() itself only ever sees real set names.
     if args.command == "prepare":
+        if args.names == ["all"]:
+            print(f"prepare all: every set with a hub source (not {', '.join(NO_HUB_SOURCE)})", file=sys.stderr)
         prepare(list(CATALOG) if args.names == ["all"] else args.names, args.out)
         return 0
     if args.write_manifest:

@@ -77,6 +77,15 @@ def show_warnings_once() -> None:
 
     once.lens_once = True  # type: ignore[attr-defined]
     warnings.showwarning = once
+    warnings.formatwarning = one_line_warning
+
+
+def one_line_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, line=None) -> str:
+    """A warning as one line: lens's own as `lens: warning: ...`, others with their file and line, never the
+    source line Python adds (a line of lens's code means nothing to the person reading the warning)."""
+    if Path(filename).resolve().is_relative_to(Path(__file__).resolve().parent):
+        return f"lens: warning: {message}\n"
+    return f"{filename}:{lineno}: {category.__name__}: {message}\n"
 
 
 # Lines libraries print on every start that say nothing to act on: DeepSpeed's accelerator probe warns on every

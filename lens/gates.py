@@ -3,7 +3,8 @@
     python -m lens.audit gates --task NAME [--out DIR] [--problems 200] [--samples 4] [--steps 16] [--seed 0]
         [--run-dir DIR] [--config configs/cpu_default.yaml] [key.sub=value ...]
 
-Writes DIR/NAME.md and DIR/NAME.json (default DIR: bench/results/gates) and prints the Markdown table.
+Writes DIR/NAME.md and DIR/NAME.json (default DIR: runs/gates; the committed tables are bench/results/gates,
+written with --out) and prints the Markdown table.
 The task must be registered in `lens.tasks.NAMES`, and its noisy evaluation problems must record their
 distractors as `meta["noise_positions"]` (token positions of the scorable span, as vartrack and ledger do).
 
@@ -79,7 +80,8 @@ from lens import algos, audit, checkpoint, errors, model, purify, scoring, tasks
 from lens.config import REPO_ROOT, Config, load_config
 from lens.errors import cli_errors
 
-DEFAULT_OUT = REPO_ROOT / "bench" / "results" / "gates"
+# Under runs/ like every tool's output: the committed tables (bench/results/gates) change only with --out.
+DEFAULT_OUT = Path("runs") / "gates"
 DEFAULT_CONFIG = "configs/cpu_default.yaml"
 # 1000 resamples: enough for stable 2.5 % / 97.5 % percentiles; each resample recomputes an AUC, so
 # more would make the bootstrap a visible part of the run's minutes.
@@ -744,7 +746,11 @@ def _positive_int(text: str) -> int:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = errors.ArgumentParser(prog="python -m lens.audit gates", description=run_gates.__doc__)
     parser.add_argument("--task", required=True, help=f"a registered task ({', '.join(tasks.NAMES)})")
-    parser.add_argument("--out", default=str(DEFAULT_OUT), help="directory of TASK.md and TASK.json")
+    parser.add_argument(
+        "--out",
+        default=str(DEFAULT_OUT),
+        help="directory of TASK.md and TASK.json (default runs/gates; the committed tables: --out bench/results/gates)",
+    )
     parser.add_argument(
         "--problems", type=_positive_int, default=DEFAULTS["problems"], help="noisy evaluation problems"
     )

@@ -418,6 +418,10 @@ class Progress:
 
         self.keys = tuple(keys)
         self._warm = False
+        # A warning printed while the bar is drawn would be glued onto it: shown above it instead.
+        self._showwarning = warnings.showwarning
+        if enabled:
+            warnings.showwarning = self._above_bar
         self._bar = tqdm(
             total=total_steps,
             initial=initial,
@@ -429,7 +433,10 @@ class Progress:
         )
 
     def update(self, step: int, metrics: Mapping[str, Any]) -> None:
-        """Advance to `step` (1-based count of finished steps) and show the key numbers."""
+        """Advance to `step` (1-based count of finished steps) and show the key numbers; a step in which no
+        group carried signal (every group's rollouts rewarded alike: zero advantages) is said above the bar."""
+        if metrics.get("zero_variance_share") == 1.0 and not self._bar.disable:  # tqdm.write prints on every rank
+            self.write(f"step {step}: no group carries signal (each group's rollouts got one reward): nothing learned")
         self._bar.set_postfix_str(format_metrics(metrics, self.keys), refresh=False)
         self._bar.update(step - self._bar.n)
         if not self._warm and not self._bar.disable:  # a disabled bar (ranks > 0) keeps no clock
@@ -442,8 +449,16 @@ class Progress:
         """Print a line above the bar (e.g. an evaluation result)."""
         self._bar.write(line)
 
+    def _above_bar(self, *args: Any, **kwargs: Any) -> None:
+        from tqdm import tqdm
+
+        with tqdm.external_write_mode():
+            self._showwarning(*args, **kwargs)
+
     def close(self) -> None:
-        """Close the bar."""
+        """Close the bar (and give warnings back their own printer)."""
+        if warnings.showwarning == self._above_bar:
+            warnings.showwarning = self._showwarning
         self._bar.close()
 
     def __enter__(self) -> Progress:

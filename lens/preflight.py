@@ -30,6 +30,8 @@ from lens.config import HELDOUT, Config, resolve_path
 HELDOUT_PERCENT, HELDOUT_MAX = 5, 64  # the `heldout` split: 5 % of the training problems, at most 64
 # Below this, 5 % rounds down to zero problems; warned about in load_data rather than silently empty.
 HELDOUT_MIN_TRAIN = 100 // HELDOUT_PERCENT  # fewer training problems than this give no held-out problem
+# A held-out set this small measures accuracy in steps of 5 % or more: warned about, as a noisy instrument.
+HELDOUT_WARN_BELOW = 20
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,13 @@ def load_data(cfg: Config) -> tuple[data.ProblemSet, list[data.ProblemSet]]:
         if held.problems:
             # eval_limit trims what is evaluated only; the held-out problems stay out of training all the same.
             evals.append(dataclasses.replace(held, problems=held.problems[: d.eval_limit]))
+            if len(held.problems) < HELDOUT_WARN_BELOW and d.eval_every:
+                warnings.warn(
+                    f"data.eval=[{HELDOUT}]: {train.name} gives {len(held.problems)} held-out problem(s) "
+                    f"({HELDOUT_PERCENT} % of {len(train.problems) + len(held.problems)}): its accuracy moves in "
+                    f"steps of 1/{len(held.problems)}, too coarse to compare runs; name a set in data.eval",
+                    stacklevel=2,
+                )
         elif d.eval_every:
             warnings.warn(
                 f"data.eval=[{HELDOUT}]: {train.name} has {len(train.problems)} problems, fewer than "
@@ -316,9 +325,20 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
         "steps": f"{cfg.optim.steps} x {cfg.data.batch_size} prompts x {cfg.algorithm.m} rollouts = "
         f"{prompts_seen / len(train.ids):.2f} epochs of {len(train.ids)} prompts",
         "deepspeed": deepspeed_config(cfg, world_size),
+        "gradient clipping": clipping_note(cfg, deepspeed_config(cfg, world_size)),
         "sampler": sampler_config(cfg),
         "memory": memplan.memory_plan(cfg, model_config, world_size=world_size, longest_prompt=longest_prompt).lines(),
     }
+
+
+def clipping_note(cfg: Config, ds: dict[str, Any]) -> str:
+    """Who clips the gradient: DeepSpeed (its `gradient_clipping`) or lens itself, which at ZeRO-0 fp32 clips
+    before the optimizer step and records the norm (DeepSpeed's 0.0 there is not "no clipping")."""
+    if not cfg.optim.grad_clip:
+        return "off (optim.grad_clip=0)"
+    if ds["gradient_clipping"]:
+        return f"optim.grad_clip={cfg.optim.grad_clip}, by DeepSpeed"
+    return f"optim.grad_clip={cfg.optim.grad_clip}, by lens itself (DeepSpeed's gradient_clipping 0.0 is left off)"
 
 
 def print_summary(summary: dict[str, Any]) -> None:

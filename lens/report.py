@@ -488,6 +488,11 @@ def summarize(groups: Sequence[Group], baseline: str, metric: str | None, phases
                 entry["best"][k] = {"value": float(c.mean[i]), "step": int(c.steps[i])}
         labels[g.label] = entry
     eff = efficiency(groups, baseline, metric) if metric is not None else {}
+    notes = caveats(groups, labels)
+    if eff and eff[baseline].baseline_step == 0:
+        # Its best is its evaluation before training: "steps to reach" it would be 0 for every label.
+        notes.append(f"no steps-to-reach table: {baseline}'s best {metric} is its value before training")
+        eff = {}
     return {
         "baseline": baseline,
         "metric": metric,
@@ -495,7 +500,31 @@ def summarize(groups: Sequence[Group], baseline: str, metric: str | None, phases
         "eval_sets": evals,
         "labels": labels,
         "efficiency": [vars(e) for e in eff.values()],
+        "caveats": notes,
     }
+
+
+# Step times of one label's seeds further apart than this were not measured alike (machine load, another
+# machine): the report compares times of separate runs, and says so when they disagree this much.
+TIME_SPREAD = 1.5
+
+
+def caveats(groups: Sequence[Group], labels: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """What makes the comparison unlike: runs of different lengths, step times that disagree between the
+    seeds of one label (separate runs under different machine load), for the report to say first."""
+    notes = []
+    lengths = {max(r.rows, default=0) for g in groups for r in g.runs}
+    if len(lengths) > 1:
+        listed = ", ".join(f"{g.label} {'/'.join(str(max(r.rows, default=0)) for r in g.runs)}" for g in groups)
+        notes.append(f"the runs have different lengths (steps: {listed}): final and best values are not like for like")
+    for g in groups:
+        times = [t for t in (_steady_step_time(r) for r in g.runs) if t]
+        if len(times) > 1 and max(times) > TIME_SPREAD * min(times):
+            notes.append(
+                f"{g.label}: steady step times of its runs range {min(times):.3g}-{max(times):.3g} s: measured under "
+                "different machine load? compare times from interleaved runs (lens.bench_step)"
+            )
+    return notes
 
 
 def _mean_or_none(values: np.ndarray) -> float | None:
@@ -561,7 +590,8 @@ def tables(summary: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
         best = [f"{e['best'][k]['value']:.4g} ({e['best'][k]['step']})" if k in e["best"] else "—" for k in evals]
         row = [label, str(len(e["runs"])), str(e["last_step"])] + [_pm(e["final"][k]) for k in evals] + best
         final.append([*row, _pm(e["reward_last10"]), _pm(e["step_time"]), _pm(e["purified_share"])])
-    out = [("Final numbers", headers, final)]
+    out = [("Caveats", ["caveat"], [[c] for c in summary.get("caveats", [])])] if summary.get("caveats") else []
+    out.append(("Final numbers", headers, final))
     if summary["efficiency"]:
         title = f"Steps to reach the best {summary['metric']} of {summary['baseline']}"
         eff_rows = [
@@ -697,12 +727,14 @@ def _curve_figure(groups: Sequence[Group], keys: Sequence[str], ylabels: Sequenc
 
 
 def figure_eval(groups: Sequence[Group]) -> Any | None:
-    """Evaluation accuracy, one panel per eval set (not smoothed: evaluations are sparse)."""
+    """Evaluation accuracy, one panel per eval set (not smoothed: evaluations are sparse), on the whole 0-1
+    scale: autoscaled, a 0.95-0.99 axis made a 4-point dip look like a collapse."""
     keys = eval_keys(groups)
     fig = _curve_figure(groups, keys, [f"accuracy ({k[5:]})" for k in keys], smooth=1)
     if fig is not None:
         for ax in fig.axes:
             ax.set_xlabel("training step (0: before training)")
+            ax.set_ylim(-0.02, 1.02)
     return fig
 
 
@@ -744,7 +776,7 @@ def figure_stage_times(groups: Sequence[Group]) -> Any | None:
     stages = list(dict.fromkeys(s for v in per_label.values() for s in v))
     order = [s for s in STAGES if s in stages] + [s for s in stages if s not in STAGES]
     cmap = colormaps["tab20"]
-    fig, (ax,) = _new_figure(1, width=max(5.0, 1.2 * len(per_label) + 3.0), height=4.8)
+    fig, (ax,) = _new_figure(1, width=max(7.0, 1.2 * len(per_label) + 4.0), height=4.8)
     labels = list(per_label)
     x = np.arange(len(labels))
     bottom = np.zeros(len(labels))
@@ -762,7 +794,8 @@ def figure_stage_times(groups: Sequence[Group]) -> Any | None:
         ax.text(xi, max(top, np.nan_to_num(step_mean)), text, ha="center", va="bottom")
     ax.set_xticks(x, labels)
     ax.set_ylabel("seconds per training step")
-    ax.set_title("time per stage (mean over steady steps and seeds; warm-up step left out)")
+    # Two lines: on one, the title was wider than a figure of one or two bars and was cut on both sides.
+    ax.set_title("time per stage\n(mean over steady steps and seeds; warm-up step left out)")
     top = max(bottom.max(), np.nan_to_num(step_means).max())
     ax.set_ylim(0, top * 1.12 if top > 0 else 1)
     ax.grid(axis="x", visible=False)
@@ -869,6 +902,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as e:
         parser.error(str(e))
+    for note in summary["caveats"]:
+        print(f"lens.report: caveat: {note}", file=sys.stderr)
     for title, headers, rows in tables(summary):
         print(f"{title}\n" + _plain_table(headers, rows) + "\n")
     print(f"report: {out / 'summary.html'} ({len(summary['figures'])} figures)")

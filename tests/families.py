@@ -63,9 +63,13 @@ SPECIALS = {
 
 
 def _corpus() -> list[str]:
-    """Problem and answer text of the shared math sets (what the tokenizer is trained on)."""
+    """Problem and answer text of the shared math sets (what the tokenizer is trained on); without a data
+    folder (a fresh clone), generated arithmetic, so that a test that only needs a model of the family runs."""
     sets = [("dapo_math_17k", "train", 3000), ("math500", "eval", None), ("minerva_math", "eval", None)]
-    problems = [p for name, role, n in sets for p in data.load_sets(name, role=role, limit=n)[0].problems]
+    try:
+        problems = [p for name, role, n in sets for p in data.load_sets(name, role=role, limit=n)[0].problems]
+    except FileNotFoundError:
+        return [f"What is {a} + {b} * x?\nThe answer is \\boxed{{{a + b}x}}." for a in range(60) for b in range(50)]
     return [f"{p.problem}\nThe answer is \\boxed{{{p.answer}}}." for p in problems]
 
 

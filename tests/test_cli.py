@@ -121,8 +121,17 @@ def _data_file(tmp_path: Path, text: str) -> Path:
             '{"problem": "1+1?", "answer": "2"}\n{"problem": "2+2?", "answer": "see the solution above"}\n',
             ["mine.jsonl:2", "'see the solution above'", "prose"],
         ),
+        (  # was "column 1" (counted past the line's newline)
+            '{"problem": "1+1?", "answer": "2"}\n{"problem": "2+2?", "answer": \n',
+            ["mine.jsonl:2: invalid JSON: the line ends at column 29 inside its object", "a truncated line"],
+        ),
+        (  # was one error a run, line 4 (the loader's) before line 3 (the gold check's)
+            '{"problem": "1+1?", "answer": "2"}\n{"problem": "x", "answer": "2"}\n'
+            '{"problem": "2+2?", "answer": "see the solution above"}\n{"problem": "3+3?"\n',
+            ["mine.jsonl: 2 bad rows: line 3: gold answer 'see the solution above'", "; line 4: invalid JSON"],
+        ),
     ],
-    ids=["empty", "missing-field", "prose-gold"],
+    ids=["empty", "missing-field", "prose-gold", "truncated-line", "every-bad-row-in-file-order"],
 )
 def test_thin_data_messages_name_the_file(text: str, needles: list[str], tmp_path: Path) -> None:
     done = run("lens.train", [f"data.train={_data_file(tmp_path, text)}", "--dry-run"])

@@ -6,6 +6,8 @@ Run: `.venv/bin/python -m pytest tests/test_datahub.py -q`.
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import types
@@ -47,6 +49,8 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
         return HUB[name]
 
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):  # prepare turns them on when the hub does not answer
+        monkeypatch.setenv(var, os.environ.get(var, "0"))
     return calls
 
 
@@ -130,3 +134,36 @@ def test_module_entry_point(tmp_path: Path) -> None:
     )
     assert out.returncode == 2 and out.stderr.startswith(f"lens: error: {tmp_path}: no manifest.json")
     assert len(out.stderr.splitlines()) == 1
+
+
+def test_every_listed_set_is_preparable_or_says_where_its_file_goes(fake_hub: list, tmp_path: Path, capsys) -> None:
+    # Was: bbeh_mini and math_train_deepscaler were listed, `prepare` called them unknown, `prepare all` skipped them.
+    readme = (REPO / "README.md").read_text()
+    preparable = re.search(r"\| a named set \(`prepare` fetches it\) \| (.*) \|", readme)
+    by_file = re.search(r"\| a named set with no hub source[^|]*\| (.*) \|", readme)
+    assert preparable and by_file
+    assert re.findall(r"`(\w+)`", preparable[1]) == list(datahub.CATALOG)
+    assert re.findall(r"`(\w+)` \(", by_file[1]) == list(datahub.NO_HUB_SOURCE)
+    assert sorted([*datahub.CATALOG, *datahub.NO_HUB_SOURCE]) == sorted(data.BENCHMARKS)
+    assert exit_status(["prepare", "bbeh_mini", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "bbeh_mini has no hub source" in err and "<DIR>/bbeh/mini.jsonl" in err and "unknown" not in err
+
+
+def test_a_set_not_found_says_prepare_needs_the_network(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(data, "data_dirs", lambda configured=None: [("data.dir", tmp_path)])
+    with pytest.raises(FileNotFoundError, match=r"prepare math500 --out DIR` \(needs network access"):
+        data.find_data("math500")
+    with pytest.raises(FileNotFoundError, match=r"no hub source: put its file at DIR/math_train_deepscaler/train"):
+        data.find_data("math_train_deepscaler")
+
+
+def test_offline_prepare_says_so_at_once(fake_hub: list, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys):
+    # Was: 35 s of retries before "cannot reach the hub". Port 9 (discard) on this machine refuses at once.
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.setenv(var, "0")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    assert exit_status(["prepare", "aime24", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "does not answer within 3 s: reading the local cache only" in err
+    assert "(the hub is offline here and the dataset is not cached)" in err

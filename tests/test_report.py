@@ -339,3 +339,55 @@ def test_cli_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         rp.main([str(run), "--metric", "eval/math500"])
     assert "--metric eval/math500: no run logs it" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------
+# Figures and comparisons that would mislead
+# ----------------------------------------------------------------------------------------------
+
+
+def test_the_time_figure_title_fits_the_figure(tmp_path):
+    # Was: the title was wider than a one-label figure and cut on both sides.
+    from matplotlib import rc_context
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    rows = [{"step": s, "time/step": 1.0, "time/generate": 0.5, "time/update": 0.4} for s in range(1, 6)]
+    with rc_context(rp.RC):
+        fig = rp.figure_stage_times(rp.group_runs([rp.load_run(write_run(tmp_path / "a", rows))]))
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        box = fig.axes[0].title.get_window_extent(canvas.get_renderer())
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height
+
+
+def test_accuracy_is_drawn_on_the_whole_scale(tmp_path):
+    # Was: autoscaled to 0.95-0.99, a 4-point dip looked like a collapse.
+    run = write_run(tmp_path / "a", eval_rows({0: 0.99, 10: 0.95, 20: 0.98}, "eval/clean"))
+    fig = rp.figure_eval(rp.group_runs([rp.load_run(run)]))
+    low, high = fig.axes[0].get_ylim()
+    assert low <= 0.0 and high >= 1.0
+
+
+def test_unlike_runs_are_flagged(tmp_path, capsys):
+    # Was: a 3-step and a 40-step run compared silently, a "steps to reach" table with target 0 (the
+    # baseline never beat its evaluation before training), step times from different machine loads.
+    short = write_run(tmp_path / "grpo", eval_rows({0: 0.0, 3: 0.0}), name="grpo")
+    long = [
+        write_run(
+            tmp_path / f"lens{seed}",
+            [{"step": s, "time/step": 1.0 + 2 * seed, "eval/noisy": 0.1} for s in (0, 1, 2, 40)],
+            name="lens",
+            seed=seed,
+        )
+        for seed in (0, 1)
+    ]
+    assert rp.main([str(short), *map(str, long), "--out", str(tmp_path / "report")]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["efficiency"] == []
+    notes = summary["caveats"]
+    assert any("different lengths (steps: grpo 3, lens 40/40)" in n for n in notes), notes
+    assert any("no steps-to-reach table: grpo's best eval/noisy is its value before training" in n for n in notes)
+    assert any("lens: steady step times of its runs range 1-3 s" in n for n in notes), notes
+    assert captured.err.count("lens.report: caveat:") == 3
+    assert "## Caveats" in (tmp_path / "report" / "summary.md").read_text()

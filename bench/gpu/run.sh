@@ -140,7 +140,8 @@ gpu_tests() {
 floors() { $py bench/gpu/floors.py "$out"; }
 
 benchmarks() {
-  # harness.py appends to bench/results/results.jsonl: keep only the rows of this run.
+  # harness.py appends to bench/results/results.jsonl when asked (LENS_BENCH_RESULTS): keep only this run's rows.
+  export LENS_BENCH_RESULTS=bench/results
   local before
   before=$(wc -l <bench/results/results.jsonl 2>/dev/null || echo 0)
   $py -m pytest bench/bench_token_logprobs.py bench/bench_interference.py bench/bench_select.py bench/bench_ops.py \
