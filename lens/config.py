@@ -677,7 +677,8 @@ def _slug(source: str) -> str:
     (`data/x.jsonl` -> x, `hf:ORG/NAME:CFG@split` -> NAME, `Qwen/Qwen2.5-3B` -> Qwen2.5-3B)."""
     name = source.removeprefix("hf:").rstrip("/").split("@")[0].split(":")[0].rsplit("/", 1)[-1]
     name = re.sub(r"\.(jsonl|json|parquet)$", "", name)
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "data"
+    # Capped: a directory name derived from a long path must not itself exceed the file system's name limit.
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:48] or "data"
 
 
 def resolve_path(path: str) -> str:

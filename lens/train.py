@@ -516,26 +516,26 @@ def train(cfg: Config, stop: dist.StopFlag) -> dict[str, float]:
     if first_eval:
         log.log(0, first_eval)  # step 0: the model before training, the start of every curve
     last: dict[str, float] = dict(first_eval)
-    progress = metrics.Progress(cfg.optim.steps, initial=start, enabled=rank0)
-    for step in range(start, cfg.optim.steps):
-        last = train_step(run, step)
-        if step == start:
-            # The process's first step carries its one-time costs (allocator growth, lazy imports and
-            # kernel selection, any torch.compile): flagged, so that lens.report and the progress bar's
-            # rate can leave it out of the steady-state figures.
-            last["time/warmup"] = last["time/step"]
-        done = step + 1
-        if cfg.data.eval_every and (done % cfg.data.eval_every == 0 or done == cfg.optim.steps) and eval_sets:
-            last.update(run_eval(run, eval_sets, eval_verifiers))
-        log.log(done, last)
-        progress.update(done, last)
-        stopping = stop.should_stop()  # collective: every rank stops after the same step
-        if (cfg.checkpoint.every and done % cfg.checkpoint.every == 0) or done == cfg.optim.steps or stopping:
-            save(run, done)
-        if stopping:
-            progress.write(f"stopped by {stop.cause} after step {done}; resume with --resume auto")
-            break
-    progress.close()
+    # Closed also when a step fails, so that no progress bar is redrawn under the error line.
+    with contextlib.closing(metrics.Progress(cfg.optim.steps, initial=start, enabled=rank0)) as progress:
+        for step in range(start, cfg.optim.steps):
+            last = train_step(run, step)
+            if step == start:
+                # The process's first step carries its one-time costs (allocator growth, lazy imports and
+                # kernel selection, any torch.compile): flagged, so that lens.report and the progress bar's
+                # rate can leave it out of the steady-state figures.
+                last["time/warmup"] = last["time/step"]
+            done = step + 1
+            if cfg.data.eval_every and (done % cfg.data.eval_every == 0 or done == cfg.optim.steps) and eval_sets:
+                last.update(run_eval(run, eval_sets, eval_verifiers))
+            log.log(done, last)
+            progress.update(done, last)
+            stopping = stop.should_stop()  # collective: every rank stops after the same step
+            if (cfg.checkpoint.every and done % cfg.checkpoint.every == 0) or done == cfg.optim.steps or stopping:
+                save(run, done)
+            if stopping:
+                progress.write(f"stopped by {stop.cause} after step {done}; resume with --resume auto")
+                break
     log.close()
     for verifier in (run.verifier, *eval_verifiers.values()):
         verifier.close()
