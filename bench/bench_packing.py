@@ -12,7 +12,8 @@ with its peak memory.
 CPU (`PACKING_ROUNDS=5 OMP_NUM_THREADS=1 pytest bench/bench_packing.py -s`): a tiny Qwen2.5-shaped model (GQA,
 tied head) in fp32 on one thread, every length divided by CPU_SCALE = 4 (the same length distribution, so the
 same padding share) to keep a round in seconds; the modes run interleaved, process CPU time is the measure,
-median [IQR] over rounds with the per-round ratio to `rows`. Writes bench/results/packing_cpu.{json,md}.
+median [IQR] over rounds with the per-round ratio to `rows`. Writes packing_cpu.{json,md} beside the benchmark
+rows: runs/bench/ by default, the committed bench/results/ with LENS_BENCH_RESULTS=bench/results.
 GPU (bench/gpu/run.sh): a Qwen2.5-1.5B shape in bf16 with gradient checkpointing at full lengths; padding-free
 through flash_attention_2 when flash-attn is installed, else flex_attention.
 """
@@ -111,6 +112,7 @@ def test_packing_cpu() -> None:
         for mode, (budget, pf) in MODES.items()
     }
     entry = _measure(closures, {"rows": ROWS, "cpu_scale": CPU_SCALE, **CPU_SHAPE})
+    PACKING_FILE.parent.mkdir(parents=True, exist_ok=True)
     PACKING_FILE.write_text(json.dumps(entry, indent=1) + "\n")
     PACKING_FILE.with_suffix(".md").write_text(packing_table(entry))
     print(packing_table(entry))

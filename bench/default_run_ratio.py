@@ -1,6 +1,6 @@
 """Is the default CPU run (README command (a)) slower in this tree than in another? Interleaved runs of both.
 
-    python bench/default_run_ratio.py --base ../lens-old [--rounds 3] [--steps 12] [--out bench/results] \
+    python bench/default_run_ratio.py --base ../lens-old [--rounds 3] [--steps 12] [--out runs/bench] \
         [key=value ...]
 
 BASE is another checkout of lens (e.g. `git worktree add ../lens-old HEAD~5`) run with this venv's Python and
@@ -45,6 +45,12 @@ def run_once(tree: Path, steps: int, overrides: list[str], workdir: Path) -> dic
     return {"step_s": statistics.median(step_s), "cpu_s": cpu}
 
 
+def commit(tree: Path) -> str:
+    """The short commit a checkout is at ('unknown' outside git)."""
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
+
+
 def spread(values: list[float]) -> list[float]:
     """[median, min, max]."""
     return [statistics.median(values), min(values), max(values)]
@@ -55,7 +61,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--base", required=True, type=Path, help="the other checkout to compare against")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--out", type=Path, default=HERE / "bench" / "results")
+    parser.add_argument(
+        "--out", type=Path, default=HERE / "runs" / "bench", help="default runs/bench (bench/results: committed)"
+    )
     parser.add_argument("--this", nargs="*", default=[], metavar="key=value", help="overrides for this tree only")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args(argv)
@@ -67,7 +75,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 tree, overrides = trees[name]
                 runs[name].append(run_once(tree, args.steps, overrides, Path(workdir)))
     result = {
-        "base": str(args.base), "rounds": args.rounds, "steps": args.steps, "overrides": args.overrides,
+        "base": str(args.base), "this_commit": commit(HERE), "base_commit": commit(args.base),
+        "rounds": args.rounds, "steps": args.steps, "overrides": args.overrides,
         "this_overrides": args.this, "load": os.getloadavg()[0], "runs": runs,
         "step_ratio": spread([t["step_s"] / b["step_s"] for t, b in zip(runs["this"], runs["base"], strict=True)]),
         "cpu_ratio": spread([t["cpu_s"] / b["cpu_s"] for t, b in zip(runs["this"], runs["base"], strict=True)]),
@@ -76,7 +85,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     (args.out / "default_run.json").write_text(json.dumps(result, indent=1) + "\n")
     table = (
         "# The default CPU run, this tree over a base checkout (bench/default_run_ratio.py)\n\n"
-        f"{args.rounds} interleaved rounds of {args.steps} steps, base {args.base}, overrides {args.overrides}, "
+        f"{args.rounds} interleaved rounds of {args.steps} steps, this tree at {result['this_commit']}, base "
+        f"{args.base} at {result['base_commit']}, overrides {args.overrides}, "
         f"this tree also {args.this}, load {result['load']:.1f}\n\n"
         "| measure | this / base, median [min, max] |\n|---|---|\n"
         f"| median time/step (steps 2..N) | {result['step_ratio'][0]:.3f} "
