@@ -69,7 +69,7 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     # Rows of a micro-batch concatenated into one sequence, positions restarting per row, so no pad token is
     # computed. None (`auto`): on where the backend computes variable-length rows exactly and fast
-    # (flash_attention_2, flex_attention on a GPU); off otherwise (CPU: see bench/bench_packing.py).
+    # (flash_attention_2, flex_attention on a GPU); off otherwise (CPU: bench/results/default_run_padding_free.md).
     padding_free: bool | None = None
 
 
@@ -653,8 +653,8 @@ def resolve_attention(setting: str, device: str) -> str:
 
 def resolve_padding_free(setting: bool | None, attn_implementation: str, device: str) -> bool:
     """model.padding_free -> whether passes run padding-free. None (`auto`): where the backend has a varlen
-    kernel on a GPU; off on CPU, where per-row SDPA measured slower than padded micro-batches under a token
-    budget (bench/bench_packing.py)."""
+    kernel on a GPU; off on CPU, where per-row SDPA made the default run's steps 1.10x slower (its rows are short;
+    bench/results/default_run_padding_free.md)."""
     if setting is not None:
         return setting
     return device == "cuda" and attn_implementation in NATIVE_VARLEN
