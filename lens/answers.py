@@ -174,7 +174,7 @@ _NUMBER_RE = re.compile(r"(?<![\w.,])-?\d{1,3}(?:,\d{3})++(?:\.\d+)?(?![\d,])|(?
 _LEADING_NOISE = " \t*:"
 # What may stand between the parts of ONE answer: punctuation and list or hedge words. Parts so joined
 # are one list answer ("$1$ and $-2$", "\boxed{3} or \boxed{4}"), compared as a list with the gold.
-_GLUE_SPACE = r"(?:[\s,;/&$*~]|\\[,;:! ]|\\q?quad(?![a-zA-Z]))"
+_GLUE_SPACE = r"(?:[\s,;/&$*~]|\\[,;:! )\]]|\\q?quad(?![a-zA-Z]))"  # \) \] close an inline or display math span
 _GLUE_WORD = (
     r"(?:\\(?:text|textrm|mathrm|mbox)\s*\{\s*(?:and/or|and|or)\s*\}|(?:and/or|and|or|either|else|possibly|perhaps|"
     r"maybe|alternatively|also|it\s+could\s+be|could\s+be|might\s+be)\b)"
@@ -183,7 +183,9 @@ _LIST_GLUE_RE = re.compile(rf"{_GLUE_SPACE}*(?:{_GLUE_WORD}{_GLUE_SPACE}*)*", re
 # "or" and another value right after the last box: `\\boxed{3} or 4`, `\\boxed{C} or D` (a hedge, R6).
 _ALTERNATIVE_AFTER_RE = re.compile(
     rf"{_GLUE_SPACE}*(?i:or|and/or|\\(?:text|textrm|mathrm|mbox)\s*\{{\s*or\s*\}}){_GLUE_SPACE}*"
-    r"(?:(?i:possibly|perhaps|maybe)\s+)?(?:\$|\\\(|\\boxed|[-+(\d]|[A-Za-z]\b)"
+    # the second value: math in $ or \( \[, any command (`\frac`, `\sqrt`, `\pi`, `\boxed`), a number, a
+    # Unicode math sign, or a single letter
+    r"(?:(?i:possibly|perhaps|maybe)\s+)?(?:\$|\\[(\[]|\\[A-Za-z]+|[-+(\d\u221a\u221e\u03c0]|[A-Za-z]\b)"
 )
 _THINK_END = "</think>"
 _ANSWER_TAG_RE = re.compile(r"<answer>|</answer>", re.IGNORECASE)
@@ -320,6 +322,7 @@ _CHOICE_MARKER_RE = re.compile(
     r"|(?i:\b(?:is|be)\s+(?:option|choice)\s+)"
     r"|(?i:\b(?:option|choice)\s+)(?=\(?[A-Ja-j]\)?\s+is\s+(?:the\s+)?(?:correct|right|best|answer)\b)"
 )
+_NOTHING_AFTER_RE = re.compile(r"[\s*]*(?:[.!?]|$)")
 # One candidate letter: "(C)" / "(c)", or "C" as its own token (not the article "A" or the pronoun "I").
 _CANDIDATE_RE = re.compile(r"\(([A-Ja-j])\)|\b([A-J])\b(?!['\w])")
 # Where the answer clause ends and its justification starts ("(B), since (A) fails").
@@ -349,6 +352,8 @@ def _is_word(text: str, letter_at: int) -> bool:
         return False
     if _HEDGE_RE.match(text, letter_at + 1):
         return False  # "A or C", "I and J": letters joined to another letter
+    if re.match(r" (?:is|was|seems|looks|appears|would|should|must)\b", text[letter_at + 1 :]):
+        return False  # "Option A is correct": the article never stands before a verb
     return re.match(r" [a-z]", text[letter_at + 1 : letter_at + 3]) is not None
 
 
@@ -439,12 +444,11 @@ def _choice_statement(region: str) -> tuple[bool, str | None]:
             return True, None
         letters = {_box_letter(c) for _, _, c in chain}
         return True, letters.pop() if len(letters) == 1 else None
-    last = None
-    for last in _CHOICE_MARKER_RE.finditer(region):  # noqa: B007 (only the last match is wanted)
-        pass
-    if last is None:
+    # The last marker that something follows: "option A is the correct choice." ends on a marker with nothing after.
+    markers = [m for m in _CHOICE_MARKER_RE.finditer(region) if not _NOTHING_AFTER_RE.match(region, m.end())]
+    if not markers:
         return False, None
-    return True, _letter_after(region[last.end() : last.end() + 200])
+    return True, _letter_after(region[markers[-1].end() : markers[-1].end() + 200])
 
 
 def _box_letter(boxed: str) -> str | None:

@@ -543,6 +543,12 @@ POLICY = [
     Rule("R6", "choice", WORK + "My pick: the answer is D or possibly A.", "D", 0.0),
     Rule("R6", "choice", WORK + "The answer is (h) and/or (b).", "H", 0.0),
     Rule("R6", "choice", WORK + "$\\boxed{C}$ or $\\boxed{J}$", "J", 0.0),
+    # a second value after "or" in any math form: \( \), a command, a Unicode sign (found by a held-out check)
+    Rule("R6", "math", WORK + "Thus \\(\\boxed{7}\\) or \\(9\\) depending on orientation.", "7", 0.0),
+    Rule("R6", "math", WORK + "$$\\boxed{\\dfrac{1}{2}}$$ or \\dfrac{1}{3}", "\\frac{1}{2}", 0.0),
+    Rule("R6", "math", WORK + "so $\\boxed{4}$ or \\infty if unbounded", "4", 0.0),
+    Rule("R6", "math", WORK + "giving \\boxed{8} or \u221a2.", "8", 0.0),
+    Rule("R6", "math", WORK + "The result is \\(\\boxed{6}\\).", "6", 1.0),
     # R7: solution lists in words
     Rule("R7", "math", WORK + "$\\boxed{t = -4 \\text{ or } t = 6}$", "6, -4", 1.0),
     Rule("R7", "math", WORK + "$\\boxed{t = -4 \\text{ or } t = 5}$", "6, -4", 0.0),
@@ -631,6 +637,8 @@ POLICY = [
     Rule("R11", "math", WORK + "$\\boxed{-\\infty}$", r"-\infty", 1.0),
     # R12: choices
     Rule("R12", "choice", WORK + "Final answer: f.", "F", 1.0),
+    Rule("R12", "choice", WORK + "Therefore, option A is the correct choice.", "A", 1.0),
+    Rule("R12", "choice", WORK + "Therefore, option A is the correct choice.", "D", 0.0),
     Rule("R12", "choice", WORK + "The answer is (D) 6 J of work.", "D", 1.0),
     Rule("R12", "choice", WORK + "The answer is (D) 6 J of work.", "J", 0.0),
     Rule("R12", "choice", WORK + "The answer is 0.5 A (C).", "C", 1.0),
