@@ -7,7 +7,7 @@ Runs README command (a)'s training, `torchrun --nproc_per_node=1 lens/train.py` 
 temporary directories, as on a fresh machine, and its run directory under a temporary directory. It
 records the whole command's wall time (process start to exit: imports, setup, the evaluations, the steps,
 the checkpoints), the first step's `time/step` (= its `time/warmup`), the median `time/step` of the
-others and their ratio (issue 27's goal: at most 3), and the first step's stages against their medians.
+others and their ratio (the goal: at most 3), and the first step's stages against their medians.
 The environment (threads, load average, commit) goes with the numbers: on a shared machine they vary.
 """
 

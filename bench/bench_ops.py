@@ -108,7 +108,7 @@ def test_weighted_advantages_128_groups(benchmark, provider: str, device: torch.
     run_case(benchmark, "weighted_advantages", provider, {"N": 1024, "G": 128}, lambda: fn(*args), device=device)
 
 
-# Thread scaling and the bf16 path of the native CPU loss (issue 27: one thread whatever
+# Thread scaling and the bf16 path of the native CPU loss (one thread whatever
 # set_num_threads said, bf16 2.5x slower than fp32). Configurations run interleaved, in a rotating
 # order, so load on a shared machine falls on all alike; ratios are per round, then median [IQR].
 SCALING_SHAPE = (4096, 2048)

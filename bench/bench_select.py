@@ -1,6 +1,6 @@
 """Benchmark of select_interference_tokens: torch reference vs the Triton kernel (CUDA) / default path (CPU).
 
-Decides the default path per device (issue 3, kernel 4): on CPU the torch path runs (the Triton path
+Decides the default path per device: on CPU the torch path runs (the Triton path
 only exists there under the interpreter); on CUDA both are timed at the trainer's shapes
 (B = 128 prompts, P = 512 / 2048 prompt tokens, and on CUDA the paper's longest prompts, P = 16,384,
 which the tiled kernel handles in the same compiled variant).

@@ -3,7 +3,7 @@
     python bench/roofline.py            # writes bench/results/roofline.md (no GPU, no torch needed)
 
 A kernel's floor is max(bytes it must move / memory bandwidth, FLOPs it must do / bf16 tensor-core rate).
-Machines: H200, the copy bandwidth and bf16 matmul rate measured there (facts.md: ~4.3 TB/s device copy,
+Machines: H200, the copy bandwidth and bf16 matmul rate measured there (measured there: ~4.3 TB/s device copy,
 ~790 TFLOP/s); A800 80 GB, its data sheet (2.0 TB/s HBM2e, 312 TFLOP/s dense bf16). Traffic counts each
 tensor once at its dtype (bf16 activations and weights, fp32 statistics, int64 ids); FLOPs count
 2 per multiply-add of the GEMMs only (the exps are hidden under them or under the loads). A benchmark's
@@ -81,7 +81,7 @@ def render() -> str:
         "# Roofline floors of the lens kernels at the paper's shapes",
         "",
         "Written by `python bench/roofline.py` (do not edit by hand). H200: 4.3 TB/s copy, 790 TFLOP/s bf16",
-        "(measured there, facts.md); A800: 2.0 TB/s HBM, 312 TFLOP/s bf16 (data sheet). bf16 inputs;",
+        "(measured there); A800: 2.0 TB/s HBM, 312 TFLOP/s bf16 (data sheet). bf16 inputs;",
         f"N = {N_RESPONSE} response tokens, {N_PROMPT} scored prompt positions, selection over",
         f"{B_SELECT} x {P_SELECT}. Floor = max(bytes / bandwidth, GEMM FLOPs / bf16 rate).",
         "",

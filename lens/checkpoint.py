@@ -854,7 +854,7 @@ def check_run_dir(
 def claim_run_dir(run_dir: str | os.PathLike, config: Mapping[str, Any]) -> None:
     """Make run_dir this run's: rank 0 writes config.yaml (atomically). Collective; call once the setup
     succeeded (config, data, model, tokenizer loaded) and after `check_run_dir`: a setup that fails leaves
-    the directory as it found it, and the corrected command is accepted (issue 26.2)."""
+    the directory as it found it, and the corrected command is accepted."""
     _barrier()  # every rank has looked at the directory before rank 0 changes it
     if _rank() == 0:
         root = Path(run_dir)

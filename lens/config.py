@@ -133,7 +133,7 @@ class GresoConfig:
 
 @dataclass
 class AlgorithmConfig:
-    """The RL algorithm (see ../shared/spec/algorithm.md for every knob)."""
+    """The RL algorithm (docs/algorithm.md explains every knob)."""
 
     # A method of lens.variants.METHODS (checked against the table when the config is built, so a method
     # registered at run time, e.g. by a test, is a valid name too)

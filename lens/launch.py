@@ -16,7 +16,7 @@ Ctrl-C stops the run as `python -m lens.stop RUN_DIR` does: every worker finishe
 --resume auto`). A second Ctrl-C, 2 s or more later, interrupts the workers at once, without saving.
 
 Why: under plain torchrun a worker's one-line error (`lens: error: ...`, exit 2) is followed by torchrun's
-`ChildFailedError` report, ~35 lines with a traceback (issue 26.1). This launcher first checks what it can
+`ChildFailedError` report, ~35 lines with a traceback. This launcher first checks what it can
 without starting workers, in seconds (the flags, the config and preset, the run directory's lock and use,
 the model paths, the data), then starts them; when they fail with a user error, on whichever rank, it
 prints that rank's line alone (lens.errors writes it to torchrun's per-worker error file) and exits 2. Any

@@ -5,7 +5,7 @@
 
 torchrun's agent forwards SIGTERM and SIGINT to its workers, but a SIGKILLed agent forwards nothing: its
 workers were adopted by init and trained on, writing checkpoints into a run directory that the operator was
-already resuming (issue 28.2). `prctl(PR_SET_PDEATHSIG)` asks the kernel to signal a process when its parent
+already resuming. `prctl(PR_SET_PDEATHSIG)` asks the kernel to signal a process when its parent
 dies. SIGKILL, not SIGTERM: a SIGTERM would be taken as a stop request (lens.dist.StopFlag), and the orphan
 would finish its step and write one more checkpoint, or wait forever in a collective with ranks of other
 nodes; checkpoints are atomic, so a killed worker loses at most its unsaved steps.

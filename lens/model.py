@@ -22,7 +22,7 @@ count over the ranks with empty micro-batches; one of those (or one with nothing
 rows whose outputs are dropped and whose loss, sliced to zero rows, adds zero gradient. The update's loop
 (lens/train.py) walks the same `micro_batches`.
 
-DeepSpeed (facts.md): a torch AdamW client optimizer avoids the ~95 s fused-Adam JIT build; the
+DeepSpeed (measured on CPU machines): a torch AdamW client optimizer avoids the ~95 s fused-Adam JIT build; the
 shared-memory all-reduce build (~60 s) is skipped; gloo on CPU, nccl on GPU; one process works without
 torchrun (the env vars of a 1-rank group are set). Gradient accumulation is caller-owned
 (`managed_gradient_accumulation: false`): any number of `backward` calls, then one `step`.
@@ -72,7 +72,7 @@ def setup_distributed(device: str | torch.device) -> tuple[int, int]:
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
-    # `import deepspeed.comm.torch as m` binds the torch package, not the module (facts.md).
+    # `import deepspeed.comm.torch as m` binds the torch package, not the module.
     importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
     cuda = torch.device(device).type == "cuda"
     backend = "nccl" if cuda else "gloo"

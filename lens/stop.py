@@ -20,7 +20,7 @@ written before the run was launched (`lens.lifeline.launch_time`: torchrun's sta
 that never honoured it (killed, crashed, or finished in the step it was written) and is removed with a
 warning as the run starts, rather than stopping the new run after one step. A file written after the
 launch is this run's, however early: while torchrun and the ranks start, or a resume verifies its
-checkpoint (issue 28.9: a request 1 s after `--resume auto` used to be thrown away as stale).
+checkpoint (a request 1 s after `--resume auto` used to be thrown away as stale).
 
 This module imports no torch, so the command answers at once.
 """
@@ -122,7 +122,7 @@ def discard_stale_request(run_dir: str | os.PathLike, launched: float) -> bool:
     """
     request = request_path(run_dir)
     try:
-        # mtime, not existence: a request written while this run starts is genuine (issue 28.9).
+        # mtime, not existence: a request written while this run starts is genuine.
         if request.stat().st_mtime >= launched:
             return False
     except FileNotFoundError:

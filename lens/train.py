@@ -5,7 +5,7 @@
     lens-train [--nproc_per_node=N] ...      # the same through lens.launch: checked first, errors in one line
     python -m lens.train                      # the built-in CPU run: LENS on the tiny vartrack model
 
-One step, top to bottom (architecture.md): the method samples and builds the step's groups
+One step, top to bottom (docs/architecture.md): the method samples and builds the step's groups
 (`method.sample`: rollouts -> rewards -> [LENS: scores, deletion, second sampling, guard, replacement,
 weights]) -> old log-probs on each row's SOURCE prompt, reference log-probs on its ORIGINAL prompt ->
 the method's advantages -> CRPO loss with global token normalisation -> backward, clip, step -> weight
@@ -72,7 +72,7 @@ def make_verifier(cfg: Config, kind: str, *, evaluation: bool) -> Verifier:
 def default_cpu_threads(device: torch.device, environ: Mapping[str, str] = os.environ) -> int | None:
     """One intra-op thread per rank on CPU unless OMP_NUM_THREADS is set -> the count set (None: left alone).
 
-    torch otherwise starts one thread per core in every rank. Measured (issue 27, 5 interleaved pairs at
+    torch otherwise starts one thread per core in every rank. Measured (5 interleaved pairs at
     load 2-4 on a shared 2-core machine): one thread made the default run's steps 3.75x faster than two;
     the small model's ops are too small to split, and ranks or other jobs then oversubscribe the cores.
     `OMP_NUM_THREADS=N torchrun ...` keeps N threads per rank (torch reads it at start).
@@ -170,7 +170,7 @@ def old_and_ref_logprobs(
     (`own_prompt_rows`) get no pi_old pass: their old stays 0 here and the update fills it in."""
     cfg = run.cfg
     # Every log-prob of a sampled token is taken from softmax(z / T), the distribution that sampled it
-    # (algorithm.md, item 8): at T != 1 the ratio and the KL would otherwise compare the wrong distributions.
+    # (docs/algorithm.md): at T != 1 the ratio and the KL would otherwise compare the wrong distributions.
     kw = {**model.batching(cfg), "temperature": cfg.rollout.temperature}
     device = model.local_device(cfg.device)
     with run.timer("old_ref_logprobs"), torch.no_grad():
@@ -231,7 +231,7 @@ def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
     reuse = reuse.to(mask.device)
     adv = run.method.advantages(sg).to(mask.device)
     weights = sg.weights.to(mask.device)
-    # Global normalisation (architecture.md, convention 7): every rank divides by the step's totals, so the
+    # Global normalisation (docs/architecture.md, conventions): every rank divides by the step's totals, so the
     # gradient does not depend on how rows split over ranks or micro-batches.
     num_tokens = dist.all_reduce(float(mask.sum()), "sum")
     num_seqs = dist.all_reduce(float((mask.sum(1) > 0).sum()), "sum")

@@ -1,4 +1,4 @@
-"""Comment density per module: comment lines per 100 code lines, so the figure in issue 25 is reproducible.
+"""Comment density per module: comment lines per 100 code lines, so the house's comment figure is reproducible.
 
     python scripts/comment_density.py [PATH ...]        # default: lens/ and kernels/ (every .py below them)
     python scripts/comment_density.py --min 10 lens     # exit 1 if a module is below 10
