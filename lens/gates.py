@@ -44,9 +44,10 @@ The gates (a gate passes when every one of its rows with a threshold passes at t
   successes (responses o sampled from the deleted prompt q' that are correct), the LENS Eq. 5 ratio
   pi_theta(o_t | q, o_<t) / pi_old(o_t | q', o_<t) on each success's deciding token; its median. At a stage,
   pi_theta = pi_old = that stage's policy (the ratio at the update, before the optimizer step). The deciding
-  token is the response token with the largest |log ratio| (the `<eos>` the trainer appends included): the
-  token whose probability the distractor changes most, wherever the response commits to its answer (vartrack
-  decides at the answer digit, ledger at the restated digit before `#`, which the answer then copies).
+  token is the response token of SMALLEST ratio (the `<eos>` the trainer appends included; one definition with
+  the trainer's transfer/decide_ratio_*, lens.algos.deciding_log_ratio): where the distractor most disfavours
+  what the deleted prompt sampled, i.e. where the transfer's signal is scaled down most. (Tables made before
+  this definition took the largest |log ratio|.)
 
 Intervals: 95 % percentile bootstrap over problems (`BOOTSTRAP` resamples, seeded): accuracies resample
 problems (their samples travel together), AUCs and precision@k resample prompts (their tokens travel
@@ -191,15 +192,13 @@ def _quantile(ordered: Sequence[float], q: float) -> float:
 
 
 def deciding_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The LENS Eq. 5 log ratio on each response's deciding token: the token with the largest |log ratio|.
+    """The LENS Eq. 5 log ratio on each response's deciding token (`algos.deciding_log_ratio`: the token of
+    smallest ratio, the trainer's transfer/decide_ratio_* definition).
 
     logp [R, T]: log pi_theta(o_t | q, o_<t); old_logp [R, T]: log pi_old(o_t | q', o_<t); mask [R, T] bool real
     tokens (every row has one). Returns [R] fp32.
     """
-    log_ratio = algos.importance_log_ratio(logp, old_logp)  # LENS Eq. (5)
-    # -1 is below every |log ratio|, so padding is never chosen (every row has a real token).
-    where = log_ratio.abs().masked_fill(~mask, -1.0).argmax(dim=1)
-    return log_ratio.gather(1, where[:, None]).squeeze(1)
+    return algos.deciding_log_ratio(algos.importance_log_ratio(logp, old_logp), mask)  # LENS Eq. (5)
 
 
 # ----------------------------------------------------------------------------------------------------

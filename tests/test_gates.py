@@ -64,12 +64,12 @@ def test_bootstrap_ci() -> None:
     assert all(math.isnan(v) for v in gates.bootstrap_ci(0, lambda idx: 1.0))
 
 
-def test_deciding_log_ratio_takes_the_largest_change() -> None:
+def test_deciding_log_ratio_takes_the_smallest_ratio() -> None:
     logp = torch.tensor([[-0.1, -3.0, -0.2], [-0.5, -0.5, 0.0]])
     old = torch.tensor([[-0.1, -0.5, -0.3], [-0.6, -0.5, -30.0]])
     mask = torch.tensor([[True, True, True], [True, True, False]])  # row 1's last token is padding
     got = gates.deciding_log_ratio(logp, old, mask)
-    assert got.tolist() == pytest.approx([-2.5, 0.1])
+    assert got.tolist() == pytest.approx([-2.5, 0.0])  # row 1: log ratios 0.1, 0.0 -> the smaller
 
 
 def _toy(good: bool, prompts: int = 60, tokens: int = 20) -> gates.Measurements:
