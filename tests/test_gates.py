@@ -11,7 +11,7 @@ import pytest
 import torch
 from tiny_models import save_perturbed_reference
 
-from lens import audit, checkpoint, gates
+from lens import audit, checkpoint, gates, purify
 from lens.config import load_config
 from lens.tasks import vartrack
 
@@ -200,3 +200,44 @@ def test_gates_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[
     # the warm start fails noisy vartrack prompts (its trigger) and solves them with the noise deleted
     acc = {(r["quantity"], r["stage"]): r["value"] for r in saved["rows"]}
     assert acc["accuracy noisy", gates.WARM] < acc["accuracy noisy, distractors deleted", gates.WARM]
+
+
+def test_g6_rows_by_hand() -> None:
+    # 4 prompts, warm-start noisy accuracy 0.25, 0, 0.5, 0; after the top-1 Eq. 1 deletion 0, 0, 1, 0.75:
+    # falls on prompt 0 only (1 of 4); the deletion removed the answer token on prompts 0 and 1 (2 of 4).
+    m = _toy(good=True, prompts=4, tokens=4)
+    m.stages[gates.WARM].accuracy["noisy"] = torch.tensor([0.25, 0.0, 0.5, 0.0])
+    m.top_one = {
+        "Eq. 1": gates.TopOne(torch.tensor([0.0, 0.0, 1.0, 0.75]), torch.tensor([True, True, False, False])),
+        "random": gates.TopOne(torch.tensor([0.25, 0.0, 0.5, 0.0]), None),
+    }
+    rows = {r.quantity: r for r in gates.g6_rows(m, seed=0)}
+    assert rows["warm-start accuracy, top-1 Eq. 1 token deleted"].value == pytest.approx(0.4375)
+    assert rows["accuracy falls below the noisy prompt's, Eq. 1 (share)"].value == 0.25
+    assert rows["deleted token is the answer token, Eq. 1 (share)"].value == 0.5
+    assert rows["accuracy falls below the noisy prompt's, random (share)"].value == 0.0
+    assert "deleted token is the answer token, random (share)" not in rows  # no answer positions: no row
+    assert {r.verdict for r in rows.values()} == {"info"} and gates.verdicts(list(rows.values()))["G1"] == "FAIL"
+    assert gates.g6_rows(_toy(good=True, prompts=4, tokens=4), seed=0) == []  # not measured: no rows
+
+
+def test_top_one_prompts_delete_the_top_scored_span_token() -> None:
+    prompts = [
+        audit.AuditPrompt("a", purify.Prompt([0, 5, 6, 7, 9], (1, 4)), "x"),
+        audit.AuditPrompt("b", purify.Prompt([0, 5, 6, 9], (1, 3)), "x"),
+    ]
+    ids, where = gates.top_one_prompts(prompts, [torch.tensor([0.1, 0.9, 0.2]), torch.tensor([0.3, 0.2])], seed=0)
+    assert ids == [[0, 5, 7, 9], [0, 6, 9]] and where == [1, 0]
+
+
+def test_replicated_g3_fails_on_one_row_outside_the_band() -> None:
+    # Labels: the first token of each of 4 prompts is the distractor. A null that scores it highest has AUC 1.
+    labels = {"w0": [torch.tensor([True, False, False]) for _ in range(4)]}
+    flat = [torch.tensor([0.5, 0.5, 0.5]) for _ in range(4)]  # ties: AUC 0.5, in the band
+    found = [torch.tensor([1.0, 0.0, 0.0]) for _ in range(4)]
+    ok = {("w0", gates.NULLS[1], s): flat for s in gates.G3_REPLICATION_SEEDS}
+    rows, verdict = gates.g3_replicated(ok, labels, seed=0)
+    assert verdict == "PASS" and len(rows) == 5 and {r.value for r in rows} == {0.5}
+    rows, verdict = gates.g3_replicated({**ok, ("w0", gates.NULLS[1], 3): found}, labels, seed=0)
+    assert verdict == "FAIL" and [r.verdict for r in rows].count("FAIL") == 1
+    assert gates.g3_replicated({}, labels, seed=0)[1] == "FAIL"  # nothing measured never passes

@@ -376,7 +376,11 @@ def test_the_committed_tables_recompute_from_their_per_seed_data(path):
     primary = {t: _recompute(task, t) for t, task in saved["tasks"].items()}
     pooled = [t for t, task in saved["tasks"].items() if task["role"][0] == "primary"]
     want = study.holm([p for t in pooled for p in primary[t]])
-    assert [r["p_holm"] for t in pooled for r in saved["tasks"][t]["primary"]] == pytest.approx(want, abs=1e-12, nan_ok=True)
+    assert [r["p_holm"] for t in pooled for r in saved["tasks"][t]["primary"]] == pytest.approx(
+        want, abs=1e-12, nan_ok=True
+    )
     for t, task in saved["tasks"].items():
         if task["role"][0] == "apart":
-            assert [r["p_holm"] for r in task["primary"]] == pytest.approx(study.holm(primary[t]), abs=1e-12, nan_ok=True)
+            assert [r["p_holm"] for r in task["primary"]] == pytest.approx(
+                study.holm(primary[t]), abs=1e-12, nan_ok=True
+            )
