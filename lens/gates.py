@@ -875,7 +875,7 @@ def run_g3(args: argparse.Namespace) -> dict[str, Any]:
     """Measure the replicated G3 at every --warm-start and seed; write DIR/replicated/TASK_g3.{md,json}."""
     start = time.monotonic()
     task_module(args.task)
-    cfg = load_config(args.config, [f"data.train={args.task}", "data.eval=[]", *args.overrides])
+    cfg = load_config(args.config, args.overrides)  # only its optimizer is read (the weight-decay null)
     scores: dict[tuple[str, str, int], list[torch.Tensor]] = {}
     labels: dict[str, list[torch.Tensor]] = {}
     weights = {}

@@ -241,3 +241,25 @@ def test_replicated_g3_fails_on_one_row_outside_the_band() -> None:
     rows, verdict = gates.g3_replicated({**ok, ("w0", gates.NULLS[1], 3): found}, labels, seed=0)
     assert verdict == "FAIL" and [r.verdict for r in rows].count("FAIL") == 1
     assert gates.g3_replicated({}, labels, seed=0)[1] == "FAIL"  # nothing measured never passes
+
+
+def test_replicated_g3_command_writes_its_table(tmp_path) -> None:
+    # The user's path: `python -m lens.audit g3` on the committed successor warm start, one seed, 8 problems.
+    from lens import audit as audit_cli
+
+    warm = "lens/tasks/assets/successor"
+    args = ["g3", "--task", "successor", "--warm-start", warm, "--seeds", "0", "--problems", "8"]
+    report = audit_cli.main([*args, "--out", str(tmp_path), "--config", "configs/cpu_successor.yaml"])
+    # one seed: the random null plus the two seed-free nulls, all at the one warm start
+    want = {f"Eq. 1 AUC, {n}, perturbation seed 0" for n in gates.NULLS}
+    assert {r["quantity"] for r in report["rows"]} == want and len(report["rows"]) == 3
+    assert report["verdict"] in ("PASS", "FAIL") and report["warm_starts_sha256"][warm] == successor_sha256()
+    md = (tmp_path / "replicated" / "successor_g3.md").read_text()
+    assert f"**Replicated G3 {report['verdict']}**" in md and md.count("\n| lens/tasks/assets/successor |") == 3
+    assert json.loads((tmp_path / "replicated" / "successor_g3.json").read_text())["rule"].startswith("PASS when")
+
+
+def successor_sha256() -> str:
+    from lens.tasks import successor
+
+    return successor.REFERENCE_SHA256
