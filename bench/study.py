@@ -616,7 +616,8 @@ def comparison_lines(rows: list[dict], alpha: float) -> list[str]:
     lines = ["| A − B | pairs | Δ (95 % CI) | p | p Holm | Holm < alpha |", "|---|---|---|---|---|---|"]
     for r in rows:
         verdict = "—" if math.isnan(r["p_holm"]) else ("yes" if r["p_holm"] < alpha else "no")
-        name = r["name"] + (" (IDENTICAL RUNS)" if r["identical"] else "")
+        # a contrast's name may hold "|" (a conditional effect): escaped, or it would split the table's cells
+        name = r["name"].replace("|", "\\|") + (" (IDENTICAL RUNS)" if r["identical"] else "")
         cells = [name, str(r["pairs"]), pm(r["diff"]), pval(r["p"]), pval(r["p_holm"]), verdict]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
