@@ -384,3 +384,9 @@ def test_the_committed_tables_recompute_from_their_per_seed_data(path):
             assert [r["p_holm"] for r in task["primary"]] == pytest.approx(
                 study.holm(primary[t]), abs=1e-12, nan_ok=True
             )
+
+
+def test_a_contrast_name_with_a_bar_keeps_the_table_s_cells():
+    row = {"name": "a | b − c", "identical": False, "pairs": 2, "diff": (0.1, 0.2), "p": 0.5, "p_holm": 0.5}
+    (line,) = study.comparison_lines([row], 0.05)[2:]
+    assert line.startswith("| a \\| b − c | 2 |") and line.replace("\\|", "").count("|") == 7
