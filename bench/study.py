@@ -581,11 +581,15 @@ FIGURES += ("wall_s",)
 def arm_table(per: dict[str, dict[int, dict]]) -> dict[str, dict]:
     """Per arm: seeds, mean and 95 % CI of each figure, and the curves (mean, CI) at the shared steps."""
     out = {}
+    # A study cut short leaves some arms with a seed more: the primary endpoint is also shown over the seeds every
+    # arm finished, so arm means compare the same seeds.
+    common = set.intersection(*(set(by_seed) for by_seed in per.values())) if per else set()
     for arm, by_seed in per.items():
         runs = list(by_seed.values())
         steps = sorted(set.intersection(*(set(r["noisy"]) for r in runs)))
         out[arm] = {
             "seeds": sorted(by_seed),
+            "noisy_auc_common": ci95([by_seed[s]["noisy_auc"] for s in sorted(common)]),
             **{k: ci95([r[k] for r in runs]) for k in FIGURES},
             **{k: ci95([r[k] for r in runs if not math.isnan(r[k])]) for k in REWRITE_FIGURES},
             # every seed's endpoints and command: the tables' tests recompute from these alone
@@ -646,12 +650,14 @@ def markdown(plan: Plan, task: str, result: dict) -> str:
         f"Mean ± 95 % t-interval over seeds. Costs: {result['costs'].get('params', 0):,} parameters,"
         f" {result['costs'].get('prompt_tokens', math.nan):.1f} prompt tokens per row (estimated, see study.py).",
         "",
-        "| arm | seeds | noisy AUC (primary) | final noisy | clean AUC | rollouts/step | GFLOPs | s/step | wall s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| arm | seeds | noisy AUC (primary) | same, seeds every arm finished | final noisy | clean AUC | rollouts/step"
+        " | GFLOPs | s/step | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for arm, e in arms.items():
         gflops = (e["flops_total"][0] / 1e9, e["flops_total"][1] / 1e9)
-        cells = [str(len(e["seeds"])), pm(e["noisy_auc"]), pm(e["final_noisy"]), pm(e["clean_auc"])]
+        cells = [str(len(e["seeds"])), pm(e["noisy_auc"]), pm(e.get("noisy_auc_common", (math.nan, math.nan)))]
+        cells += [pm(e["final_noisy"]), pm(e["clean_auc"])]
         cells += [pm(e["rollouts_per_step"], 0), pm(gflops, 0), pm(e["step_s"], 2), pm(e["wall_s"], 0)]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     family = "all primary tasks together" if role == "primary" else "this task alone"

@@ -332,6 +332,7 @@ def test_a_contrast_is_the_paired_mean_of_its_arms_and_keeps_its_per_seed_values
     assert row["per_seed"] == pytest.approx({0: 0.075, 1: 0.1}) and row["p"] == 0.5
     saved = json.loads((tmp_path / "out" / "study.json").read_text())["tasks"]["smoke"]
     assert saved["arms"]["lens"]["per_seed"]["1"]["noisy_auc"] == pytest.approx(0.4)
+    assert saved["arms"]["lens"]["noisy_auc_common"][0] == pytest.approx(0.375)  # seeds 0 and 1, both arms' own
     _recompute(saved, "smoke")
 
 
