@@ -6,6 +6,7 @@ Run: `python -m pytest tests/test_diagnostics.py -q`.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -262,3 +263,27 @@ def test_report_table_of_what_the_rewrite_did():
     assert stats["deleted: other"]["mean"] == pytest.approx(0.5)
     summary = report.summarize([report.Group("lens", [run])], "lens", None, 1)
     assert "What the rewrite did" in report.render_markdown(summary, [])
+
+
+# ------------------------------------------------------------------------------------------------
+# The user's path: a LENS run on successor logs the counters, and lens.report shows them
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arm", ["algorithm.name=lens", "algorithm.name=diag_original_ratio"])
+def test_a_lens_run_logs_the_counters_and_the_report_shows_them(tmp_path, capsys, arm):
+    from lens import train
+
+    config = str(Path(__file__).resolve().parent.parent / "configs" / "cpu_successor.yaml")
+    run_dir = tmp_path / "run"
+    small = ["data.batch_size=8", "data.train_size=64", "data.eval_every=0", "algorithm.m=4", "optim.steps=2"]
+    # The oracle deletes the distractor from step 1 on (Eq. 1 is zero there), so the groups do change.
+    train.main(["--config", config, arm, "algorithm.scorer=diag_oracle", *small, f"run_dir={run_dir}"])
+    rows = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if r["step"] > 0]
+    keys = {"lens/collapsed_groups", "lens/collapsed_joined", *(f"lens/deleted_{r}" for r in purify.ROLES)}
+    assert all(keys <= set(r) for r in rows)
+    assert sum(r["lens/deleted_distractor"] for r in rows) == sum(r["lens/tokens_deleted"] for r in rows) > 0
+    assert all(r["lens/collapsed_joined"] <= r["lens/purified_joined"] for r in rows)
+    capsys.readouterr()
+    assert report.main([str(run_dir), "--out", str(tmp_path / "report")]) == 0
+    assert "What the rewrite did" in (tmp_path / "report" / "summary.md").read_text()
