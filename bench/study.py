@@ -14,6 +14,13 @@ plan or from weights since replaced (a task redesigned in place), and the pilot 
 `grpo_scaled` is GRPO with LENS's rollouts per step at the same number of updates; its batch size is fixed by
 the plan's rule from a LENS pilot on seeds outside the study's (written once to <out>/pilot.json, never recomputed).
 
+Comparisons are pairs (A, B) or declared contrasts (`primary_contrasts` / `secondary_contrasts`: the mean of
+some arms' endpoints minus that of others, per seed; a factor's main effect in a factorial). `--plan` picks the
+registration: bench/study_plan.yaml (the first study) or bench/study_plan_decomposed.yaml (LENS decomposed into
+detection x replacement x ratio, with the diagnostic arms of lens/variants.py). study.json holds every run's
+per-seed endpoints, rewrite counters and command, and every comparison's per-seed values: tests/test_study.py
+recomputes the tests (sign-flip p, Holm) from them alone.
+
 A task is primary when its committed gate table (bench/results/gates/<task>.json) passes G1-G4; the others are
 reported apart, each its own Holm family. Per task, <out>/<task>.md holds: the primary endpoint per arm with
 its 95 % t-interval; the paired differences of the primary comparisons with 95 % t-intervals, raw and
