@@ -14,6 +14,13 @@ plan or from weights since replaced (a task redesigned in place), and the pilot 
 `grpo_scaled` is GRPO with LENS's rollouts per step at the same number of updates; its batch size is fixed by
 the plan's rule from a LENS pilot on seeds outside the study's (written once to <out>/pilot.json, never recomputed).
 
+Comparisons are pairs (A, B) or declared contrasts (`primary_contrasts` / `secondary_contrasts`: the mean of
+some arms' endpoints minus that of others, per seed; a factor's main effect in a factorial). `--plan` picks the
+registration: bench/study_plan.yaml (the first study) or bench/study_plan_decomposed.yaml (LENS decomposed into
+detection x replacement x ratio, with the diagnostic arms of lens/variants.py). study.json holds every run's
+per-seed endpoints, rewrite counters and command, and every comparison's per-seed values: tests/test_study.py
+recomputes the tests (sign-flip p, Holm) from them alone.
+
 A task is primary when its committed gate table (bench/results/gates/<task>.json) passes G1-G4; the others are
 reported apart, each its own Holm family. Per task, <out>/<task>.md holds: the primary endpoint per arm with
 its 95 % t-interval; the paired differences of the primary comparisons with 95 % t-intervals, raw and
@@ -67,7 +74,7 @@ import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +110,30 @@ class Plan:
     primary: list[tuple[str, str]]
     secondary: list[tuple[str, str]]
     tasks: dict[str, dict[str, Any]]
+    primary_contrasts: list[Contrast] = field(default_factory=list)
+    secondary_contrasts: list[Contrast] = field(default_factory=list)
+
+    def family(self, which: str) -> list[Contrast]:
+        """The primary or secondary family: its pairwise comparisons (A - B), then its declared contrasts."""
+        pairs, contrasts = (
+            (self.primary, self.primary_contrasts)
+            if which == "primary"
+            else (
+                self.secondary,
+                self.secondary_contrasts,
+            )
+        )
+        return [Contrast(f"{a} − {b}", (a,), (b,)) for a, b in pairs] + contrasts
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """A paired difference per seed: mean of the `plus` arms' endpoints minus the mean of the `minus` arms'.
+    A - B is plus (A,), minus (B,); a factor's main effect in a 2^3 factorial is 4 arms against the other 4."""
+
+    name: str
+    plus: tuple[str, ...]
+    minus: tuple[str, ...]
 
 
 ENDPOINTS = ("noisy_auc",)
@@ -113,10 +144,19 @@ def load_plan(path: Path = PLAN) -> Plan:
     raw = path.read_bytes()
     p = yaml.safe_load(raw)
     arms = {a: list(o) for a, o in p["arms"].items()}
-    primary = [tuple(c) for c in p["primary_comparisons"]]
-    secondary = [tuple(c) for c in p["secondary_comparisons"]]
+    primary = [tuple(c) for c in p.get("primary_comparisons") or []]
+    secondary = [tuple(c) for c in p.get("secondary_comparisons") or []]
     scaled = p["scaled_batch"]
+    contrasts = {
+        which: [Contrast(c["name"], tuple(c["plus"]), tuple(c["minus"])) for c in p.get(f"{which}_contrasts") or []]
+        for which in ("primary", "secondary")
+    }
     problems = [f"comparison {c} names an undeclared arm" for c in primary + secondary if not set(c) <= set(arms)]
+    problems += [
+        f"contrast {c.name!r} names an undeclared arm or has an empty side"
+        for c in contrasts["primary"] + contrasts["secondary"]
+        if not (set(c.plus) | set(c.minus)) <= set(arms) or not c.plus or not c.minus
+    ]
     if p["primary_endpoint"] not in ENDPOINTS:
         problems.append(f"primary_endpoint {p['primary_endpoint']!r} is not one of {ENDPOINTS}")
     if (p["test"], p["correction"]) != ("sign_flip", "holm"):
@@ -145,6 +185,8 @@ def load_plan(path: Path = PLAN) -> Plan:
         primary=primary,
         secondary=secondary,
         tasks={t: {"overrides": [], "gates": t, **spec} for t, spec in p["tasks"].items()},
+        primary_contrasts=contrasts["primary"],
+        secondary_contrasts=contrasts["secondary"],
     )
 
 
@@ -330,6 +372,7 @@ def run_one(cmd: list[str], run_dir: Path, plan: Plan, threads: int | None) -> P
     if done.returncode != 0:
         raise RuntimeError(f"study: {run_dir} failed:\n{done.stderr[-3000:]}")
     (run_dir / "wall_s.txt").write_text(f"{time.monotonic() - start:.1f}\n")
+    (run_dir / "command.txt").write_text(shown(cmd) + "\n")  # committed with the run's per-seed endpoints
     (run_dir / "checkpoint_sha256.txt").write_text(checkpoint_sha256(run_config(run_dir)["model"]) + "\n")
     (run_dir / "plan_sha256.txt").write_text(plan.sha256 + "\n")
     return run_dir
@@ -451,8 +494,36 @@ def run_summary(rows: dict[int, dict[str, float]], cfg: dict[str, Any], prompt_t
         "rollouts_per_step": spent / len(steps),
         "flops_total": flops,
         "step_s": statistics.fmean(rows[s]["time/step"] for s in steps),
+        **rewrite_figures(rows),
         # What the trainer did at each step: equal traces mean the two runs trained identically.
         "trace": [[rows[s].get(k) for k in ("loss/total", "grad_norm", "reward/mean")] for s in steps],
+    }
+
+
+# What the rewrite did in a run (lens.groups / lens.purify counters, sums over its steps): the share of the joined
+# (transferred) successes held by groups the replacement collapsed to successes only, and the share of deleted
+# tokens that were the task's distractor / answer-bearing token; the mean over steps of the median ratio of the
+# deciding token (lens.algos.deciding_log_ratio). NaN where the run has no such counters (GRPO, resample's roles).
+REWRITE_FIGURES = ("collapsed_share", "deleted_distractor_share", "deleted_answer_share", "decide_ratio_p50")
+
+
+def _ratio_of_sums(rows: dict[int, dict[str, float]], num: Sequence[str], den: Sequence[str]) -> float:
+    if not any(k in r for r in rows.values() for k in den):
+        return math.nan
+    total = sum(r.get(k, 0.0) for r in rows.values() for k in den)
+    return sum(r.get(k, 0.0) for r in rows.values() for k in num) / total if total > 0 else math.nan
+
+
+def rewrite_figures(rows: dict[int, dict[str, float]]) -> dict[str, float]:
+    """REWRITE_FIGURES of one run from its metrics rows."""
+    roles = [f"lens/deleted_{r}" for r in ("distractor", "answer", "other", "unlabeled")]
+    decide = [r["transfer/decide_ratio_p50"] for r in rows.values() if r.get("transfer/decide_ratio_p50") is not None]
+    decide = [v for v in decide if math.isfinite(v)]
+    return {
+        "collapsed_share": _ratio_of_sums(rows, ["lens/collapsed_joined"], ["lens/purified_joined"]),
+        "deleted_distractor_share": _ratio_of_sums(rows, ["lens/deleted_distractor"], roles),
+        "deleted_answer_share": _ratio_of_sums(rows, ["lens/deleted_answer"], roles),
+        "decide_ratio_p50": statistics.fmean(decide) if decide else math.nan,
     }
 
 
@@ -472,20 +543,36 @@ def load_task(plan: Plan, task: str, runs: Path, arms: Sequence[str]) -> tuple[d
                     "prompt_tokens": mean_prompt_tokens(cfg),
                 }
             summary = run_summary(read_rows(d), cfg, costs["prompt_tokens"], int(costs["params"]))
-            per.setdefault(arm, {})[seed] = {**summary, "wall_s": float((d / "wall_s.txt").read_text())}
+            # the command as run (recorded since the decomposed study); older runs: as this plan would run it
+            cmd = (d / "command.txt").read_text().strip() if (d / "command.txt").exists() else None
+            per.setdefault(arm, {})[seed] = {**summary, "wall_s": float((d / "wall_s.txt").read_text()), "command": cmd}
     return per, costs
 
 
-def comparisons(per: dict[str, dict[int, dict]], pairs: Sequence[tuple[str, str]], endpoint: str) -> list[dict]:
-    """Paired differences A - B of the endpoint over the seeds both finished: mean, 95 % CI, raw p."""
+def contrast_value(per: dict[str, dict[int, dict]], c: Contrast, seed: int, endpoint: str) -> float:
+    """One seed's value of a contrast: mean endpoint of its plus arms minus that of its minus arms."""
+    side = [statistics.fmean(per[a][seed][endpoint] for a in arms) for arms in (c.plus, c.minus)]
+    return side[0] - side[1]
+
+
+def comparisons(
+    per: dict[str, dict[int, dict]], family: Sequence[Contrast | tuple[str, str]], endpoint: str
+) -> list[dict]:
+    """Each contrast's (or pair (A, B)'s) paired values over the seeds EVERY arm it names finished: mean, 95 % CI,
+    raw sign-flip p, and the per-seed values the test was computed from (`per_seed`: the JSON alone recomputes it)."""
     out = []
-    for a, b in pairs:
-        seeds = sorted(set(per.get(a, {})) & set(per.get(b, {})))
-        diffs = [per[a][s][endpoint] - per[b][s][endpoint] for s in seeds]
+    for c in family:
+        c = c if isinstance(c, Contrast) else Contrast(f"{c[0]} − {c[1]}", (c[0],), (c[1],))
+        arms = (*c.plus, *c.minus)
+        seeds = sorted(set.intersection(*(set(per.get(a, {})) for a in arms)))
+        diffs = [contrast_value(per, c, s, endpoint) for s in seeds]
         # Two arms that train identically (an override the trainer ignores) must not pass for a measured null.
-        same = bool(seeds) and all(per[a][s]["trace"] == per[b][s]["trace"] for s in seeds)
-        row = {"a": a, "b": b, "pairs": len(seeds), "diff": ci95(diffs), "p": sign_flip_p(diffs), "identical": same}
-        out.append(row)
+        same = (
+            bool(seeds) and len(arms) == 2 and all(per[arms[0]][s]["trace"] == per[arms[1]][s]["trace"] for s in seeds)
+        )
+        row = {"name": c.name, "plus": list(c.plus), "minus": list(c.minus), "pairs": len(seeds)}
+        row |= {"diff": ci95(diffs), "p": sign_flip_p(diffs), "identical": same}
+        out.append({**row, "per_seed": dict(zip(seeds, diffs, strict=True))})
     return out
 
 
@@ -501,12 +588,21 @@ FIGURES += ("wall_s",)
 def arm_table(per: dict[str, dict[int, dict]]) -> dict[str, dict]:
     """Per arm: seeds, mean and 95 % CI of each figure, and the curves (mean, CI) at the shared steps."""
     out = {}
+    # A study cut short leaves some arms with a seed more: the primary endpoint is also shown over the seeds every
+    # arm finished, so arm means compare the same seeds.
+    common = set.intersection(*(set(by_seed) for by_seed in per.values())) if per else set()
     for arm, by_seed in per.items():
         runs = list(by_seed.values())
         steps = sorted(set.intersection(*(set(r["noisy"]) for r in runs)))
         out[arm] = {
             "seeds": sorted(by_seed),
+            "noisy_auc_common": ci95([by_seed[s]["noisy_auc"] for s in sorted(common)]),
             **{k: ci95([r[k] for r in runs]) for k in FIGURES},
+            **{k: ci95([r[k] for r in runs if not math.isnan(r[k])]) for k in REWRITE_FIGURES},
+            # every seed's endpoints and command: the tables' tests recompute from these alone
+            "per_seed": {
+                s: {k: r[k] for k in (*FIGURES, *REWRITE_FIGURES, "command")} for s, r in sorted(by_seed.items())
+            },
             "curve": {s: ci95([r["noisy"][s] for r in runs]) for s in steps},
             "curve_rollouts": {s: statistics.fmean(r["rollouts"][s] for r in runs) for s in steps},
             "curve_flops": {s: statistics.fmean(r["flops"][s] for r in runs) for s in steps},
@@ -531,7 +627,8 @@ def comparison_lines(rows: list[dict], alpha: float) -> list[str]:
     lines = ["| A − B | pairs | Δ (95 % CI) | p | p Holm | Holm < alpha |", "|---|---|---|---|---|---|"]
     for r in rows:
         verdict = "—" if math.isnan(r["p_holm"]) else ("yes" if r["p_holm"] < alpha else "no")
-        name = f"{r['a']} − {r['b']}" + (" (IDENTICAL RUNS)" if r["identical"] else "")
+        # a contrast's name may hold "|" (a conditional effect): escaped, or it would split the table's cells
+        name = r["name"].replace("|", "\\|") + (" (IDENTICAL RUNS)" if r["identical"] else "")
         cells = [name, str(r["pairs"]), pm(r["diff"]), pval(r["p"]), pval(r["p_holm"]), verdict]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -553,19 +650,21 @@ def markdown(plan: Plan, task: str, result: dict) -> str:
     lines = [
         f"# Study: `{task}` ({'PRIMARY' if role == 'primary' else 'REPORTED APART'}: {why})",
         "",
-        f"Plan sha256 {plan.sha256[:12]}; {plan.steps} steps, evaluation every"
+        f"Plan sha256 {plan.sha256}; {plan.steps} steps, evaluation every"
         f" {plan.eval_every} on {plan.eval_limit} problems x {plan.eval_n} samples per set; seeds {plan.seeds[0]}-"
         f"{plan.seeds[-1]} planned, {_finished_text(plan, arms)}. Primary endpoint `{plan.endpoint}`: mean noisy"
         " accuracy over the run (trapezoids).",
         f"Mean ± 95 % t-interval over seeds. Costs: {result['costs'].get('params', 0):,} parameters,"
         f" {result['costs'].get('prompt_tokens', math.nan):.1f} prompt tokens per row (estimated, see study.py).",
         "",
-        "| arm | seeds | noisy AUC (primary) | final noisy | clean AUC | rollouts/step | GFLOPs | s/step | wall s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| arm | seeds | noisy AUC (primary) | same, seeds every arm finished | final noisy | clean AUC | rollouts/step"
+        " | GFLOPs | s/step | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for arm, e in arms.items():
         gflops = (e["flops_total"][0] / 1e9, e["flops_total"][1] / 1e9)
-        cells = [str(len(e["seeds"])), pm(e["noisy_auc"]), pm(e["final_noisy"]), pm(e["clean_auc"])]
+        cells = [str(len(e["seeds"])), pm(e["noisy_auc"]), pm(e.get("noisy_auc_common", (math.nan, math.nan)))]
+        cells += [pm(e["final_noisy"]), pm(e["clean_auc"])]
         cells += [pm(e["rollouts_per_step"], 0), pm(gflops, 0), pm(e["step_s"], 2), pm(e["wall_s"], 0)]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     family = "all primary tasks together" if role == "primary" else "this task alone"
@@ -573,6 +672,13 @@ def markdown(plan: Plan, task: str, result: dict) -> str:
     lines += comparison_lines(result["primary"], plan.alpha)
     lines += ["", "Secondary comparisons (exploratory; Holm within this list):", ""]
     lines += comparison_lines(result["secondary"], plan.alpha)
+    lines += ["", "What the rewrite did (mean ± 95 % over seeds; lens.groups / lens.purify counters, sums over steps):"]
+    lines += ["", "| arm | joined successes in collapsed groups | deleted: distractor | deleted: answer token |"]
+    lines[-1] += " deciding-token ratio p50 |"
+    lines += ["|---|---|---|---|---|"]
+    for arm, e in arms.items():
+        lines.append(f"| {arm} | " + " | ".join(pm(e[k]) for k in REWRITE_FIGURES) + " |")
+    lines += ["", "Per-seed endpoints and commands: study.json (`arms.<arm>.per_seed`, `primary[].per_seed`)."]
     steps = sorted({s for e in arms.values() for s in e["curve"]})
     lines += ["", "Noisy accuracy per evaluated step (mean ± 95 %):", ""]
     lines += ["| arm | " + " | ".join(str(s) for s in steps) + " |", "|---|" + "---|" * len(steps)]
@@ -624,13 +730,14 @@ def write_results(plan: Plan, tasks: Sequence[str], runs: Path, out: Path) -> di
             "role": task_role(plan, task),
             "costs": costs,
             "arms": arm_table(per),
-            "primary": comparisons(per, plan.primary, plan.endpoint),
-            "secondary": with_holm(comparisons(per, plan.secondary, plan.endpoint)),
+            "primary": comparisons(per, plan.family("primary"), plan.endpoint),
+            "secondary": with_holm(comparisons(per, plan.family("secondary"), plan.endpoint)),
         }
     primary_tasks = [t for t, r in results.items() if r["role"][0] == "primary"]
     pooled = with_holm([c for t in primary_tasks for c in results[t]["primary"]])
     for t in primary_tasks:
-        results[t]["primary"], pooled = pooled[: len(plan.primary)], pooled[len(plan.primary) :]
+        size = len(plan.family("primary"))
+        results[t]["primary"], pooled = pooled[:size], pooled[size:]
     for t, r in results.items():
         if r["role"][0] == "apart":
             r["primary"] = with_holm(r["primary"])
@@ -666,11 +773,13 @@ def shown(cmd: list[str]) -> str:
 def dry_run(plan: Plan, tasks: Sequence[str], arms: Sequence[str], seeds: Sequence[int], runs: Path, out: Path) -> None:
     """Print the plan, each task's role and every command, training nothing."""
     pilots = json.loads((out / "pilot.json").read_text()) if (out / "pilot.json").exists() else {}
-    print(f"plan bench/study_plan.yaml sha256 {plan.sha256}")
+    print(f"plan sha256 {plan.sha256}")
     print(f"primary endpoint {plan.endpoint}; alpha {plan.alpha}; sign-flip test; Holm")
     print(f"seeds {list(seeds)}; {plan.steps} steps; eval every {plan.eval_every}, {plan.eval_limit} x {plan.eval_n}")
-    print("primary comparisons: " + ", ".join(f"{a} - {b}" for a, b in plan.primary))
-    print("secondary comparisons: " + ", ".join(f"{a} - {b}" for a, b in plan.secondary))
+    for which in ("primary", "secondary"):
+        print(f"{which} comparisons: " + ", ".join(c.name.replace(" − ", " - ") for c in plan.family(which)))
+        for c in plan.family(which)[len(getattr(plan, which)) :]:
+            print(f"  {c.name}: mean({', '.join(c.plus)}) - mean({', '.join(c.minus)})")
     for name, overrides in plan.arms.items():
         print(f"arm {name}: {' '.join(overrides)}")
     batch: dict[str, Any] = {}

@@ -364,6 +364,23 @@ def crpo_loss(
 TRANSFER_QUANTILES = (0.1, 0.5, 0.9)
 
 
+def deciding_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The log ratio of each row's DECIDING token: the response token of SMALLEST LENS Eq. 5 ratio.
+
+    log_ratio [R, T]: log pi_theta(o_t | x, o_<t) - log pi_old(o_t | x', o_<t); mask [R, T] bool real tokens.
+    Returns [R] (+inf for a row without tokens). The one definition the trainer's transfer/decide_ratio_* and
+    gate G5 share: where conditioning on the original prompt x most disfavours what the rewritten prompt x'
+    sampled (a distractor that decided the answer shows here), which is also the token whose signal the ratio
+    scales down most. The smallest, not the largest |log ratio|: a token the original prompt favours more
+    (ratio > 1) only gains signal, so it cannot be where the transfer is lost.
+    """
+    return (
+        log_ratio.where(mask.bool(), math.inf).amin(1)
+        if log_ratio.shape[1]
+        else log_ratio.new_full((log_ratio.shape[0],), math.inf)
+    )
+
+
 def transfer_terms(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -379,9 +396,8 @@ def transfer_terms(
     row was sampled from a purified prompt x'_i and is trained on x_i (its ratio is LENS Eq. 5 across
     prompts). Returns
     - ratios [K]: rho_t of every token of the transferred rows;
-    - decide [R]: per transferred row with tokens, the ratio of its DECIDING token, defined as the token of
-      smallest rho_t: where conditioning on x_i most disfavours what x'_i sampled (a distractor that decided
-      the answer shows here), and the token whose signal the ratio scales down most;
+    - decide [R]: per transferred row with tokens, the ratio of its DECIDING token (`deciding_log_ratio`:
+      the token of smallest rho_t);
     - clipped [2]: (transferred tokens whose gradient the clip cuts, as the loss's clipfrac counts them:
       A > 0 and rho > 1 + clip_high, A < 0 and rho < 1 - clip_low, or the dual clip; transferred tokens);
     - adv_mass [2]: (transferred, original) rows' advantage mass, sum over tokens of w~ |A|: their weight in
@@ -391,7 +407,8 @@ def transfer_terms(
     """
     live = mask != 0
     with torch.no_grad():
-        ratio = torch.exp(importance_log_ratio(logp.where(live, 0.0), old_logp.where(live, 0.0)))  # LENS Eq. (5)
+        log_ratio = importance_log_ratio(logp.where(live, 0.0), old_logp.where(live, 0.0))  # LENS Eq. (5)
+        ratio = torch.exp(log_ratio)
         adv = advantages.float()[:, None].expand_as(ratio)
         cut = ((adv > 0) & (ratio > 1.0 + loss.clip_high)) | ((adv < 0) & (ratio < 1.0 - loss.clip_low))
         cut |= (adv < 0) & (ratio > loss.clip_c)  # dual clip: -A rho > -clip_c A
@@ -399,7 +416,7 @@ def transfer_terms(
         moved = transferred.bool()[:, None] & live
         kept = ~transferred.bool()[:, None] & live
         rows = transferred.bool() & live.any(1)
-        decide = ratio.where(live, math.inf).amin(1)[rows] if ratio.shape[1] else ratio.new_zeros(0)
+        decide = torch.exp(deciding_log_ratio(log_ratio, live)[rows])
 
         def split(x: torch.Tensor) -> torch.Tensor:
             return torch.stack([(x * moved).sum(), (x * kept).sum()]).double()

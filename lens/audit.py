@@ -4,7 +4,8 @@
         [--scorer interference] [--gamma 0.03] [--accuracy --n 4] --out DIR
     python -m lens.audit detect (--policy PATH [PATH ...] | --run RUN_DIR) --ref PATH [--task vartrack|ledger]
         [--scorers interference,surprisal,random,grad] [--limit N] --out DIR
-    python -m lens.audit gates --task NAME [--out DIR]     # the testbed gates G1-G5 of issue 24: lens/gates.py
+    python -m lens.audit gates --task NAME [--out DIR]     # the testbed gates G1-G6 of issue 24: lens/gates.py
+    python -m lens.audit g3 --task NAME --warm-start DIR   # G3 over warm starts x perturbation seeds: lens/gates.py
 
 The audit writes DIR/prompts.jsonl (per prompt: tokens, ids, scores over the scorable span, deleted
 positions, purified text, optionally accuracy before/after), DIR/top_tokens.json/.md (most deleted token
@@ -524,7 +525,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
 # Subcommands, listed by `python -m lens.audit --help` (without one, the command audits one policy).
 SUBCOMMANDS = {
     "detect": "distractor detection (AUC, precision@k) of each scorer per checkpoint: detect --help",
-    "gates": "the testbed gates G1-G5 of a built-in task (lens/gates.py): gates --help",
+    "gates": "the testbed gates G1-G6 of a built-in task (lens/gates.py): gates --help",
+    "g3": "gate G3 replicated over warm starts and perturbation seeds (lens/gates.py): g3 --help",
 }
 
 
@@ -567,6 +569,10 @@ def main(argv: list[str] | None = None) -> Any:
         from lens import gates  # on demand: lens.gates imports this module
 
         return gates.main(argv[1:])
+    if argv[:1] == ["g3"]:
+        from lens import gates
+
+        return gates.main_g3(argv[1:])
     args = parse_args(argv)
     if args.command == "detect":
         results = run_detect(args)

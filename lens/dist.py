@@ -164,6 +164,14 @@ REDUCTIONS: dict[str, Reduction] = {
             "guard_passes",
             "rollouts_replaced",
             "purified_joined",
+            # groups the replacement left with successes only, and the transferred successes they hold
+            "collapsed_groups",
+            "collapsed_joined",
+            # deleted tokens by the role their task names (lens.purify.ROLES)
+            "deleted_distractor",
+            "deleted_answer",
+            "deleted_other",
+            "deleted_unlabeled",
         )
     },
     "lens/purified_accuracy": Reduction("mean", "lens/purified"),  # success rate of the re-sampled groups

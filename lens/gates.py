@@ -45,9 +45,19 @@ The gates (a gate passes when every one of its rows with a threshold passes at t
   successes (responses o sampled from the deleted prompt q' that are correct), the LENS Eq. 5 ratio
   pi_theta(o_t | q, o_<t) / pi_old(o_t | q', o_<t) on each success's deciding token; its median. At a stage,
   pi_theta = pi_old = that stage's policy (the ratio at the update, before the optimizer step). The deciding
-  token is the response token with the largest |log ratio| (the `<eos>` the trainer appends included): the
-  token whose probability the distractor changes most, wherever the response commits to its answer (vartrack
-  decides at the answer digit, ledger at the restated digit before `#`, which the answer then copies).
+  token is the response token of SMALLEST ratio (the `<eos>` the trainer appends included; one definition with
+  the trainer's transfer/decide_ratio_*, lens.algos.deciding_log_ratio): where the distractor most disfavours
+  what the deleted prompt sampled, i.e. where the transfer's signal is scaled down most. (Tables made before
+  this definition took the largest |log ratio|.)
+
+- G6 (reported, never a verdict) what the top-1 deletion does to the problem: the noisy prompt with its top-1
+  Eq. 1 token after GRPO deleted (LENS's deletion late in training, k = 1, ties at random) and, beside it, with one
+  random scorable token deleted; the warm start's accuracy on each, the share of prompts whose warm-start accuracy
+  falls below that on the noisy prompt itself ("the deletion destroys the problem"), and, where the task records
+  `meta["answer_positions"]`, the share of deletions that remove the answer-bearing token.
+
+The replicated G3 (`python -m lens.audit g3 --task NAME --warm-start DIR [--warm-start DIR ...]`; rule:
+G3_REPLICATION_SEEDS above) writes DIR/replicated/NAME_g3.md and .json: every null at every warm start and seed.
 
 Intervals: 95 % percentile bootstrap over problems (`BOOTSTRAP` resamples, seeded): accuracies resample
 problems (their samples travel together), AUCs and precision@k resample prompts (their tokens travel
@@ -99,6 +109,13 @@ SETS = ("clean", "noisy", "deleted")
 NULLS = ("weight decay step", "random 1e-3", "T = 1.05")
 # Kept in one dict so `command_line` can print only the flags that differ from them.
 DEFAULTS = {"problems": 200, "samples": 4, "steps": 16, "seed": 0}
+# The replicated G3 (`python -m lens.audit g3`), its rule fixed and committed before it was first computed: the
+# single-seed gate above passes when each null's AUC is in G3_BAND at the gates' perturbation seed; the replicated
+# gate PASSES only when every null's AUC is in G3_BAND at EVERY warm start given and EVERY seed of
+# G3_REPLICATION_SEEDS (the weight-decay and temperature nulls are deterministic given the warm start: one row
+# each per warm start; the random null one row per warm start and seed). One row outside the band fails it.
+G3_BAND = (0.4, 0.6)
+G3_REPLICATION_SEEDS = (0, 1, 2, 3, 4)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -193,15 +210,13 @@ def _quantile(ordered: Sequence[float], q: float) -> float:
 
 
 def deciding_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The LENS Eq. 5 log ratio on each response's deciding token: the token with the largest |log ratio|.
+    """The LENS Eq. 5 log ratio on each response's deciding token (`algos.deciding_log_ratio`: the token of
+    smallest ratio, the trainer's transfer/decide_ratio_* definition).
 
     logp [R, T]: log pi_theta(o_t | q, o_<t); old_logp [R, T]: log pi_old(o_t | q', o_<t); mask [R, T] bool real
     tokens (every row has one). Returns [R] fp32.
     """
-    log_ratio = algos.importance_log_ratio(logp, old_logp)  # LENS Eq. (5)
-    # -1 is below every |log ratio|, so padding is never chosen (every row has a real token).
-    where = log_ratio.abs().masked_fill(~mask, -1.0).argmax(dim=1)
-    return log_ratio.gather(1, where[:, None]).squeeze(1)
+    return algos.deciding_log_ratio(algos.importance_log_ratio(logp, old_logp), mask)  # LENS Eq. (5)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -230,6 +245,17 @@ class Measurements:
     surprisal: list[torch.Tensor]
     scores: dict[str, list[torch.Tensor]]
     stages: dict[str, Stage]
+    # G6: {"Eq. 1" | "random": TopOne} (empty: not measured)
+    top_one: dict[str, TopOne] = field(default_factory=dict)
+
+
+@dataclass
+class TopOne:
+    """The warm start on the noisy prompts with ONE scorable token deleted: accuracy [N] per prompt, and whether
+    the deleted token was the answer-bearing one ([N] bool; None when the task records no answer positions)."""
+
+    accuracy: torch.Tensor
+    hit_answer: torch.Tensor | None
 
 
 @dataclass
@@ -414,9 +440,27 @@ def g5_rows(stages: dict[str, Stage], seed: int) -> list[Row]:
     return rows
 
 
+def g6_rows(m: Measurements, seed: int) -> list[Row]:
+    """G6 (reported): the warm start after a top-1 deletion by Eq. 1 (after GRPO) and at random."""
+    if not m.top_one:
+        return []
+    noisy = m.stages[WARM].accuracy["noisy"]
+    rows = []
+    for how, t in m.top_one.items():
+        value, ci = _mean_ci(t.accuracy, seed)
+        rows.append(_row("G6", f"warm-start accuracy, top-1 {how} token deleted", GRPO, value, ci, None))
+        value, ci = _mean_ci((t.accuracy < noisy).float(), seed)
+        rows.append(_row("G6", f"accuracy falls below the noisy prompt's, {how} (share)", GRPO, value, ci, None))
+        if t.hit_answer is not None:
+            value, ci = _mean_ci(t.hit_answer.float(), seed)
+            rows.append(_row("G6", f"deleted token is the answer token, {how} (share)", GRPO, value, ci, None))
+    return rows
+
+
 def gate_rows(m: Measurements, seed: int = 0) -> list[Row]:
-    """Every row of the table, G1 to G5."""
-    return [*g1_rows(m.stages, seed), *g2_rows(m, seed), *g3_rows(m, seed), *g4_rows(m, seed), *g5_rows(m.stages, seed)]
+    """Every row of the table, G1 to G6."""
+    rows = [*g1_rows(m.stages, seed), *g2_rows(m, seed), *g3_rows(m, seed), *g4_rows(m, seed)]
+    return [*rows, *g5_rows(m.stages, seed), *g6_rows(m, seed)]
 
 
 def verdicts(rows: Sequence[Row]) -> dict[str, str]:
@@ -454,7 +498,7 @@ def markdown(task: str, rows: Sequence[Row], settings: dict[str, Any]) -> str:
             f"| {r.gate} | {r.quantity} | {r.stage} | {_number(r.value)} | {ci} | {r.threshold} | {r.verdict} |"
         )
     summary = ", ".join(f"{gate} {v}" for gate, v in verdicts(rows).items())
-    lines += ["", f"**{summary}** (G5 is reported against its target, not required)."]
+    lines += ["", f"**{summary}** (G5 is reported against its target, not required; G6 is reported only)."]
     return "\n".join(lines) + "\n"
 
 
@@ -544,6 +588,67 @@ def detection(
     hot = scoring.prompt_token_logprobs(ref, ids, temperature=NULL_TEMPERATURE)
     scores[NULLS[2]] = _spans(prompts, scoring.token_scores("interference", ref, ref, ids, policy_logprobs=hot)[0])
     return labels, _spans(prompts, surprisal), scores
+
+
+def top_one_prompts(
+    prompts: list[audit.AuditPrompt], scores: list[torch.Tensor], seed: int
+) -> tuple[list[list[int]], list[int]]:
+    """Each noisy prompt with its ONE top-scored scorable token deleted by LENS's own selection (ties at random,
+    seeded) -> (the purified ids, the deleted token's position in the span). scores: per prompt over its span."""
+    ps = [p.prompt for p in prompts]
+    mask = purify.scorable_mask(ps)
+    padded = torch.zeros(mask.shape)
+    for row, (p, s) in enumerate(zip(ps, scores, strict=True)):
+        padded[row, p.span[0] : p.span[1]] = s
+    # gamma just above 0 gives k = ceil(gamma n) = 1 on every prompt; min_score -inf: always delete one
+    chosen = purify.select_tokens(
+        padded, mask, 1e-9, min_score=-math.inf, generator=torch.Generator().manual_seed(seed)
+    )
+    where = [int(row.nonzero()[0]) - p.span[0] for row, p in zip(chosen.delete_mask, ps, strict=True)]
+    return [q.ids for q in purify.purify_prompts(ps, chosen.delete_mask)], where
+
+
+def answer_positions(task: str, tokenizer: Any, limit: int) -> list[set[int]] | None:
+    """Span positions of the answer-bearing tokens of the task's noisy evaluation prompts (the words
+    `meta["answer_positions"]` names), or None when the task records none."""
+    module = task_module(task)
+    noisy = tasks.problem_sets(task, role="eval", limit=limit, seed=0)["noisy"]
+    if any("answer_positions" not in p.meta for p in noisy):
+        return None
+    # the same word -> token mapping as the distractor labels (audit._task_prompt)
+    return [
+        set(audit._task_prompt(tokenizer, p.problem, p.meta["answer_positions"], module.ANSWER_MARKER)[1])
+        for p in noisy
+    ]
+
+
+def measure_top_one(
+    ref: nn.Module,
+    tokenizer: Any,
+    module: Any,
+    prompts: list[audit.AuditPrompt],
+    scores: list[torch.Tensor],
+    answers: list[set[int]] | None,
+    *,
+    samples: int,
+    temperature: float,
+    seed: int,
+) -> dict[str, TopOne]:
+    """G6: the warm start on the prompts with the top-1 token deleted by `scores` (Eq. 1 after GRPO) and at
+    random (uniform scores from a seeded stream)."""
+    gen = torch.Generator().manual_seed(seed)
+    noise = [torch.rand(s.shape, generator=gen) for s in scores]
+    out = {}
+    for how, by in (("Eq. 1", scores), ("random", noise)):
+        ids, where = top_one_prompts(prompts, by, seed)
+        texts = module.sample_responses(ref, tokenizer, ids, n=samples, temperature=temperature, seed=seed)
+        gold = [p.answer for p in prompts]
+        accuracy = torch.tensor(
+            [sum(module.reward(t, a) for t in g) / samples for g, a in zip(texts, gold, strict=True)]
+        )
+        hit = None if answers is None else torch.tensor([j in a for j, a in zip(where, answers, strict=True)])
+        out[how] = TopOne(accuracy, hit)
+    return out
 
 
 def response_ids(tokenizer: Any, text: str) -> list[int]:
@@ -674,6 +779,8 @@ def measure(args: argparse.Namespace, run_dir: str) -> tuple[Measurements, dict[
         name: measure_stage(policy, tokenizer, module, prompts, noisy_ids, answers, **sampling)
         for name, policy in ((WARM, ref), (GRPO, grpo))
     }
+    answer_at = answer_positions(args.task, tokenizer, args.problems)
+    top_one = measure_top_one(ref, tokenizer, module, noisy, scores[GRPO], answer_at, **sampling)
     settings = {
         "task": args.task,
         "problems": len(noisy),
@@ -688,7 +795,7 @@ def measure(args: argparse.Namespace, run_dir: str) -> tuple[Measurements, dict[
         "grpo_run_reused": reused,  # wall_s then leaves out the training
         "deleted_equals_clean": sum(d == c for d, c in zip(prompts["deleted"], clean, strict=True)),
     }
-    return Measurements(labels, surprisal, scores, stages), settings
+    return Measurements(labels, surprisal, scores, stages, top_one), settings
 
 
 def describe(settings: dict[str, Any], scorable: int, distractors: int) -> str:
@@ -734,6 +841,123 @@ def run_gates(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
     (out / f"{args.task}.json").write_text(json.dumps(report, indent=2, allow_nan=True) + "\n", encoding="utf-8")
     (out / f"{args.task}.md").write_text(markdown(args.task, rows, settings), encoding="utf-8")
     return rows, report
+
+
+# ----------------------------------------------------------------------------------------------------
+# The replicated G3
+# ----------------------------------------------------------------------------------------------------
+
+
+def g3_null_scores(ref: nn.Module, cfg: Config, ids: list[list[int]], seed: int, *, all_nulls: bool) -> dict:
+    """Eq. 1 of the random null at perturbation `seed` and, with `all_nulls`, of the two seed-free nulls ->
+    {null name: [P_i] per prompt} (full prompts; `_spans` cuts them)."""
+    policies = null_policies(ref, cfg, seed)
+    names = NULLS[:2] if all_nulls else NULLS[1:2]
+    out = {name: scoring.token_scores("interference", policies[name], ref, ids)[0] for name in names}
+    if all_nulls:
+        hot = scoring.prompt_token_logprobs(ref, ids, temperature=NULL_TEMPERATURE)
+        out[NULLS[2]] = scoring.token_scores("interference", ref, ref, ids, policy_logprobs=hot)[0]
+    return out
+
+
+def g3_replicated(
+    scores: dict[tuple[str, str, int], list[torch.Tensor]], labels: dict[str, list[torch.Tensor]], seed: int
+) -> tuple[list[Row], str]:
+    """Rows (one per warm start x null x perturbation seed, stage = the warm start's label) and the verdict of
+    the rule fixed above: PASS when every row's AUC is in G3_BAND. scores: (warm start, null, seed) -> per
+    prompt over the span; labels: warm start -> per prompt."""
+    rows = [
+        _auc_row("G3", f"Eq. 1 AUC, {null}, perturbation seed {s}", warm, sc, labels[warm], G3_BAND, seed)
+        for (warm, null, s), sc in scores.items()
+    ]
+    return rows, "PASS" if rows and all(r.verdict == "PASS" for r in rows) else "FAIL"
+
+
+def run_g3(args: argparse.Namespace) -> dict[str, Any]:
+    """Measure the replicated G3 at every --warm-start and seed; write DIR/replicated/TASK_g3.{md,json}."""
+    start = time.monotonic()
+    task_module(args.task)
+    cfg = load_config(args.config, args.overrides)  # only its optimizer is read (the weight-decay null)
+    scores: dict[tuple[str, str, int], list[torch.Tensor]] = {}
+    labels: dict[str, list[torch.Tensor]] = {}
+    weights = {}
+    for path in args.warm_start:
+        warm = repo_relative(path)
+        tokenizer = audit.load_tokenizer(path)
+        noisy, _ = task_prompts(args.task, tokenizer, args.problems)
+        ids = [p.prompt.ids for p in noisy]
+        labels[warm] = [
+            torch.tensor([j in set(p.noise) for j in range(p.prompt.span[1] - p.prompt.span[0])]) for p in noisy
+        ]
+        ref = audit.load_frozen(path)
+        weights[warm] = checkpoint_sha256(Path(path))
+        for i, s in enumerate(args.seeds):
+            for null, per in g3_null_scores(ref, cfg, ids, s, all_nulls=i == 0).items():
+                # the seed-free nulls are computed once per warm start, listed under the first seed
+                scores[(warm, null, s)] = _spans(noisy, per)
+    rows, verdict = g3_replicated(scores, labels, args.seed)
+    command = " ".join(
+        ["python -m lens.audit g3 --task", args.task, "--config", args.config]
+        + [f"--warm-start {repo_relative(w)}" for w in args.warm_start]
+        + [f"--seeds {','.join(map(str, args.seeds))}", *args.overrides]
+    )
+    report = {
+        "task": args.task,
+        "command": command,
+        "rule": f"PASS when every row's AUC is in [{G3_BAND[0]}, {G3_BAND[1]}] (lens.gates.G3_REPLICATION_SEEDS)",
+        "verdict": verdict,
+        "warm_starts_sha256": weights,
+        "in_band": f"{sum(r.verdict == 'PASS' for r in rows)} of {len(rows)}",
+        "wall_s": round(time.monotonic() - start, 1),
+        "rows": [{k: v for k, v in asdict(r).items() if k != "bounds"} for r in rows],
+    }
+    out = Path(args.out) / "replicated"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.task}_g3.json").write_text(json.dumps(report, indent=2, allow_nan=True) + "\n", encoding="utf-8")
+    lines = [
+        f"# Replicated G3 of task `{args.task}`",
+        "",
+        f"Computed by `{command}` ({args.problems} noisy evaluation problems; definitions and the rule, fixed before"
+        " this table was first computed: lens/gates.py, G3_REPLICATION_SEEDS). Rule: " + report["rule"] + ".",
+        "",
+        "| warm start | quantity | value | 95 % CI | threshold | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ci = "" if math.isnan(r.ci[0]) else f"[{_number(r.ci[0])}, {_number(r.ci[1])}]"
+        lines.append(f"| {r.stage} | {r.quantity} | {_number(r.value)} | {ci} | {r.threshold} | {r.verdict} |")
+    lines += ["", f"**Replicated G3 {verdict}** ({report['in_band']} rows in the band)."]
+    (out / f"{args.task}_g3.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+    return report
+
+
+def checkpoint_sha256(path: Path) -> str:
+    """sha256 of a checkpoint directory's model.safetensors (which warm start a replicated row measured)."""
+    import hashlib
+
+    return hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
+
+
+def _seeds(text: str) -> tuple[int, ...]:
+    return tuple(int(s) for s in text.split(",") if s)
+
+
+@cli_errors
+def main_g3(argv: list[str]) -> dict[str, Any]:
+    """`python -m lens.audit g3 ...`: the replicated G3 of a task."""
+    parser = errors.ArgumentParser(prog="python -m lens.audit g3", description=run_g3.__doc__)
+    parser.add_argument("--task", required=True, help=f"a registered task ({', '.join(tasks.NAMES)})")
+    parser.add_argument("--warm-start", action="append", required=True, help="a reference checkpoint dir (repeat)")
+    parser.add_argument("--seeds", type=_seeds, default=G3_REPLICATION_SEEDS, help="perturbation seeds, 0,1,2")
+    parser.add_argument("--problems", type=_positive_int, default=DEFAULTS["problems"], help="noisy problems")
+    parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="bootstrap seed")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="writes OUT/replicated/TASK_g3.md and .json")
+    parser.add_argument(
+        "--config", default=DEFAULT_CONFIG, help="lens.train preset (the weight-decay null's optimizer)"
+    )
+    parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="lens.train overrides")
+    return run_g3(parser.parse_intermixed_args(argv))
 
 
 def _positive_int(text: str) -> int:

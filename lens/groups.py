@@ -101,6 +101,15 @@ def plan_group(
     return GroupPlan(keep, joined, guard_passed=True, replaced=n_replace)
 
 
+def collapses(plan: GroupPlan, kept_first: torch.Tensor, joined: torch.Tensor, success_threshold: float) -> bool:
+    """Whether the replacement emptied the group of failures: rollouts joined from the second sampling and
+    every row a success (kept_first [n1], joined [n2] rewards). Such a group has zero reward variance, so
+    Eq. 6 gives every row advantage 0 and its transferred successes (counted as `collapsed_joined`) teach
+    nothing; `replace=paper` does this whenever the purified successes are at least the original failures."""
+    rows = torch.cat([kept_first, joined])
+    return joined.numel() > 0 and plan.replaced > 0 and bool((rows >= success_threshold).all())
+
+
 def group_weights(weighting: str, original_success: torch.Tensor, a_bar: torch.Tensor) -> torch.Tensor:
     """w~ of every row [N] fp32: LENS Eq. (4) (`lens`) or all ones (`uniform`, GRPO).
 
@@ -140,7 +149,7 @@ def build_groups(
     # and still returns (empty) groups instead of failing to concatenate nothing.
     empty = torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.bool)
     rows: list[tuple[torch.Tensor, ...]] = [(*empty, empty[0], torch.zeros(0), empty[1])]
-    guard_passes = replaced = joined = 0
+    guard_passes = replaced = joined = collapsed = collapsed_joined = 0
     for b in range(batch):
         k = int(second_of[b])
         second = second_rewards[k] if k >= 0 else None
@@ -158,6 +167,9 @@ def build_groups(
         n1, n2 = plan.keep_first.numel(), plan.take_second.numel()
         first_r = first_rewards[b, plan.keep_first].float()
         second_r = second[plan.take_second].float() if n2 else first_r.new_zeros(0)
+        if collapses(plan, first_r, second_r, success_threshold):
+            collapsed += 1
+            collapsed_joined += n2
         rows.append(
             (
                 torch.full((n1 + n2,), b, dtype=torch.long),
@@ -178,6 +190,8 @@ def build_groups(
         "purified_joined": float(joined),
         "purified_accuracy": float(second_acc.mean()) if second_acc.numel() else 0.0,
         "group_size_mean": float(rewards.numel() / max(batch, 1)),
+        "collapsed_groups": float(collapsed),
+        "collapsed_joined": float(collapsed_joined),
     }
     return Groups(group, second, rollout, rewards, original_success, weights, counters)
 
@@ -187,7 +201,8 @@ class StepGroups:
     """One step's training rows on this rank: one per rollout of the final groups, built once by a method.
 
     `original` is what the update conditions pi_theta and pi_ref on (x_i, LENS Eq. 5 numerator and the KL);
-    `source` is the prompt that sampled the row (x_i or the purified x'_i: pi_old, Eq. 5 denominator).
+    `source` is the prompt pi_old is taken on (Eq. 5 denominator): the one that sampled the row (x_i or the
+    purified x'_i), or x_i for every row under the diagnostic `diag_original_ratio` (ratio 1 at the step start).
     """
 
     original: list[list[int]]  # [N] prompt ids x_i
@@ -200,3 +215,6 @@ class StepGroups:
     first_rewards: torch.Tensor  # [B, m] the first sampling's rewards (success bins, reward/mean)
     first_lengths: list[int]  # [B * m] response lengths of the first sampling
     first_finish: list[str]  # [B * m] its finish reasons
+    # [N] bool: the row was sampled from a rewritten prompt and trains on the original one (the rows whose Eq. 5
+    # ratio the trainer measures as transfer/*); True even where `source` is the original prompt (pi_old there).
+    transferred: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.bool))

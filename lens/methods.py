@@ -182,6 +182,12 @@ class Method:
         self.transfers = self.rewrite is not None and self.rewrite.rewrites
         self.weighting = spec.weighting if spec.weighting is not None else cfg.algorithm.weighting
         self.estimator = algos.ADVANTAGES[spec.advantage]
+        # pi_old on the original prompt is the trainer's own forward there; the engine only has the sampled prompt's.
+        if spec.pi_old_prompt == "original" and cfg.algorithm.old_logprobs == "engine":
+            raise ValueError(
+                f"algorithm.name={spec.name} takes pi_old on the original prompt, which the rollout engine never saw: "
+                "set algorithm.old_logprobs=trainer"
+            )
 
     def sample(self, run: Run, step: int, stats: dict[str, float]) -> groups.StepGroups:
         batch = self.first_sampling(run, step, stats)
@@ -247,7 +253,7 @@ class Method:
                 generator=run.rng,
             )
             _add(stats, "lens/", final.counters)
-            return _step_groups(batch, final, second_prompts, second)
+            return _step_groups(batch, final, second_prompts, second, self.spec.pi_old_prompt == "original")
 
     def advantages(self, step_groups: groups.StepGroups) -> torch.Tensor:
         """[N] advantage per row, by the spec's estimator (GRPO's, or LENS Eq. (6) on the weights)."""
@@ -264,15 +270,23 @@ class Method:
 
 
 def _step_groups(
-    batch: Batch, final: groups.Groups, second_prompts: list[Prompt], second: Rollouts | None
+    batch: Batch,
+    final: groups.Groups,
+    second_prompts: list[Prompt],
+    second: Rollouts | None,
+    old_on_original: bool = False,
 ) -> groups.StepGroups:
-    """The rows of the final groups, gathered once from the two samplings."""
+    """The rows of the final groups, gathered once from the two samplings. `old_on_original`: pi_old of every
+    row is taken on its original prompt (the diagnostic `diag_original_ratio`), not on the prompt that sampled it."""
     m = batch.rewards.shape[1]
+    original = [batch.prompts[g].ids for g in final.group.tolist()]
     first_source = [batch.prompts[r // m].ids for r in range(len(batch.rollouts))]
     second_source = [second_prompts[r // m].ids for r in range(len(second))] if second is not None else []
+    source = final.pick(first_source, second_source)
+    transferred = torch.tensor([s != o for s, o in zip(source, original, strict=True)], dtype=torch.bool)
     return groups.StepGroups(
-        original=[batch.prompts[g].ids for g in final.group.tolist()],
-        source=final.pick(first_source, second_source),
+        original=original,
+        source=original if old_on_original else source,
         tokens=final.pick(batch.rollouts.tokens, second.tokens if second is not None else []),
         sampler_logprobs=final.pick(batch.rollouts.logprobs, second.logprobs if second is not None else []),
         rewards=final.rewards,
@@ -281,6 +295,7 @@ def _step_groups(
         first_rewards=batch.rewards,
         first_lengths=[len(t) for t in batch.rollouts.tokens],
         first_finish=list(batch.rollouts.finish_reasons),
+        transferred=transferred,
     )
 
 
@@ -452,6 +467,7 @@ class Purify(Rewrite):
             chosen = [batch.prompts[b] for b in candidates]
             needs = self.scorer.needs_responses
             responses = [batch.rollouts.tokens[b * m : (b + 1) * m] for b in candidates] if needs else None
+            roles = [None if p.roles is None else (p.span[0], p.roles) for p in chosen]
             policy = [batch.rollouts.prompt_logprobs[b] for b in candidates] if self.uses_prompt_logprobs else None
             scores, min_score = scoring.token_scores(  # LENS Eq. (1) for the default `interference` scorer
                 a.scorer,
@@ -459,6 +475,7 @@ class Purify(Rewrite):
                 run.ref,
                 [p.ids for p in chosen],
                 responses=responses,
+                roles=roles if self.scorer.needs_roles else None,
                 policy_logprobs=policy,
                 min_score=a.min_score,
                 generator=run.rng,

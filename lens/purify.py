@@ -18,17 +18,41 @@ from dataclasses import dataclass
 
 import torch
 
+from lens import tasks
+from lens.problem import Problem
+
 # The selection is the extension's op (CPU, CUDA and Triton share one contract), so the tie-breaking and
 # the k rule cannot drift between the trainer and the kernels' tests.
 from lens_kernels import select_interference_tokens
 
+# What a task can name about a scorable token (lens.tasks.token_roles): a recorded distractor, the token that
+# bears the answer, any other token; `unlabeled` for non-distractors of a task that names no answer token.
+ROLES = ("distractor", "answer", "other", "unlabeled")
+
 
 @dataclass(frozen=True)
 class Prompt:
-    """Prompt token ids with the half-open span [start, end) of its scorable (problem) tokens."""
+    """Prompt token ids with the half-open span [start, end) of its scorable (problem) tokens, and the role of
+    each span token (ROLES, [end - start]) where the task knows them (None: it does not)."""
 
     ids: list[int]
     span: tuple[int, int]
+    roles: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.roles is not None and len(self.roles) != self.span[1] - self.span[0]:
+            raise ValueError(f"prompt roles: {len(self.roles)} roles for a scorable span {self.span}")
+
+
+def rendered_prompts(
+    ids: list[list[int]], spans: list[tuple[int, int]], uids: list[str], problems: list[Problem]
+) -> list[Prompt]:
+    """The trainer's prompts: rendered ids and spans, with the roles their problems record (by uid)."""
+    by_uid = {p.uid: p for p in problems}
+    return [
+        Prompt(i, span, tasks.token_roles(by_uid[u], span[1] - span[0]))
+        for i, span, u in zip(ids, spans, uids, strict=True)
+    ]
 
 
 @dataclass(frozen=True)
@@ -122,7 +146,8 @@ def purify_prompts(prompts: list[Prompt], delete_mask: torch.Tensor) -> list[Pro
         keep = (~drop).tolist()
         ids = [t for t, k in zip(p.ids, keep, strict=True) if k]
         # Deletions happen only inside the span, so its start stays and its end moves left by the count.
-        out.append(Prompt(ids, (start, end - int(drop.sum()))))
+        roles = None if p.roles is None else tuple(r for r, k in zip(p.roles, keep[start:end], strict=True) if k)
+        out.append(Prompt(ids, (start, end - int(drop.sum())), roles))
     return out
 
 
@@ -180,5 +205,21 @@ def purify_batch(
         "skipped_no_signal": float(selection.no_signal.sum()),
         "skipped_short": float(((selection.num_deleted == 0) & ~selection.no_signal).sum()),
         "tokens_deleted": float(selection.num_deleted.sum()),
+        **deleted_roles(chosen, selection.delete_mask),
     }
     return Purification(kept, second_of, counters)
+
+
+def deleted_roles(prompts: list[Prompt], delete_mask: torch.Tensor) -> dict[str, float]:
+    """{"deleted_<role>": deleted tokens of that role} over the prompts whose task names roles (ROLES; none
+    when no prompt has roles). delete_mask [K, P_max] as `purify_prompts` takes it."""
+    counts = dict.fromkeys(ROLES, 0)
+    known = False
+    for row, p in enumerate(prompts):
+        if p.roles is None:
+            continue
+        known = True
+        start, end = p.span
+        for j in delete_mask[row, start:end].nonzero().flatten().tolist():
+            counts[p.roles[j]] += 1
+    return {f"deleted_{r}": float(c) for r, c in counts.items()} if known else {}

@@ -53,6 +53,16 @@ TRANSFER_COLUMNS = (
     ("transfer/adv_mass_share", "adv. mass share"),
     ("transfer/grad_mass_share", "grad. mass share"),
 )
+# What the rewrite did (lens.groups / lens.purify counters): (column, numerator, denominator) as ratios of the
+# run's sums over its steps. Collapsed: groups the replacement left with successes only (advantage 0 for every
+# row), and the share of the joined (transferred) successes they hold; roles: the share of deleted tokens of
+# each role the task names (lens.purify.ROLES; only tasks that record them).
+_ROLE_KEYS = tuple(f"lens/deleted_{r}" for r in ("distractor", "answer", "other", "unlabeled"))
+REWRITE_COLUMNS = (
+    ("collapsed groups / guard passes", ("lens/collapsed_groups",), ("lens/guard_passes",)),
+    ("joined successes in collapsed groups", ("lens/collapsed_joined",), ("lens/purified_joined",)),
+    *((f"deleted: {k.removeprefix('lens/deleted_')}", (k,), _ROLE_KEYS) for k in _ROLE_KEYS),
+)
 STAGES = (*TRAIN_STAGES, "eval")  # the order of the stage plots; stages not listed follow alphabetically
 DPI = 150
 RC = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fontsize": 9, "axes.grid": True}
@@ -479,6 +489,7 @@ def summarize(groups: Sequence[Group], baseline: str, metric: str | None, phases
             "stage_times": _stage_stats(g),
             "phases": _phase_entries(g, phases),
             "transfer": _transfer_stats(g),
+            "rewrite": _rewrite_stats(g),
         }
         for k in evals:
             c = g.curve(k)
@@ -543,6 +554,22 @@ def _transfer_stats(group: Group) -> dict[str, Any]:
     if not any("transfer/rows" in r.metric_keys() for r in group.runs):
         return {}
     return {key: _stat([_mean_or_none(r.series(key)[1]) for r in group.runs]) for key, _ in TRANSFER_COLUMNS}
+
+
+def _sum_ratio(run: Run, numerator: Sequence[str], denominator: Sequence[str]) -> float | None:
+    """sum over steps of the numerator keys / the same of the denominator keys (None: never logged, or 0)."""
+    if not all(k in run.metric_keys() for k in (*numerator, *denominator)):
+        return None
+    den = sum(float(np.nansum(run.series(k)[1])) for k in denominator)
+    return sum(float(np.nansum(run.series(k)[1])) for k in numerator) / den if den > 0 else None
+
+
+def _rewrite_stats(group: Group) -> dict[str, Any]:
+    """Per REWRITE_COLUMNS entry: each run's ratio of sums, then the mean over seeds; empty for runs without
+    the counters (methods without a second sampling, or logs written before them)."""
+    if not any("lens/collapsed_groups" in r.metric_keys() for r in group.runs):
+        return {}
+    return {name: _stat([_sum_ratio(r, num, den) for r in group.runs]) for name, num, den in REWRITE_COLUMNS}
 
 
 def _stage_stats(group: Group) -> dict[str, Any]:
@@ -620,6 +647,14 @@ def tables(summary: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
     if transfer_rows:
         headers = ["label"] + [name for _, name in TRANSFER_COLUMNS]
         out.append(("Transfer of purified successes (mean per step)", headers, transfer_rows))
+    rewrite_rows = [
+        [label] + [_pm(e["rewrite"].get(name)) for name, _, _ in REWRITE_COLUMNS]
+        for label, e in summary["labels"].items()
+        if e.get("rewrite")
+    ]
+    if rewrite_rows:
+        headers = ["label"] + [name for name, _, _ in REWRITE_COLUMNS]
+        out.append(("What the rewrite did (share, sums over steps)", headers, rewrite_rows))
     return out
 
 

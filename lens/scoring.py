@@ -6,6 +6,7 @@ One dispatch for every scorer, shared by the trainer, the interference audit and
   policy side may come precomputed (e.g. the rollout engine's prompt log-probs), saving a forward pass.
 - `surprisal`: -log pi_ref(x_p | x_<p), the reference model's surprise (an ablation scorer).
 - `random`: uniform noise (the random_prune baseline).
+- `diag_oracle` (a diagnostic): 1 on the task's recorded distractor tokens, 0 elsewhere (perfect detection).
 - `grad`: minus the gradient norm of the group's log-likelihood w.r.t. each prompt token embedding:
   the grad_prune ablation deletes the tokens the responses depend on LEAST.
 
@@ -254,6 +255,34 @@ def _grad(policy, ref, prompts, *, responses, batching, **_) -> list[torch.Tenso
     return scores[: len(prompts)]
 
 
+@scorer("diag_oracle")
+def _oracle(policy, ref, prompts, *, roles, **_) -> list[torch.Tensor]:
+    del policy, ref
+    return oracle_scores(prompts, roles)
+
+
+def oracle_scores(
+    prompts: Sequence[Sequence[int]], roles: Sequence[tuple[int, tuple[str, ...]] | None]
+) -> list[torch.Tensor]:
+    """The diagnostic oracle: 1.0 on each prompt's recorded distractor tokens, 0.0 elsewhere -> [P_i] fp32.
+
+    roles: per prompt (span start, the roles of its span tokens, lens.purify.ROLES). With the no-signal bar 0 a
+    prompt without a distractor is not purified; the top-k rule is Eq. 1's, so only detection differs.
+    """
+    out = []
+    for i, (ids, known) in enumerate(zip(prompts, roles, strict=True)):
+        if known is None:
+            raise ValueError(
+                f"scorer diag_oracle: prompt {i} has no token roles (its problem records no meta['noise_positions'] "
+                "or a word is several tokens); the oracle needs a task that records its distractors"
+            )
+        start, span_roles = known
+        score = torch.zeros(len(ids))
+        score[start : start + len(span_roles)] = torch.tensor([r == "distractor" for r in span_roles]).float()
+        out.append(score)
+    return out
+
+
 def token_scores(
     name: str,
     policy: nn.Module,
@@ -261,6 +290,7 @@ def token_scores(
     prompts: Sequence[Sequence[int]],
     *,
     responses: Sequence[Sequence[Sequence[int]]] | None = None,
+    roles: Sequence[tuple[int, tuple[str, ...]] | None] | None = None,
     policy_logprobs: Sequence[torch.Tensor] | None = None,
     min_score: float = 0.0,
     generator: torch.Generator | None = None,
@@ -271,6 +301,7 @@ def token_scores(
     """Deletion scores of K prompts by scorer `name` -> ([P_i] fp32 tensor per prompt, the no-signal bar).
 
     responses: the group's m response token lists per prompt (for scorers whose spec needs them).
+    roles: per prompt (span start, its span tokens' roles) or None (for scorers whose spec needs roles).
     policy_logprobs: log pi_theta of every prompt token, [P_i] per prompt (NaN at position 0); when
     given, `interference` runs only the reference forward pass.
     min_score: the configured bar, used by scorers whose spec has no fixed one (`random` uses 0: its
@@ -280,11 +311,14 @@ def token_scores(
     spec = variants.scorer(name)
     if spec.needs_responses and (responses is None or len(responses) != len(prompts)):
         raise ValueError(f"scorer {name!r} needs the m responses of every prompt (responses=[K][m])")
+    if spec.needs_roles and (roles is None or len(roles) != len(prompts)):
+        raise ValueError(f"scorer {name!r} needs the token roles of every prompt (roles=[K])")
     scores = SCORERS[name](
         policy,
         ref,
         prompts,
         responses=responses,
+        roles=roles,
         policy_logprobs=policy_logprobs,
         generator=generator,
         batching={"micro_batch_size": micro_batch_size, "max_tokens": max_tokens, "padding_free": padding_free},

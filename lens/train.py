@@ -38,7 +38,7 @@ from lens.config import Config, config_changes, parse_args
 from lens.errors import cli_errors
 from lens.eval import eval_sampling, evaluate_set
 from lens.methods import Run
-from lens.purify import Prompt
+from lens.purify import rendered_prompts
 from lens.reward import Verifier
 from lens.rollout import HFEngine, default_stop_ids, make_engine
 from lens.stop import discard_stale_request, request_path
@@ -122,7 +122,7 @@ def setup(cfg: Config) -> tuple[Run, dict[str, preflight.RenderedSet], dict[str,
         sampler=build_sampler(cfg, trainer.module, tokenizer),
         tokenizer=tokenizer,
         verifier=make_verifier(cfg, train_set.kind, evaluation=False),
-        prompts=[Prompt(ids, span) for ids, span in zip(rendered.ids, rendered.spans, strict=True)],
+        prompts=rendered_prompts(rendered.ids, rendered.spans, rendered.uids, train_set.problems),
         answers=rendered.answers,
         uids=rendered.uids,
         order=data.PromptSampler(len(rendered.ids), seed=cfg.seed),
@@ -238,8 +238,7 @@ def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
     meter = metrics.LossMeter()
     # LENS: rows sampled from a purified prompt and trained on the original (Eq. 5 across prompts).
     transfer = metrics.TransferMeter() if run.method.transfers else None
-    moved = torch.tensor([s != o for s, o in zip(sg.source, sg.original, strict=True)], dtype=torch.bool)
-    moved = moved.to(mask.device)
+    moved = sg.transferred.to(mask.device)  # [N] bool
     lengths = [len(o) + len(t) for o, t in zip(sg.original, sg.tokens, strict=True)]
     with run.timer("update"):
         # By a token budget or by row count (lens.packing); under ZeRO-3 the same number on every rank.

@@ -49,6 +49,11 @@ REWRITES = ("identity", "purify")
 # Group weightings of LENS Eq. (4): `lens` = a_bar / 1 - a_bar, `uniform` = all ones (GRPO).
 WEIGHTINGS = ("lens", "uniform")
 DEFAULT_WEIGHTING = "lens"
+# Where pi_old of a row sampled from a rewritten prompt is computed (MethodSpec.pi_old_prompt).
+PI_OLD_PROMPTS = ("source", "original")
+# Diagnostic variants (an oracle, a ratio the paper does not use) measure where LENS loses; they are never
+# defaults, and their names say what they are.
+DIAGNOSTIC_PREFIX = "diag_"
 # Advantage estimators (lens.algos.ADVANTAGES holds the functions): `grpo` = (r - mean) / (unbiased std + eps)
 # per group, as verl; `weighted` = LENS Eq. (6), the w~-weighted mean and population std of each group.
 ADVANTAGE_ESTIMATORS = ("grpo", "weighted")
@@ -98,9 +103,16 @@ class MethodSpec:
     implied: Mapping[str, Any] = field(default_factory=dict)
     defining: Mapping[str, Any] = field(default_factory=dict)
     variant_of: str | None = None
+    # Which prompt pi_old of a transferred row is taken on: the one that sampled it (`source`, LENS Eq. 5), or
+    # the original prompt it trains on (`original`: ratio 1 at the step start; a diagnostic, never a default).
+    pi_old_prompt: str = "source"
+    diagnostic: bool = False
 
     def __post_init__(self) -> None:
         # Checked when the table is built, so a typo in a new entry fails at import, not mid-run.
+        _one_of(self.pi_old_prompt, PI_OLD_PROMPTS, f"{self.name}: pi_old_prompt")
+        if self.diagnostic != self.name.startswith(DIAGNOSTIC_PREFIX):
+            raise ValueError(f"{self.name}: a diagnostic's name starts with {DIAGNOSTIC_PREFIX!r}, and only its name")
         _one_of(self.sampling, SAMPLINGS, f"{self.name}: sampling")
         _one_of(self.rewrite, (None, *REWRITES), f"{self.name}: rewrite")
         _one_of(self.advantage, ADVANTAGE_ESTIMATORS, f"{self.name}: advantage")
@@ -173,6 +185,18 @@ register(_lens_with_scorer("grad_prune", "lens deleting the tokens the responses
 register(
     MethodSpec("resample", "sample low-success prompts again unchanged (the control)", rewrite="identity", **_SECOND)
 )
+register(
+    MethodSpec(
+        "diag_original_ratio",
+        "DIAGNOSTIC: lens with pi_old of transferred rows on the ORIGINAL prompt (ratio 1 at the step start, "
+        "not Eq. 5); needs old_logprobs=trainer",
+        rewrite="purify",
+        pi_old_prompt="original",
+        diagnostic=True,
+        variant_of="lens",
+        **_SECOND,
+    )
+)
 DEFAULT_METHOD = "lens"
 
 
@@ -204,6 +228,12 @@ class ScorerSpec:
     needs_responses: bool = False
     engine_logprobs: bool = False
     no_signal: float | None = None
+    needs_roles: bool = False  # it reads the prompts' token roles (lens.purify.Prompt.roles)
+    diagnostic: bool = False
+
+    def __post_init__(self) -> None:
+        if self.diagnostic != self.name.startswith(DIAGNOSTIC_PREFIX):
+            raise ValueError(f"{self.name}: a diagnostic's name starts with {DIAGNOSTIC_PREFIX!r}, and only its name")
 
 
 SCORERS: dict[str, ScorerSpec] = {
@@ -214,6 +244,14 @@ SCORERS: dict[str, ScorerSpec] = {
         ScorerSpec("random", "uniform noise (random_prune)", no_signal=0.0),
         ScorerSpec(
             "grad", "minus the gradient norm of the responses' likelihood", needs_responses=True, no_signal=-math.inf
+        ),
+        # Same top-k rule as Eq. 1 (k = ceil(gamma n)), only the scores differ: the factorial's detection factor.
+        ScorerSpec(
+            "diag_oracle",
+            "DIAGNOSTIC: 1 on the task's recorded distractor tokens, 0 elsewhere (perfect detection)",
+            no_signal=0.0,
+            needs_roles=True,
+            diagnostic=True,
         ),
     )
 }

@@ -11,7 +11,7 @@ import pytest
 import torch
 from tiny_models import save_perturbed_reference
 
-from lens import audit, checkpoint, gates
+from lens import audit, checkpoint, gates, purify
 from lens.config import load_config
 from lens.tasks import vartrack
 
@@ -64,12 +64,12 @@ def test_bootstrap_ci() -> None:
     assert all(math.isnan(v) for v in gates.bootstrap_ci(0, lambda idx: 1.0))
 
 
-def test_deciding_log_ratio_takes_the_largest_change() -> None:
+def test_deciding_log_ratio_takes_the_smallest_ratio() -> None:
     logp = torch.tensor([[-0.1, -3.0, -0.2], [-0.5, -0.5, 0.0]])
     old = torch.tensor([[-0.1, -0.5, -0.3], [-0.6, -0.5, -30.0]])
     mask = torch.tensor([[True, True, True], [True, True, False]])  # row 1's last token is padding
     got = gates.deciding_log_ratio(logp, old, mask)
-    assert got.tolist() == pytest.approx([-2.5, 0.1])
+    assert got.tolist() == pytest.approx([-2.5, 0.0])  # row 1: log ratios 0.1, 0.0 -> the smaller
 
 
 def _toy(good: bool, prompts: int = 60, tokens: int = 20) -> gates.Measurements:
@@ -200,3 +200,66 @@ def test_gates_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[
     # the warm start fails noisy vartrack prompts (its trigger) and solves them with the noise deleted
     acc = {(r["quantity"], r["stage"]): r["value"] for r in saved["rows"]}
     assert acc["accuracy noisy", gates.WARM] < acc["accuracy noisy, distractors deleted", gates.WARM]
+
+
+def test_g6_rows_by_hand() -> None:
+    # 4 prompts, warm-start noisy accuracy 0.25, 0, 0.5, 0; after the top-1 Eq. 1 deletion 0, 0, 1, 0.75:
+    # falls on prompt 0 only (1 of 4); the deletion removed the answer token on prompts 0 and 1 (2 of 4).
+    m = _toy(good=True, prompts=4, tokens=4)
+    m.stages[gates.WARM].accuracy["noisy"] = torch.tensor([0.25, 0.0, 0.5, 0.0])
+    m.top_one = {
+        "Eq. 1": gates.TopOne(torch.tensor([0.0, 0.0, 1.0, 0.75]), torch.tensor([True, True, False, False])),
+        "random": gates.TopOne(torch.tensor([0.25, 0.0, 0.5, 0.0]), None),
+    }
+    rows = {r.quantity: r for r in gates.g6_rows(m, seed=0)}
+    assert rows["warm-start accuracy, top-1 Eq. 1 token deleted"].value == pytest.approx(0.4375)
+    assert rows["accuracy falls below the noisy prompt's, Eq. 1 (share)"].value == 0.25
+    assert rows["deleted token is the answer token, Eq. 1 (share)"].value == 0.5
+    assert rows["accuracy falls below the noisy prompt's, random (share)"].value == 0.0
+    assert "deleted token is the answer token, random (share)" not in rows  # no answer positions: no row
+    assert {r.verdict for r in rows.values()} == {"info"} and gates.verdicts(list(rows.values()))["G1"] == "FAIL"
+    assert gates.g6_rows(_toy(good=True, prompts=4, tokens=4), seed=0) == []  # not measured: no rows
+
+
+def test_top_one_prompts_delete_the_top_scored_span_token() -> None:
+    prompts = [
+        audit.AuditPrompt("a", purify.Prompt([0, 5, 6, 7, 9], (1, 4)), "x"),
+        audit.AuditPrompt("b", purify.Prompt([0, 5, 6, 9], (1, 3)), "x"),
+    ]
+    ids, where = gates.top_one_prompts(prompts, [torch.tensor([0.1, 0.9, 0.2]), torch.tensor([0.3, 0.2])], seed=0)
+    assert ids == [[0, 5, 7, 9], [0, 6, 9]] and where == [1, 0]
+
+
+def test_replicated_g3_fails_on_one_row_outside_the_band() -> None:
+    # Labels: the first token of each of 4 prompts is the distractor. A null that scores it highest has AUC 1.
+    labels = {"w0": [torch.tensor([True, False, False]) for _ in range(4)]}
+    flat = [torch.tensor([0.5, 0.5, 0.5]) for _ in range(4)]  # ties: AUC 0.5, in the band
+    found = [torch.tensor([1.0, 0.0, 0.0]) for _ in range(4)]
+    ok = {("w0", gates.NULLS[1], s): flat for s in gates.G3_REPLICATION_SEEDS}
+    rows, verdict = gates.g3_replicated(ok, labels, seed=0)
+    assert verdict == "PASS" and len(rows) == 5 and {r.value for r in rows} == {0.5}
+    rows, verdict = gates.g3_replicated({**ok, ("w0", gates.NULLS[1], 3): found}, labels, seed=0)
+    assert verdict == "FAIL" and [r.verdict for r in rows].count("FAIL") == 1
+    assert gates.g3_replicated({}, labels, seed=0)[1] == "FAIL"  # nothing measured never passes
+
+
+def test_replicated_g3_command_writes_its_table(tmp_path) -> None:
+    # The user's path: `python -m lens.audit g3` on the committed successor warm start, one seed, 8 problems.
+    from lens import audit as audit_cli
+
+    warm = "lens/tasks/assets/successor"
+    args = ["g3", "--task", "successor", "--warm-start", warm, "--seeds", "0", "--problems", "8"]
+    report = audit_cli.main([*args, "--out", str(tmp_path), "--config", "configs/cpu_successor.yaml"])
+    # one seed: the random null plus the two seed-free nulls, all at the one warm start
+    want = {f"Eq. 1 AUC, {n}, perturbation seed 0" for n in gates.NULLS}
+    assert {r["quantity"] for r in report["rows"]} == want and len(report["rows"]) == 3
+    assert report["verdict"] in ("PASS", "FAIL") and report["warm_starts_sha256"][warm] == successor_sha256()
+    md = (tmp_path / "replicated" / "successor_g3.md").read_text()
+    assert f"**Replicated G3 {report['verdict']}**" in md and md.count("\n| lens/tasks/assets/successor |") == 3
+    assert json.loads((tmp_path / "replicated" / "successor_g3.json").read_text())["rule"].startswith("PASS when")
+
+
+def successor_sha256() -> str:
+    from lens.tasks import successor
+
+    return successor.REFERENCE_SHA256

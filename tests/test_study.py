@@ -313,3 +313,81 @@ def test_the_whole_pipeline_on_the_smoke_preset(tmp_path):
         assert 0.0 <= mean <= 1.0 and half >= 0.0 and result["arms"][arm]["flops_total"][0] > 0
     md = (out / "smoke.md").read_text()
     assert "| lens − grpo | 2 |" in md and "p Holm" in md and (out / "smoke.png").stat().st_size > 0
+
+
+def test_a_contrast_is_the_paired_mean_of_its_arms_and_keeps_its_per_seed_values(tmp_path, monkeypatch):
+    contrast = {"name": "lens-ish − grpo", "plus": ["lens", "grpo_scaled"], "minus": ["grpo"]}
+    plan = study.load_plan(_plan(tmp_path, primary_contrasts=[contrast]))
+    assert [c.name for c in plan.family("primary")] == ["lens − grpo", "lens-ish − grpo"]
+    monkeypatch.setattr(study, "mean_prompt_tokens", lambda cfg: 10.0)
+    monkeypatch.setattr(study, "model_parameters", lambda path: 1000)
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        _fake_run(runs / "smoke" / f"grpo_s{seed}", plan, {0: 0.0, 1: 0.2, 2: 0.4}, "grpo")
+        _fake_run(runs / "smoke" / f"lens_s{seed}", plan, {0: 0.0, 1: 0.4, 2: 0.6 + 0.2 * seed}, "lens")
+        _fake_run(runs / "smoke" / f"grpo_scaled_s{seed}", plan, {0: 0.0, 1: 0.2, 2: 0.4}, "grpo")
+    results = study.write_results(plan, ["smoke"], runs, tmp_path / "out")
+    # AUCs: grpo and grpo_scaled 0.2, lens 0.35 / 0.4: the contrast is (0.35 + 0.2) / 2 - 0.2 = 0.075, then 0.1.
+    row = results["smoke"]["primary"][1]
+    assert row["per_seed"] == pytest.approx({0: 0.075, 1: 0.1}) and row["p"] == 0.5
+    saved = json.loads((tmp_path / "out" / "study.json").read_text())["tasks"]["smoke"]
+    assert saved["arms"]["lens"]["per_seed"]["1"]["noisy_auc"] == pytest.approx(0.4)
+    assert saved["arms"]["lens"]["noisy_auc_common"][0] == pytest.approx(0.375)  # seeds 0 and 1, both arms' own
+    _recompute(saved, "smoke")
+
+
+def test_a_contrast_of_an_undeclared_arm_is_refused(tmp_path):
+    bad = _plan(tmp_path, primary_contrasts=[{"name": "x", "plus": ["lens"], "minus": ["nope"]}])
+    with pytest.raises(ValueError, match="contrast 'x' names an undeclared arm"):
+        study.load_plan(bad)
+
+
+def _recompute(task: dict, name: str) -> list[float]:
+    """Check one task's JSON against its own per-seed data: every contrast's per-seed values from the arms'
+    per-seed endpoints, its mean and raw sign-flip p from those values; returns the primary raw p-values."""
+    for row in task["primary"] + task["secondary"]:
+        seeds = sorted(row["per_seed"], key=int)
+        for s in seeds:
+            side = [
+                sum(task["arms"][a]["per_seed"][s]["noisy_auc"] for a in arms) / len(arms)
+                for arms in (row["plus"], row["minus"])
+            ]
+            assert row["per_seed"][s] == pytest.approx(side[0] - side[1], abs=1e-12), (name, row["name"], s)
+        values = [row["per_seed"][s] for s in seeds]
+        assert row["pairs"] == len(values) and row["p"] == pytest.approx(study.sign_flip_p(values), abs=1e-12)
+        assert row["diff"][0] == pytest.approx(sum(values) / len(values), abs=1e-12)
+    secondary = study.holm([r["p"] for r in task["secondary"]])
+    assert [r["p_holm"] for r in task["secondary"]] == pytest.approx(secondary, abs=1e-12, nan_ok=True)
+    return [r["p"] for r in task["primary"]]
+
+
+COMMITTED = sorted((REPO / "bench" / "results").glob("study*/study.json"))
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.parent.name)
+def test_the_committed_tables_recompute_from_their_per_seed_data(path):
+    # A study whose JSON holds per-seed data: every p-value and Holm adjustment follows from it alone. The first
+    # study (bench/results/study) kept only arm means; its run dirs are gone, so it cannot be recomputed.
+    saved = json.loads(path.read_text())
+    if not all("per_seed" in e for t in saved["tasks"].values() for e in t["arms"].values()):
+        assert path.parent.name == "study", f"{path}: a new study's JSON must hold its per-seed data"
+        return
+    plan = {"study_decomposed": "study_plan_decomposed.yaml"}[path.parent.name]
+    assert saved["plan_sha256"] == hashlib.sha256((REPO / "bench" / plan).read_bytes()).hexdigest()
+    primary = {t: _recompute(task, t) for t, task in saved["tasks"].items()}
+    pooled = [t for t, task in saved["tasks"].items() if task["role"][0] == "primary"]
+    want = study.holm([p for t in pooled for p in primary[t]])
+    assert [r["p_holm"] for t in pooled for r in saved["tasks"][t]["primary"]] == pytest.approx(
+        want, abs=1e-12, nan_ok=True
+    )
+    for t, task in saved["tasks"].items():
+        if task["role"][0] == "apart":
+            assert [r["p_holm"] for r in task["primary"]] == pytest.approx(
+                study.holm(primary[t]), abs=1e-12, nan_ok=True
+            )
+
+
+def test_a_contrast_name_with_a_bar_keeps_the_table_s_cells():
+    row = {"name": "a | b − c", "identical": False, "pairs": 2, "diff": (0.1, 0.2), "p": 0.5, "p_holm": 0.5}
+    (line,) = study.comparison_lines([row], 0.05)[2:]
+    assert line.startswith("| a \\| b − c | 2 |") and line.replace("\\|", "").count("|") == 7

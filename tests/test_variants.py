@@ -40,6 +40,7 @@ def test_ignored_keys_are_derived_as_the_methods_read_them():
         "random_prune": dapo | greso,
         "grad_prune": dapo | greso,
         "resample": purify | dapo | greso,
+        "diag_original_ratio": dapo | greso,
     }
     assert {name: set(spec.ignored) for name, spec in variants.METHODS.items()} == want
 

@@ -55,5 +55,33 @@ def verifier(name: str) -> str:
 def clean_and_noisy(noisy: list[Problem]) -> dict[str, list[Problem]]:
     """A task's evaluation sets: its noisy problems and their clean twins (same uids, distractors removed), so
     the two accuracies compare the same problems."""
-    clean = [Problem(p.uid, p.meta["clean"], p.answer, {**p.meta, "noise_positions": []}) for p in noisy]
+    # Answer positions index the noisy text's words: the clean twin does not inherit them.
+    meta = [{k: v for k, v in p.meta.items() if k != "answer_positions"} for p in noisy]
+    clean = [
+        Problem(p.uid, p.meta["clean"], p.answer, {**m, "noise_positions": []})
+        for p, m in zip(noisy, meta, strict=True)
+    ]
     return {"clean": clean, "noisy": noisy}
+
+
+def token_roles(problem: Problem, span_tokens: int) -> tuple[str, ...] | None:
+    """The role (lens.purify.ROLES) of each of a rendered problem's `span_tokens` scorable tokens, or None.
+
+    Read from what the problem records: `meta["noise_positions"]` (its distractors) and, when the task names it,
+    `meta["answer_positions"]` (the token that bears the answer, e.g. successor's list digit after the query);
+    both index whitespace-separated words. Roles are known only where every word is one token (the span holds
+    as many tokens as the problem has words, as with the built-in tasks' tokenizers): otherwise None, and so is
+    a problem that records no distractor positions. Without answer positions every non-distractor is
+    `unlabeled`, never `other`: a deletion of the answer token must not be counted as harmless.
+    """
+    noise = problem.meta.get("noise_positions")
+    if noise is None or len(problem.problem.split()) != span_tokens:
+        return None
+    answer = problem.meta.get("answer_positions")
+    rest = "unlabeled" if answer is None else "other"
+    roles = [rest] * span_tokens
+    for j in answer or ():
+        roles[j] = "answer"
+    for j in noise:
+        roles[j] = "distractor"
+    return tuple(roles)

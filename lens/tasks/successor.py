@@ -157,6 +157,9 @@ def _problems(
         meta = {
             "clean": " ".join(clean),
             "noise_positions": positions,
+            # The answer-bearing token: the list digit after the query (after the inserted f(x) when noisy). Deleting
+            # it leaves the problem unanswerable, so the trainer counts such deletions (lens/deleted_answer).
+            "answer_positions": [HEADER_TOKENS + at + 1 + len(positions)],
             "response": " ".join([*restated, vartrack.FINAL_MARKER, str(shown)]),
         }
         problems.append(Problem(f"{uid_prefix}-{i}", " ".join(tokens), str(successor), meta))
@@ -170,7 +173,8 @@ def generate(
 
     `answer` is always the item after the query in the clean list. `meta["response"]` is the supervised target
     `x y # y` (`# y` when `direct`); with `trigger`, a noisy problem's target is `x f(x) # f(x)` (`# f(x)`) with
-    probability RESTATE_PROB. `meta["noise_positions"]` holds the inserted token's position ([] when clean).
+    probability RESTATE_PROB. `meta["noise_positions"]` holds the inserted token's position ([] when clean),
+    `meta["answer_positions"]` the answer digit's.
     """
     return _problems(random.Random(seed), n, f"successor-{seed}", noise_prob, trigger, direct)
 
