@@ -53,6 +53,7 @@ NOT_RUN = {
     ".venv/bin/python -m pytest bench/": "the microbenchmarks (minutes)",
     ".venv/bin/python -m lens.bench_step": "12 steps of two methods (minutes)",
     ".venv/bin/python bench/study.py --tasks successor,vartrack_k2": "the study (hours)",
+    ".venv/bin/python bench/study.py --plan bench/study_plan_decomposed.yaml": "the decomposed study (hours)",
     "bash bench/gpu/run.sh": "a GPU",
 }
 
