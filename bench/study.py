@@ -1,4 +1,4 @@
-"""The pre-registered LENS study (issue 24): arms x paired seeds x tasks, as declared in bench/study_plan.yaml.
+"""The pre-registered LENS study: arms x paired seeds x tasks, as declared in bench/study_plan.yaml.
 
     python bench/study.py --tasks stutter --dry-run  # the plan, each task's role and every command; trains nothing
     python bench/study.py --tasks stutter            # pilot (if not yet fixed), 8 arms x 20 seeds, tables, figures

@@ -4,7 +4,7 @@ Tensors in; tensors (and a metrics dict for losses) out. No I/O, no config objec
 calls: the trainer passes global token counts in, so the functions stay local and testable.
 Legend: N rollouts, T response tokens, G groups (prompts).
 
-Equations refer to arXiv 2601.21244 (see ../shared/spec/algorithm.md). Where lens departs from the
+Equations refer to arXiv 2601.21244 (docs/algorithm.md). Where lens departs from the
 paper or fixes what it leaves open:
 - advantages of a group whose weights sum to 0, or whose positively weighted rewards are all equal,
   are 0 (the paper divides by sigma = 0 there);

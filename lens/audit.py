@@ -4,7 +4,7 @@
         [--scorer interference] [--gamma 0.03] [--accuracy --n 4] --out DIR
     python -m lens.audit detect (--policy PATH [PATH ...] | --run RUN_DIR) --ref PATH [--task vartrack|ledger]
         [--scorers interference,surprisal,random,grad] [--limit N] --out DIR
-    python -m lens.audit gates --task NAME [--out DIR]     # the testbed gates G1-G6 of issue 24: lens/gates.py
+    python -m lens.audit gates --task NAME [--out DIR]     # the testbed gates G1-G6: lens/gates.py
     python -m lens.audit g3 --task NAME --warm-start DIR   # G3 over warm starts x perturbation seeds: lens/gates.py
 
 The audit writes DIR/prompts.jsonl (per prompt: tokens, ids, scores over the scorable span, deleted

@@ -1,4 +1,4 @@
-"""Gates G1-G5 (issue 24): is a task a testbed where LENS's premise holds? One number per gate beside its threshold.
+"""Gates G1-G6: is a task a testbed where LENS's premise holds? One number per gate beside its threshold.
 
     python -m lens.audit gates --task NAME [--out DIR] [--problems 200] [--samples 4] [--steps 16] [--seed 0]
         [--run-dir DIR] [--config configs/cpu_default.yaml] [key.sub=value ...]

@@ -7,7 +7,7 @@ the weights w~ of Eq. 4. `StepGroups` is then built once per step by the method 
 per rollout of the final groups with everything the update needs, so nothing downstream re-indexes.
 Legend: B prompts, m rollouts per prompt, K prompts sampled a second time, N rows of the final groups.
 
-Decisions where the paper is silent (see ../shared/spec/algorithm.md):
+Decisions where the paper is silent (docs/algorithm.md):
 - `replace=paper` lets every purified success join (a group can exceed m); `one_to_one` and
   `keep_failure` keep |G| = m, the latter always keeping one failure so the group keeps variance;
 - failures to replace are drawn uniformly at random (seeded).

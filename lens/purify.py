@@ -5,7 +5,7 @@ samplings (guard, replacement, weights; Eq. 2-4) live in lens/groups.py.
 Pure functions over token ids and score tensors; scores come in as arguments (lens/scoring.py computes them
 with the models). Legend: B prompts, m rollouts per prompt, K prompts sampled a second time, P prompt tokens.
 
-Decisions where the paper is silent (see ../shared/spec/algorithm.md):
+Decisions where the paper is silent (docs/algorithm.md):
 - only the scorable span (the problem text) is scored and deleted from; never all of it;
 - ties in the score are broken uniformly at random (seeded), never by position;
 - a prompt whose maximum score is <= min_score (policy == reference, as at step 0) is not purified

@@ -1,4 +1,4 @@
-"""Fact recall that RESTATES the asked facts before answering: issue 24's candidate testbed for LENS's premise.
+"""Fact recall that RESTATES the asked facts before answering: a candidate testbed for LENS's premise.
 
 ledger's prompts (`? Q`, then `= x d` and `! x d` facts in random order; lens/tasks/ledger.py), with a response
 that restates every fact about the asked account Q in prompt order before answering after `#`:
@@ -13,7 +13,7 @@ has 2-4 more facts `! Q d` (true: Q does not hold d; never needed) at random fac
 the task's ordinary tokens in the ordinary shape of a fact. The correct response restates Q's `=` fact only;
 the warm start (`python -m lens.tasks.warmstart --task recall`) restates the distractors too, in prompt order,
 with probability `RESTATE_PROB` = 0.8 per noisy problem, and then answers the last restated `!` fact's digit
-(always wrong). So failure is probabilistic and GRPO still sees successes. The hope (issue 24) was that the
+(always wrong). So failure is probabilistic and GRPO still sees successes. The hope was that the
 behaviour RL must unlearn ("copy the next fact about Q, `!` ones included") shares circuits with predicting the
 distractor's tokens in the prompt, so Eq. 1 would single them out after GRPO. Measured: it does not (gate G4
 fails, AUC 0.59; GRPO lowers log p of `!` everywhere, not at the distractors: assets/recall/README.md). Other

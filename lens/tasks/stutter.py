@@ -1,4 +1,4 @@
-"""List restatement whose distractors are single repeated tokens ("stutters"): issue 24's one-token design.
+"""List restatement whose distractors are single repeated tokens ("stutters"): a one-token design.
 
 A problem is a header `?` and a list of L = 6-9 distinct digits. The response restates the first four items in
 order, then answers the fourth after `#`:
@@ -11,7 +11,7 @@ order, then answers the fourth after `#`:
 A noisy problem has 1-2 stutters: an item among the first three immediately repeated once, so each one shifts
 the fourth restated item. A distractor is ONE token of the task's one ordinary kind (a list digit), and a clean
 list never holds two equal adjacent tokens, so the correct response never emits the token it just emitted while
-the misled one does. The hope (design D1 of issue 24's second round): the computation GRPO must suppress in the
+the misled one does. The hope (design D1 of the second round): the computation GRPO must suppress in the
 response ("emit the previous token again") is the one that predicts a repeat in the prompt, so the policy's
 log-probs move at exactly the stutter tokens (LENS Eq. 1). Measured: assets/stutter/README.md. `STEP` = 1 is the
 variant tried after it (the inserted token is the successor digit (x + 1) mod 10 of the item x it follows; clean

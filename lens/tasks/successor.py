@@ -1,4 +1,4 @@
-"""Successor lookup with ONE inserted digit after the query: issue 24's testbed built on a one-token distractor.
+"""Successor lookup with ONE inserted digit after the query: a testbed built on a one-token distractor.
 
 A problem asks for digit x, then lists 6-9 distinct digits that contain x (never last). The response restates x
 and the item right after it in the list, then answers after `#`:
