@@ -618,8 +618,13 @@ def pm(v: tuple[float, float], digits: int = 3) -> str:
 
 
 def pval(p: float) -> str:
-    """A p-value to 4 places ('—' when none)."""
-    return "—" if math.isnan(p) else f"{p:.4f}"
+    """A p-value to 4 places, or to 2 significant digits below 0.001 ('—' when none).
+
+    With 20 paired seeds the smallest exact sign-flip p is 2 / 2^20 = 1.9e-6, which 4 places print as 0.0000.
+    """
+    if math.isnan(p):
+        return "—"
+    return f"{p:.1e}" if p < 0.001 else f"{p:.4f}"
 
 
 def comparison_lines(rows: list[dict], alpha: float) -> list[str]:
@@ -719,6 +724,8 @@ def write_results(plan: Plan, tasks: Sequence[str], runs: Path, out: Path) -> di
     """Aggregate every finished run of each task into <out>/study.json, <task>.md and <task>.png.
 
     Holm's family for the primary comparisons spans all primary tasks; a task reported apart is its own family.
+    The tasks of <out>/study.json (same plan) that this call does not aggregate are kept as they are: a study run
+    task by task ends with every task in one JSON, and a task whose run directories are gone keeps its data.
     """
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
@@ -733,6 +740,7 @@ def write_results(plan: Plan, tasks: Sequence[str], runs: Path, out: Path) -> di
             "primary": comparisons(per, plan.family("primary"), plan.endpoint),
             "secondary": with_holm(comparisons(per, plan.family("secondary"), plan.endpoint)),
         }
+    kept = kept_tasks(plan, out / "study.json", results)
     primary_tasks = [t for t, r in results.items() if r["role"][0] == "primary"]
     pooled = with_holm([c for t in primary_tasks for c in results[t]["primary"]])
     for t in primary_tasks:
@@ -744,8 +752,31 @@ def write_results(plan: Plan, tasks: Sequence[str], runs: Path, out: Path) -> di
         (out / f"{t}.md").write_text(markdown(plan, t, r))
         figure(t, r["arms"], out / f"{t}.png")
         print(markdown(plan, t, r))
-    (out / "study.json").write_text(json.dumps({"plan_sha256": plan.sha256, "tasks": results}, indent=1) + "\n")
+    merged = {**kept, **results}
+    (out / "study.json").write_text(json.dumps({"plan_sha256": plan.sha256, "tasks": merged}, indent=1) + "\n")
     return results
+
+
+def kept_tasks(plan: Plan, path: Path, results: dict[str, dict]) -> dict[str, dict]:
+    """The tasks of an earlier study.json of this plan that `results` does not hold, as they were saved.
+
+    Refused when a kept task and a new one are both primary: their Holm family is one and must be computed
+    together (aggregate them in one call).
+    """
+    if not path.exists():
+        return {}
+    saved = json.loads(path.read_text())
+    if saved.get("plan_sha256") != plan.sha256:
+        return {}
+    kept = {t: r for t, r in saved["tasks"].items() if t not in results}
+    old = [t for t, r in kept.items() if r["role"][0] == "primary"]
+    new = [t for t, r in results.items() if r["role"][0] == "primary"]
+    if old and new:
+        raise SystemExit(
+            f"study: error: {path} holds primary task(s) {', '.join(old)} and this call aggregates primary "
+            f"task(s) {', '.join(new)}: their Holm family is one; aggregate them together (--tasks ...)"
+        )
+    return kept
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Used by `lens.reward` (the verifiers) and by evaluation reports. Everything here is a linear-time scan or
 regex over at most a few hundred kilobytes of text: it runs inline in the caller and cannot hang.
 
-The reward policy (the README's "Rewards" section states the same rules, R1-R13; each has tests of both
+The reward policy (docs/rewards.md, "The reward policy", states the same rules, R1-R13; each has tests of both
 polarities in tests/test_reward.py):
 - R1 answer region (`answer_region`): the text after the last `</think>` when it states an answer, else
   the whole completion.

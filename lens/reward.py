@@ -26,7 +26,7 @@ generator (used by simplify's heuristics) and global evaluation flags; each work
 item, so neither the items a worker scored before nor their order change a verdict, and an infinity inside
 arithmetic never reaches sympy's simplify (whose `g - oo**oo` was sometimes 0 for a finite g).
 
-Truncation policy (R3-R5; the README's "Rewards"):
+Truncation policy (R3-R5; docs/rewards.md, "The reward policy"):
 - An unclosed last `\\boxed{` is no answer (never an earlier box or a number before it).
 - A completion that ended by length (`finish_reason == "length"` passed to `Verifier.score`) is not scored:
   it gets `truncated_reward` (default 0.0, as DAPO treats over-long outputs) and reason `truncated`.

@@ -138,9 +138,9 @@ def test_module_entry_point(tmp_path: Path) -> None:
 
 def test_every_listed_set_is_preparable_or_says_where_its_file_goes(fake_hub: list, tmp_path: Path, capsys) -> None:
     # Was: bbeh_mini and math_train_deepscaler were listed, `prepare` called them unknown, `prepare all` skipped them.
-    readme = (REPO / "README.md").read_text()
-    preparable = re.search(r"\| a named set \(`prepare` fetches it\) \| (.*) \|", readme)
-    by_file = re.search(r"\| a named set with no hub source[^|]*\| (.*) \|", readme)
+    chapter = (REPO / "docs" / "data.md").read_text()
+    preparable = re.search(r"\| a named set \(`prepare` fetches it\) \| (.*) \|", chapter)
+    by_file = re.search(r"\| a named set with no hub source[^|]*\| (.*) \|", chapter)
     assert preparable and by_file
     assert re.findall(r"`(\w+)`", preparable[1]) == list(datahub.CATALOG)
     assert re.findall(r"`(\w+)` \(", by_file[1]) == list(datahub.NO_HUB_SOURCE)

@@ -1,10 +1,10 @@
-"""README.md's commands run as printed on a fresh clone, and leave it as it was (`git status` clean).
+"""The commands of README.md and docs/ run as printed on a fresh clone, and leave it as it was (`git status` clean).
 
 The clone is the checkout's tracked files in a temporary directory, with no data folder beside it and an empty
 home (no `~/.cache/lens/data`). Its `.venv` is this interpreter's environment, with the clone first on the
 path, as `scripts/setup.sh` (an editable install of the clone) would give. Every command of a ```bash block of
-the README is listed below: run here (cheap: seconds, CPU, offline), or not run, with the reason, so a new
-command must be classified. The commands run in README order, as one newcomer would type them.
+the README or a docs/ chapter is listed below: run here (cheap: seconds, CPU, offline), or not run, with the
+reason, so a new command must be classified. The cheap ones run in this order, as one newcomer would type them.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from lens import gates
 from lens.tasks import vartrack
 
 REPO = Path(__file__).resolve().parent.parent
+# What a user reads: the README, then the chapters of docs/.
+USER_DOCS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
 
 # Run as printed, in this order.
 CHEAP = (
@@ -54,6 +56,9 @@ NOT_RUN = {
     ".venv/bin/python -m lens.bench_step": "12 steps of two methods (minutes)",
     ".venv/bin/python bench/study.py --tasks successor,vartrack_k2": "the study (hours)",
     ".venv/bin/python bench/study.py --plan bench/study_plan_decomposed.yaml": "the decomposed study (hours)",
+    ".venv/bin/python bench/study.py --tasks successor --pilot": "four LENS runs (minutes)",
+    ".venv/bin/python bench/study.py --tasks successor --table-only": "reads the study's run directories",
+    "LENS_BENCH_FULL=1 .venv/bin/python -m pytest bench/": "the microbenchmarks at full size (minutes)",
     "bash bench/gpu/run.sh": "a GPU",
 }
 
@@ -76,13 +81,18 @@ def readme_commands(text: str) -> list[str]:
     return commands
 
 
+def user_commands() -> list[str]:
+    """The command lines of every ```bash block of the README and the docs/ chapters, in reading order."""
+    return [c for path in USER_DOCS for c in readme_commands(path.read_text())]
+
+
 def _classified(command: str) -> bool:
     # `bash scripts/setup.sh && ...` lines of the quick start are classified by their first command.
     return command in CHEAP or any(command.startswith(prefix) for prefix in NOT_RUN)
 
 
 def test_every_readme_command_is_run_here_or_says_why_not():
-    commands = readme_commands((REPO / "README.md").read_text())
+    commands = user_commands()
     assert all(c in commands for c in CHEAP), [c for c in CHEAP if c not in commands]
     assert [c for c in commands if not _classified(c)] == []
 
@@ -90,7 +100,7 @@ def test_every_readme_command_is_run_here_or_says_why_not():
 def test_every_readme_command_uses_the_venv():
     # One way to call commands throughout: `.venv/bin/...` (a bare `lens-train` is "command not found"
     # until the venv is activated, a bare `python` has no torch).
-    bare = [c for c in readme_commands((REPO / "README.md").read_text()) if re.match(r"(lens-|python |torchrun )", c)]
+    bare = [c for c in user_commands() if re.match(r"(lens-|python |torchrun )", c)]
     assert bare == []
 
 

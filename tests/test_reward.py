@@ -475,7 +475,7 @@ def test_close_stops_workers() -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# the reward policy, rule by rule (README "Rewards", lens/answers.py's docstring): both polarities
+# the reward policy, rule by rule (docs/rewards.md "The reward policy", lens/answers.py's docstring): both polarities
 # ------------------------------------------------------------------------------------------------
 
 WORK = "Let me set up the quantities. Squaring both sides and cancelling gives a single candidate. "
@@ -685,8 +685,8 @@ def test_policy_rule(policy_verifiers, case: Rule) -> None:
 
 
 def test_every_written_rule_has_tests_of_both_polarities() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Rewards\n", 1)[1].split("\n## ", 1)[0]
+    chapter = (Path(__file__).resolve().parent.parent / "docs" / "rewards.md").read_text(encoding="utf-8")
+    section = chapter.split("\n## The reward policy\n", 1)[1].split("\n## ", 1)[0]
     written = set(re.findall(r"\*\*(R\d+) ", section))
     docstring = set(re.findall(r"^- (R\d+) ", answers.__doc__ or "", re.MULTILINE))
     assert written == docstring == {f"R{i}" for i in range(1, 14)}

@@ -30,12 +30,12 @@ def test_setup_shows_pips_progress_and_says_each_step():
 
 
 def test_setup_says_before_it_installs_a_system_package():
-    # Was: `setup.sh dev` ran `apt-get install -y chromium` as root, silently, and the README did not say so.
+    # Was: `setup.sh dev` ran `apt-get install -y chromium` as root, silently, and the docs did not say so.
     apt = SETUP.index("apt-get install")
     assert "system package chromium" in SETUP[:apt].rsplit("say ", 1)[1].split("\n")[0]
     assert "LENS_NO_APT" in SETUP
-    readme = " ".join((REPO / "README.md").read_text().split())
-    assert "the system package `chromium`" in readme and "LENS_NO_APT=1" in readme
+    chapter = " ".join((REPO / "docs" / "training.md").read_text().split())
+    assert "the system package `chromium`" in chapter and "LENS_NO_APT=1" in chapter
 
 
 def test_every_requested_extra_is_one_its_package_provides():

@@ -200,6 +200,33 @@ def test_holm_pools_the_primary_tasks_and_keeps_a_task_apart(tmp_path, monkeypat
     assert grpo_curve[2] == pytest.approx(2 * grpo_curve[1])  # the same FLOPs every step
 
 
+def test_a_task_aggregated_later_joins_the_study_json_and_keeps_the_others(tmp_path, monkeypatch):
+    # Was: aggregating the second task of a study rewrote study.json with that task alone, losing the first
+    # task's per-seed data (whose run directories may be gone).
+    tasks = {t: {"preset": "configs/cpu_smoke.yaml"} for t in ("a", "b", "c")}
+    plan = study.load_plan(_plan(tmp_path, tasks=tasks))
+    monkeypatch.setattr(study, "GATES", tmp_path / "gates")
+    (tmp_path / "gates").mkdir()
+    for task, verdict in (("a", "PASS"), ("b", "PASS"), ("c", "FAIL")):
+        verdicts = {"G1": "PASS", "G2": "PASS", "G3": "PASS", "G4": verdict}
+        (tmp_path / "gates" / f"{task}.json").write_text(json.dumps({"verdicts": verdicts}))
+    monkeypatch.setattr(study, "mean_prompt_tokens", lambda cfg: 10.0)
+    monkeypatch.setattr(study, "model_parameters", lambda path: 1000)
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    for task in tasks:
+        for seed in (0, 1):
+            _fake_run(runs / task / f"grpo_s{seed}", plan, {0: 0.0, 1: 0.2, 2: 0.4}, "grpo")
+            _fake_run(runs / task / f"lens_s{seed}", plan, {0: 0.0, 1: 0.4, 2: 0.6}, "lens")
+    study.write_results(plan, ["a"], runs, out)
+    first = json.loads((out / "study.json").read_text())["tasks"]["a"]
+    shutil.rmtree(runs / "a")  # the first task's runs are gone; its JSON entry must survive
+    study.write_results(plan, ["c"], runs, out)
+    saved = json.loads((out / "study.json").read_text())
+    assert set(saved["tasks"]) == {"a", "c"} and saved["tasks"]["a"] == first
+    with pytest.raises(SystemExit, match="Holm family is one"):
+        study.write_results(plan, ["b"], runs, out)  # a second primary task must be pooled with the first
+
+
 def test_arms_that_trained_identically_are_flagged():
     run = {"trace": [[0.1, 1.0, 0.5]], "noisy_auc": 0.3}
     rows = study.with_holm(study.comparisons({"x": {0: run, 1: run}, "y": {0: run, 1: run}}, [("x", "y")], "noisy_auc"))
@@ -385,6 +412,12 @@ def test_the_committed_tables_recompute_from_their_per_seed_data(path):
             assert [r["p_holm"] for r in task["primary"]] == pytest.approx(
                 study.holm(primary[t]), abs=1e-12, nan_ok=True
             )
+
+
+def test_a_small_p_value_is_printed_with_its_digits():
+    # Was: 0.0000 for the p = 1.9e-6 of 20 seeds that all agree.
+    assert [study.pval(p) for p in (2 / 2**20, 0.00054, 0.0397, 1.0)] == ["1.9e-06", "5.4e-04", "0.0397", "1.0000"]
+    assert study.pval(math.nan) == "—"
 
 
 def test_a_contrast_name_with_a_bar_keeps_the_table_s_cells():

@@ -1,9 +1,9 @@
-"""README.md's gate table says what the committed gate tables (bench/results/gates/<task>.json) say.
+"""The gate table of docs/results.md says what the committed gate tables (bench/results/gates/<task>.json) say.
 
 The table is written by hand from `python -m lens.audit gates` runs; a task whose checkpoint is regenerated
-gets a new JSON, and a stale README row would then misreport a gate. Each printed number must equal the JSON
+gets a new JSON, and a stale row would then misreport a gate. Each printed number must equal the JSON
 value rounded to the digits printed, and each verdict word the JSON's verdict of that gate.
-Run: `python -m pytest tests/test_readme_gates.py -q`.
+Run: `python -m pytest tests/test_results_gates.py -q`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 GATES = REPO / "bench" / "results" / "gates"
 HEADER = "| task | G1 clean / noisy / deleted |"
 WARM, GRPO = "warm start", "GRPO"
-# Column of the README table -> the JSON rows (quantity, stage) its numbers print, in order.
+# Column of the results table -> the JSON rows (quantity, stage) its numbers print, in order.
 COLUMNS = {
     "G1": [("accuracy clean", WARM), ("accuracy noisy", WARM), ("accuracy noisy, distractors deleted", WARM)],
     "G2": [("AUC of reference surprisal", WARM), ("precision@k of surprisal / random", WARM)],
@@ -35,9 +35,9 @@ COLUMNS = {
 NUMBER = re.compile(r"n/a|\d+\.\d+")
 
 
-def _readme_rows() -> dict[str, list[str]]:
-    """task -> its cells (G1..G5) from the README's gate table."""
-    lines = (REPO / "README.md").read_text().splitlines()
+def _table_rows() -> dict[str, list[str]]:
+    """task -> its cells (G1..G5) from the gate table of docs/results.md."""
+    lines = (REPO / "docs" / "results.md").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(HEADER))
     rows = {}
     # The table runs from the line after the separator to the first line that is not a table row.
@@ -58,7 +58,7 @@ def _matches(printed: str, value: float) -> bool:
     return abs(float(printed) - value) <= 0.5 * 10**-digits + 1e-6
 
 
-ROWS = _readme_rows()
+ROWS = _table_rows()
 
 
 def test_the_table_lists_every_committed_gate_table() -> None:
@@ -73,10 +73,10 @@ def test_readme_row_equals_the_committed_gate_table(task: str) -> None:
         printed = NUMBER.findall(cell)
         assert len(printed) == len(keys), f"{task} {gate}: {cell!r}"
         for text, key in zip(printed, keys, strict=True):
-            assert _matches(text, values[key]), f"{task} {gate} {key[0]}: README {text}, JSON {values[key]}"
+            assert _matches(text, values[key]), f"{task} {gate} {key[0]}: docs {text}, JSON {values[key]}"
         verdict = data["verdicts"].get(gate)
         if verdict is not None:
-            assert cell.endswith(verdict), f"{task} {gate}: README {cell!r}, JSON {verdict}"
+            assert cell.endswith(verdict), f"{task} {gate}: docs {cell!r}, JSON {verdict}"
 
 
 def test_matches_rounds_to_the_printed_digits() -> None:
