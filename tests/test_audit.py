@@ -25,7 +25,7 @@ CHROMIUM = "/usr/bin/chromium"
 @pytest.fixture(scope="module")
 def policy_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A copy of the reference with slightly perturbed weights, so interference scores are non-zero."""
-    return str(save_perturbed_reference(vartrack, tmp_path_factory.mktemp("policy")))
+    return str(save_perturbed_reference(vartrack.TASK, tmp_path_factory.mktemp("policy")))
 
 
 @pytest.fixture(scope="module")
