@@ -113,3 +113,13 @@ def test_a_task_file_whose_task_has_another_name_is_refused(dropped: Path) -> No
     (dropped / "dropped_misnamed.py").write_text(Path(successor.__file__).read_text())
     with pytest.raises(ValueError, match=r"dropped_misnamed\.py: TASK must be .* named 'dropped_misnamed'"):
         tasks.get("dropped_misnamed")
+
+
+def test_a_task_copied_from_a_parent_must_say_whether_it_has_a_control(dropped: Path) -> None:
+    # dataclasses.replace keeps successor's control: the file must set `control=` for the scan to see it.
+    source = "import dataclasses\nfrom lens.tasks import successor\n\nTASK = dataclasses.replace(successor.TASK, {})\n"
+    (dropped / "dropped_copy.py").write_text(source.format('name="dropped_copy"'))
+    with pytest.raises(ValueError, match=r"dropped_copy\.py: TASK's control must be set"):
+        tasks.get("dropped_copy")
+    (dropped / "dropped_plain.py").write_text(source.format('name="dropped_plain", control=None'))
+    assert tasks.get("dropped_plain").control is None and "dropped_plain_direct" not in tasks.names()

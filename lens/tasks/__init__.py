@@ -91,6 +91,10 @@ def get(name: str) -> Task:
     task = importlib.import_module(f"lens.tasks.{module}").TASK
     if not isinstance(task, base.Task) or task.name != module:
         raise ValueError(f"lens/tasks/{module}.py: TASK must be a lens.tasks.base.Task named {module!r}")
+    # What the scan read must be what the file builds (a Task copied from a parent keeps the parent's control
+    # unless the file says `control=None`): otherwise a control would be registered or used without the other.
+    if (task.control is not None) != (module + SUFFIX in registered):
+        raise ValueError(f"lens/tasks/{module}.py: TASK's control must be set in its own `Task(...)` call, or None")
     return base.direct(task) if control else task
 
 
