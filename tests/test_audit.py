@@ -124,7 +124,7 @@ def test_audit_rejects_bad_flags(policy_dir: str, tmp_path: Path, capsys: pytest
     src = tmp_path / "p.jsonl"
     src.write_text(json.dumps({"problem": "a = 1 ; ? a", "answer": "1"}) + "\n")
     err = user_error([*base, "--data", str(src), "--accuracy"], capsys)
-    assert "--accuracy and --scorer grad need --data vartrack" in err
+    assert "--accuracy and --scorer grad need --data ledger|" in err and "|vartrack (got --data" in err
     assert "--gamma" in user_error([*base, "--data", "vartrack", "--gamma", "1.5"], capsys)
     assert "unknown ['bogus']" in user_error(["detect", *base, "--scorers", "interference,bogus"], capsys)
 
