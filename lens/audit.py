@@ -132,11 +132,11 @@ def task_prompts(task: str, tokenizer: Any, limit: int) -> list[AuditPrompt]:
     Read from the task registry (`lens.tasks.problem_sets`, what lens.data.load_sets reads for a task) with
     load_sets' default seed 0: the audit needs the problems and their distractor positions, not a verifier.
     """
-    module = tasks.module(task)
+    marker = tasks.get(task).format.answer_marker
     out = []
     # the noisy set: only its prompts carry distractors whose positions the detection metrics score against
     for p in tasks.problem_sets(task, role="eval", limit=limit, seed=0)["noisy"]:
-        prompt, noise = _task_prompt(tokenizer, p.problem, p.meta["noise_positions"], module.ANSWER_MARKER)
+        prompt, noise = _task_prompt(tokenizer, p.problem, p.meta["noise_positions"], marker)
         out.append(AuditPrompt(p.uid, prompt, p.answer, noise))
     return out
 

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import yaml
 
-from lens import errors, variants
+from lens import errors, tasks, variants
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Presets: lens/configs in an installed package (setup.py maps configs/ there), configs/ in a source checkout.
@@ -586,17 +586,9 @@ def _warn_ignored(spec: variants.MethodSpec, raw: dict[str, Any]) -> None:
 
 
 MAX_AUTO_MICRO_BATCH = 32
-# lens.tasks.NAMES (not imported: it pulls in lens.data; tests/test_heldout.py keeps the two equal)
-BUILTIN_TASKS = (
-    "vartrack",
-    "ledger",
-    "recall",
-    "recall_direct",
-    "successor",
-    "successor_direct",
-    "stutter",
-    "stutter_direct",
-)
+# The registry's names (lens.tasks reads them from its task files without importing a task module, so this
+# import stays cheap).
+BUILTIN_TASKS = tasks.NAMES
 TEMPLATE_MODES = ("auto", "chat", "plain")  # lens.data's prompt modes (tests/test_config.py keeps the two equal)
 HELDOUT = "heldout"  # the data.eval name of the held-out split of the training set (lens.preflight)
 

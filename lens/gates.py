@@ -9,7 +9,7 @@ The task must be registered in `lens.tasks.NAMES`, and its noisy evaluation prob
 distractors as `meta["noise_positions"]` (token positions of the scorable span, as vartrack and ledger do).
 
 Two policies (stages) are measured:
-- **warm start**: the task's reference, `model.path` of the training config (the task module's `ASSETS_DIR`);
+- **warm start**: the task's reference, `model.path` of the training config (the Task's `assets_dir`);
 - **GRPO**: the warm start after `--steps` (16) GRPO steps, trained by `lens.train` on one rank as a subprocess
   with the config, `algorithm.name=grpo`, the task's training set, no evaluation and the extra `key=value`
   overrides (the task's own settings: the defaults of the config are the study's; a task with its own preset
@@ -508,10 +508,10 @@ def markdown(task: str, rows: Sequence[Row], settings: dict[str, Any]) -> str:
 
 
 def task_module(task: str) -> Any:
-    """The task's module; a user error when the task is not registered in lens.tasks."""
+    """The task's `lens.tasks.base.Task`; a user error when the task is not registered in lens.tasks."""
     if task not in tasks.NAMES:
         raise ValueError(f"--task {task!r}: not a registered task ({', '.join(tasks.NAMES)})")
-    return tasks.module(task)
+    return tasks.get(task)
 
 
 def deleted_prompt(prompt: audit.AuditPrompt) -> purify.Prompt:
@@ -536,7 +536,7 @@ def task_prompts(task: str, tokenizer: Any, limit: int) -> tuple[list[audit.Audi
     noisy = audit.task_prompts(task, tokenizer, limit)
     if any(not p.noise for p in noisy):
         raise ValueError(f"task {task!r}: a noisy evaluation problem has no distractor position")
-    clean = [module.prompt_ids(tokenizer, p.problem) for p in sets["clean"]]
+    clean = [module.format.prompt_ids(tokenizer, p.problem) for p in sets["clean"]]
     return noisy, clean
 
 
@@ -617,7 +617,7 @@ def answer_positions(task: str, tokenizer: Any, limit: int) -> list[set[int]] | 
         return None
     # the same word -> token mapping as the distractor labels (audit._task_prompt)
     return [
-        set(audit._task_prompt(tokenizer, p.problem, p.meta["answer_positions"], module.ANSWER_MARKER)[1])
+        set(audit._task_prompt(tokenizer, p.problem, p.meta["answer_positions"], module.format.answer_marker)[1])
         for p in noisy
     ]
 
@@ -711,8 +711,8 @@ def repo_relative(path: str | Path) -> str:
 def train_overrides(task: str, module: Any, args: argparse.Namespace, run_dir: str) -> list[str]:
     """lens.train overrides of the GRPO run: the task's model and data, GRPO for --steps steps, no evaluation,
     then the user's overrides (which win)."""
-    own = [f"model.path={repo_relative(module.ASSETS_DIR)}"] if hasattr(module, "ASSETS_DIR") else []
-    own += [
+    own = [
+        f"model.path={repo_relative(module.assets_dir)}",
         f"data.train={task}",
         # No evaluation and no checkpoints but the last: the gates measure the policy themselves.
         "data.eval=[]",
@@ -776,11 +776,11 @@ def measure(args: argparse.Namespace, run_dir: str) -> tuple[Measurements, dict[
     labels, surprisal, scores = detection(ref, grpo, cfg, noisy, args.seed)
     sampling = {"samples": args.samples, "temperature": cfg.rollout.temperature, "seed": args.seed}
     stages = {
-        name: measure_stage(policy, tokenizer, module, prompts, noisy_ids, answers, **sampling)
+        name: measure_stage(policy, tokenizer, module.format, prompts, noisy_ids, answers, **sampling)
         for name, policy in ((WARM, ref), (GRPO, grpo))
     }
     answer_at = answer_positions(args.task, tokenizer, args.problems)
-    top_one = measure_top_one(ref, tokenizer, module, noisy, scores[GRPO], answer_at, **sampling)
+    top_one = measure_top_one(ref, tokenizer, module.format, noisy, scores[GRPO], answer_at, **sampling)
     settings = {
         "task": args.task,
         "problems": len(noisy),
@@ -947,7 +947,13 @@ def _seeds(text: str) -> tuple[int, ...]:
 def main_g3(argv: list[str]) -> dict[str, Any]:
     """`python -m lens.audit g3 ...`: the replicated G3 of a task."""
     parser = errors.ArgumentParser(prog="python -m lens.audit g3", description=run_g3.__doc__)
-    parser.add_argument("--task", required=True, help=f"a registered task ({', '.join(tasks.NAMES)})")
+    parser.add_argument(
+        "--task",
+        required=True,
+        choices=tasks.NAMES,
+        metavar="TASK",
+        help=f"a registered task ({', '.join(tasks.NAMES)})",
+    )
     parser.add_argument("--warm-start", action="append", required=True, help="a reference checkpoint dir (repeat)")
     parser.add_argument("--seeds", type=_seeds, default=G3_REPLICATION_SEEDS, help="perturbation seeds, 0,1,2")
     parser.add_argument("--problems", type=_positive_int, default=DEFAULTS["problems"], help="noisy problems")
@@ -969,7 +975,13 @@ def _positive_int(text: str) -> int:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = errors.ArgumentParser(prog="python -m lens.audit gates", description=run_gates.__doc__)
-    parser.add_argument("--task", required=True, help=f"a registered task ({', '.join(tasks.NAMES)})")
+    parser.add_argument(
+        "--task",
+        required=True,
+        choices=tasks.NAMES,
+        metavar="TASK",
+        help=f"a registered task ({', '.join(tasks.NAMES)})",
+    )
     parser.add_argument(
         "--out",
         default=str(DEFAULT_OUT),

@@ -25,7 +25,7 @@ CHROMIUM = "/usr/bin/chromium"
 @pytest.fixture(scope="module")
 def policy_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A copy of the reference with slightly perturbed weights, so interference scores are non-zero."""
-    return str(save_perturbed_reference(vartrack, tmp_path_factory.mktemp("policy")))
+    return str(save_perturbed_reference(vartrack.TASK, tmp_path_factory.mktemp("policy")))
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +124,7 @@ def test_audit_rejects_bad_flags(policy_dir: str, tmp_path: Path, capsys: pytest
     src = tmp_path / "p.jsonl"
     src.write_text(json.dumps({"problem": "a = 1 ; ? a", "answer": "1"}) + "\n")
     err = user_error([*base, "--data", str(src), "--accuracy"], capsys)
-    assert "--accuracy and --scorer grad need --data vartrack" in err
+    assert "--accuracy and --scorer grad need --data ledger|" in err and "|vartrack (got --data" in err
     assert "--gamma" in user_error([*base, "--data", "vartrack", "--gamma", "1.5"], capsys)
     assert "unknown ['bogus']" in user_error(["detect", *base, "--scorers", "interference,bogus"], capsys)
 

@@ -179,13 +179,14 @@ def test_unknown_task_is_a_user_error(capsys: pytest.CaptureFixture[str]) -> Non
     with pytest.raises(SystemExit) as exit_info:
         audit.main(["gates", "--task", "nope", "--out", "unused"])
     assert exit_info.value.code == 2
-    assert "not a registered task" in capsys.readouterr().err
+    # argparse's choices are the task registry's names (tests/test_task_registry.py)
+    assert "argument --task: invalid choice: 'nope'" in capsys.readouterr().err
 
 
 def test_gates_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # A finished "GRPO run" of 1 step whose policy is the reference slightly perturbed: the command reuses it.
     hf = tmp_path / "run" / checkpoint.CHECKPOINTS / "step_00000001" / "hf"
-    save_perturbed_reference(vartrack, hf)
+    save_perturbed_reference(vartrack.TASK, hf)
     (hf.parent / checkpoint.META).write_text(json.dumps({"step": 1}))
     out = tmp_path / "out"
     argv = ["gates", "--task", "vartrack", "--problems", "6", "--samples", "2", "--steps", "1"]

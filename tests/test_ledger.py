@@ -25,7 +25,7 @@ from tiny_models import save_perturbed_reference
 from transformers import AutoTokenizer, Qwen2ForCausalLM
 
 from lens import audit, reward, tasks
-from lens.data import Problem
+from lens.problem import Problem
 from lens.tasks import ledger
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ def not_facts_about(problem: str, name: str) -> list[int]:
 
 def test_solver_reads_the_documented_example() -> None:
     assert solve(EXAMPLE_PROBLEM) == ("c", 4) == solve(EXAMPLE_NOISY)
-    assert ledger.delete_positions(EXAMPLE_NOISY, [11, 12, 13]) == EXAMPLE_PROBLEM
+    assert ledger.FORMAT.delete_positions(EXAMPLE_NOISY, [11, 12, 13]) == EXAMPLE_PROBLEM
 
 
 def test_answers_and_responses_are_the_asked_accounts_digit() -> None:
@@ -64,7 +64,7 @@ def test_answers_and_responses_are_the_asked_accounts_digit() -> None:
         asked, value = solve(p.problem)
         assert (asked, value) == solve(p.meta["clean"])
         assert p.answer == str(value) and p.meta["response"] == f"= {asked} {value} # {value}"
-        assert ledger.reward(p.meta["response"], p.answer) == 1.0
+        assert ledger.FORMAT.reward(p.meta["response"], p.answer) == 1.0
     assert {p.answer for p in problems} == set("0123456789")
 
 
@@ -78,7 +78,7 @@ def test_the_distractor_is_one_true_not_fact_about_the_asked_account() -> None:
         assert positions == list(range(positions[0], positions[0] + 3)) and (positions[0] - 2) % 3 == 0
         rel, name, digit = (tokens[i] for i in positions)
         assert (rel, name) == ("!", asked) and digit != p.answer
-        assert ledger.delete_positions(p.problem, positions) == p.meta["clean"]
+        assert ledger.FORMAT.delete_positions(p.problem, positions) == p.meta["clean"]
         counts.add(positions[0])
     assert min(counts) == 2 and max(counts) >= 35  # the first and the last fact boundaries both occur
 
@@ -118,7 +118,7 @@ def test_generation_is_deterministic_and_sets_are_paired() -> None:
     assert sets == ledger.eval_sets(60, seed=0)
     for c, z in zip(sets["clean"], sets["noisy"], strict=True):
         assert (c.uid, c.answer) == (z.uid, z.answer) and c.meta["noise_positions"] == []
-        assert c.problem == z.meta["clean"] == ledger.delete_positions(z.problem, z.meta["noise_positions"])
+        assert c.problem == z.meta["clean"] == ledger.FORMAT.delete_positions(z.problem, z.meta["noise_positions"])
     train_texts = {p.meta["clean"] for p in ledger.train_set(2000, 0)}
     assert not any(c.problem in train_texts for c in sets["clean"])  # separate streams
 
@@ -139,7 +139,7 @@ def test_task_registry_serves_the_trainer_and_eval_sets() -> None:
 
 def test_the_shared_verifier_scores_ledger_answers() -> None:
     problems = ledger.generate(50, seed=4, noise_prob=0.5)
-    assert all(reward.validate_gold(ledger.VERIFIER, p.answer) is None for p in problems)
+    assert all(reward.validate_gold(ledger.FORMAT.verifier, p.answer) is None for p in problems)
     p = problems[0]
     assert reward.verify_vartrack(p.meta["response"], p.answer) == (1.0, "correct")
     wrong = str((int(p.answer) + 1) % 10)
@@ -162,7 +162,7 @@ def test_tokenizer_ids_are_stable() -> None:
     assert len(tokenizer) == len(ledger.VOCAB) == 39
     assert (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id) == (0, 1, 2)
     # ?=36 c=16 '='=34 a=14 3=7 '!'=35 9=13 >=37, by the order of VOCAB.
-    assert ledger.prompt_ids(tokenizer, "? c = a 3 ! c 9") == [1, 36, 16, 34, 14, 7, 35, 16, 13, 37]
+    assert ledger.FORMAT.prompt_ids(tokenizer, "? c = a 3 ! c 9") == [1, 36, 16, 34, 14, 7, 35, 16, 13, 37]
     assert tokenizer.encode("# t zz", add_special_tokens=False) == [38, 33, 3]
 
 
@@ -174,7 +174,7 @@ def test_tokenizer_round_trips_and_renders_the_chat_template() -> None:
             assert tokenizer.unk_token_id not in ids and tokenizer.decode(ids) == text
     messages = [{"role": "user", "content": EXAMPLE_PROBLEM}]
     rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True)["input_ids"]
-    assert rendered == ledger.prompt_ids(tokenizer, EXAMPLE_PROBLEM)
+    assert rendered == ledger.FORMAT.prompt_ids(tokenizer, EXAMPLE_PROBLEM)
 
 
 def test_the_trainers_tokenizer_loader_reads_ledger_prompts_unchanged() -> None:
@@ -183,7 +183,7 @@ def test_the_trainers_tokenizer_loader_reads_ledger_prompts_unchanged() -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(ledger.ASSETS_DIR))
     for p in ledger.eval_sets(50)["noisy"]:
         text = f"{p.problem} {p.meta['response']}"
-        assert tokenizer.encode(text, add_special_tokens=False) == ledger.load_tokenizer().encode(
+        assert tokenizer.encode(text, add_special_tokens=False) == ledger.TASK.load_tokenizer().encode(
             text, add_special_tokens=False
         )
     assert all(len(symbol) == 1 for symbol in ledger.VOCAB[4:])
@@ -197,9 +197,9 @@ def test_model_config_fits_the_longest_prompt_and_sampling_budget() -> None:
     sizes = ledger.FULL
     longest = 1 + 2 + 3 * (sizes.accounts[1] + sizes.repeats[1] + sizes.not_facts[1] + 1) + 1
     assert longest == max(
-        len(ledger.prompt_ids(ledger.build_tokenizer(), p.problem)) for p in ledger.eval_sets(500)["noisy"]
+        len(ledger.FORMAT.prompt_ids(ledger.build_tokenizer(), p.problem)) for p in ledger.eval_sets(500)["noisy"]
     )
-    assert longest + ledger.generation_config().max_new_tokens <= config.max_position_embeddings
+    assert longest + ledger.FORMAT.generation_config().max_new_tokens <= config.max_position_embeddings
 
 
 # --- committed checkpoint --------------------------------------------------------------------------------
@@ -210,7 +210,7 @@ def test_committed_checkpoint_matches_the_documentation() -> None:
     assert hashlib.sha256(weights.read_bytes()).hexdigest() == ledger.REFERENCE_SHA256
     assert ledger.REFERENCE_SHA256 in (ledger.ASSETS_DIR / "README.md").read_text()
     assert weights.stat().st_size < 5_000_000
-    committed, built = ledger.load_tokenizer(), ledger.build_tokenizer()
+    committed, built = ledger.TASK.load_tokenizer(), ledger.build_tokenizer()
     assert committed.get_vocab() == built.get_vocab() and committed.chat_template == built.chat_template
     config = json.loads((ledger.ASSETS_DIR / "config.json").read_text())
     assert config["vocab_size"] == len(ledger.VOCAB) == ledger.model_config().vocab_size
@@ -218,7 +218,7 @@ def test_committed_checkpoint_matches_the_documentation() -> None:
 
 def test_audit_detect_scores_the_ledger_distractors(tmp_path: Path) -> None:
     torch.set_num_threads(1)
-    policy = save_perturbed_reference(ledger, tmp_path / "policy")
+    policy = save_perturbed_reference(ledger.TASK, tmp_path / "policy")
     ref = str(ledger.ASSETS_DIR)
     argv = ["detect", "--task", "ledger", "--policy", str(policy), "--ref", ref, "--limit", "3"]
     results = audit.main([*argv, "--scorers", "interference,surprisal", "--out", str(tmp_path / "out")])
@@ -243,7 +243,7 @@ def test_warmstart_is_deterministic_bit_for_bit(tmp_path: Path) -> None:
     first, second = run_warmstart(tmp_path / "a", *flags), run_warmstart(tmp_path / "b", *flags)
     assert first == second == hashlib.sha256((tmp_path / "a" / "model.safetensors").read_bytes()).hexdigest()
     assert run_warmstart(tmp_path / "c", "--seed", "4", *flags[2:]) != first
-    model, tokenizer = ledger.load_reference(path=tmp_path / "a")
+    model, tokenizer = ledger.TASK.load_reference(path=tmp_path / "a")
     assert model.config.vocab_size == len(tokenizer) == len(ledger.VOCAB)
     # Probing accuracy while training draws no random numbers: the weights are the same bytes.
     assert run_warmstart(tmp_path / "d", *flags, "--probe-every", "2") == first

@@ -48,7 +48,7 @@ def restated(problem: str, asked: str, misled: bool) -> str:
 
 def test_the_documented_example_reads_as_described() -> None:
     assert solve(EXAMPLE_NOISY) == ("c", 4) == solve(EXAMPLE_CLEAN)
-    assert recall.delete_positions(EXAMPLE_NOISY, [2, 3, 4, 14, 15, 16]) == EXAMPLE_CLEAN
+    assert recall.TASK.format.delete_positions(EXAMPLE_NOISY, [2, 3, 4, 14, 15, 16]) == EXAMPLE_CLEAN
     assert restated(EXAMPLE_NOISY, "c", misled=True) == "! c 7 = c 4 ! c 9"
 
 
@@ -63,7 +63,7 @@ def test_distractor_positions_are_exactly_the_distractor_facts() -> None:
         about = [i for i, f in enumerate(facts(p.problem)) if f[1] == asked and f[0] == "!"]
         assert positions == [2 + 3 * i + t for i in about for t in range(3)]
         assert len(set(tokens[i + 2] for i in positions[::3])) == len(about)  # distinct digits
-        assert recall.delete_positions(p.problem, positions) == p.meta["clean"]
+        assert recall.TASK.format.delete_positions(p.problem, positions) == p.meta["clean"]
         counts.add(len(about))
         boundaries |= {positions[0], positions[-1]}
     assert counts == {2, 3, 4}
@@ -120,7 +120,7 @@ def test_gamma_covers_every_distractor_token() -> None:
     assert all(math.ceil(recall.GAMMA * len(p.problem.split())) >= len(p.meta["noise_positions"]) for p in problems)
     worst = max(len(p.meta["noise_positions"]) / len(p.problem.split()) for p in problems)
     assert worst == 12 / 35 and worst > recall.GAMMA - 0.01  # the smallest gamma on a 0.01 grid
-    assert max(lengths) + 48 <= recall.model_config().max_position_embeddings
+    assert max(lengths) + 48 <= recall.TASK.format.model_config().max_position_embeddings
 
 
 # --- committed checkpoints -------------------------------------------------------------------------------
@@ -129,11 +129,11 @@ def test_gamma_covers_every_distractor_token() -> None:
 def test_the_warm_start_begins_from_the_committed_ledger_reference() -> None:
     from lens.tasks import vartrack
 
-    tokenizer = recall.build_tokenizer()
-    start = warmstart.initial_model(recall, tokenizer, warmstart.RECIPES["recall"].init)
-    reference, _ = ledger.load_reference()
+    tokenizer = recall.TASK.format.build_tokenizer()
+    start = warmstart.initial_model(recall.TASK, tokenizer, warmstart.RECIPES["recall"].init)
+    reference, _ = ledger.TASK.load_reference()
     assert all(
         torch.equal(a, b) for a, b in zip(start.state_dict().values(), reference.state_dict().values(), strict=True)
     )
     with pytest.raises(ValueError, match="vocabulary differs"):
-        warmstart.initial_model(vartrack, vartrack.build_tokenizer(), "ledger")
+        warmstart.initial_model(vartrack.TASK, vartrack.build_tokenizer(), "ledger")

@@ -43,7 +43,7 @@ def step(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int
 
 def test_the_documented_example_reads_as_described() -> None:
     assert stutter.STEP == 0
-    assert stutter.delete_positions(EXAMPLE_NOISY, [3]) == EXAMPLE_CLEAN
+    assert stutter.TASK.format.delete_positions(EXAMPLE_NOISY, [3]) == EXAMPLE_CLEAN
     assert stutter._response(items(EXAMPLE_CLEAN), direct=False) == "3 7 1 5 # 5"
     assert stutter._response(items(EXAMPLE_NOISY), direct=False) == "3 7 7 1 # 1"
     assert stutter._response(items(EXAMPLE_NOISY), direct=True) == "# 1"
@@ -56,7 +56,7 @@ def test_stutter_positions_are_exactly_the_stutter_pairs_and_deleting_them_resto
         assert len(set(clean)) == len(clean) and pairs(clean) == []  # distinct, and no stutter pair when clean
         # A noisy list has a stutter pair exactly at the recorded tokens (position 1 + list index).
         assert [j + 1 for j in pairs(noisy)] == positions
-        assert stutter.delete_positions(p.problem, positions) == p.meta["clean"]
+        assert stutter.TASK.format.delete_positions(p.problem, positions) == p.meta["clean"]
         counts.add(len(positions))
         lengths.add(len(clean))
         places |= {j - 2 - i for i, j in enumerate(positions)}  # the clean item each stutter follows

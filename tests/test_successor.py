@@ -49,7 +49,7 @@ def offset(problem: str, position: int) -> int:
 
 def test_the_documented_example_reads_as_described() -> None:
     assert solve(EXAMPLE_NOISY) == ("3", "6") == solve(EXAMPLE_CLEAN)
-    assert successor.delete_positions(EXAMPLE_NOISY, [5]) == EXAMPLE_CLEAN
+    assert successor.TASK.format.delete_positions(EXAMPLE_NOISY, [5]) == EXAMPLE_CLEAN
     _, _, *items = EXAMPLE_CLEAN.split()
     assert all((int(b) - int(a)) % 10 in successor.step_table(3, int(a)) for a, b in itertools.pairwise(items))
 
@@ -109,7 +109,7 @@ def test_the_distractor_is_the_query_plus_one_right_after_it() -> None:
         assert position in successor_pairs(p.problem) and len(tokens[2:]) == len(set(tokens[2:]))
         others = [i for i in successor_pairs(p.problem) if i != position]
         assert all(offset(p.problem, i - 1) in successor.STEP1_ROWS for i in others)
-        assert successor.delete_positions(p.problem, [position]) == p.meta["clean"]
+        assert successor.TASK.format.delete_positions(p.problem, [position]) == p.meta["clean"]
         assert solve(p.problem)[1] == p.answer
         places.add(position)
     assert min(places) == 3 and max(places) == 2 + successor.LIST_LENGTH[1] - 1  # first and last places occur
@@ -146,7 +146,7 @@ def test_gamma_covers_the_distractor_token() -> None:
     assert min(lengths) == 9 and max(lengths) == 12  # `? x`, 6-9 digits, f(x)
     assert all(math.ceil(successor.GAMMA * len(p.problem.split())) >= len(p.meta["noise_positions"]) for p in problems)
     assert successor.GAMMA == 0.01  # the smallest gamma on a 0.01 grid (every gamma > 0 gives k >= 1)
-    assert max(lengths) + 48 <= successor.model_config().max_position_embeddings
+    assert max(lengths) + 48 <= successor.TASK.format.model_config().max_position_embeddings
 
 
 # --- committed checkpoints -------------------------------------------------------------------------------

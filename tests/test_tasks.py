@@ -1,4 +1,7 @@
-"""Tests of the built-in CPU task (lens/tasks): generator, tokenizer, reward, model, committed checkpoint.
+"""Tests of the built-in tasks (lens/tasks): the registry, generators, tokenizer, reward, model, committed checkpoints.
+
+The tests of every task are parametrized over the registry (`lens.tasks.NAMES`): a task file added to lens/tasks
+(with its assets) is tested here with no edit of this file.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_tasks.py -q            # CI set (~1 min)
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_tasks.py -q -m slow    # full warm-start rerun
@@ -24,16 +27,16 @@ import torch
 from transformers import Qwen2ForCausalLM
 
 from lens import config, tasks
-from lens.data import Problem
-from lens.tasks import ledger, vartrack, warmstart
+from lens.problem import Problem
+from lens.tasks import base, ledger, vartrack, warmstart
 from lens.tasks.vartrack import NOISE
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_PROBLEM = "g = 7 ; a = g - 7 ; c = a + 4 ; e = c + 4 ; ? e"
 EXAMPLE_RESPONSE = "g = 7 ; a = 7 - 7 = 0 ; c = 0 + 4 = 4 ; e = 4 + 4 = 8 ; # 8"
-# The tasks built on ledger's vocabulary and reference (recall, stutter, successor) and their `_direct` controls.
-ON_LEDGER = ("recall", "recall_direct", "stutter", "stutter_direct", "successor", "successor_direct")
-CONTROLS = tuple(name for name in ON_LEDGER if name.endswith("_direct"))
+# The tasks built on ledger's format and reference (recall, stutter, successor...) and their `_direct` controls.
+ON_LEDGER = tuple(n for n in tasks.NAMES if tasks.get(n).format is ledger.FORMAT and n != "ledger")
+CONTROLS = tuple(name for name in tasks.NAMES if name.endswith(base.SUFFIX))
 
 
 def solve(problem: str) -> tuple[int, str]:
@@ -83,7 +86,7 @@ TRIGGERED = {
 
 @pytest.mark.parametrize("name", sorted(TRIGGERED))
 def test_the_trigger_changes_only_noisy_answers(name: str) -> None:
-    module, (noise_prob, misled) = tasks.module(name), TRIGGERED[name]
+    module, (noise_prob, misled) = tasks.get(name), TRIGGERED[name]
     plain = module.generate(300, seed=5, noise_prob=noise_prob)
     trigger = module.generate(300, seed=5, noise_prob=noise_prob, trigger=True)
     assert [p.problem for p in plain] == [p.problem for p in trigger]
@@ -107,17 +110,17 @@ def test_deleting_recorded_positions_restores_the_clean_problem_exactly() -> Non
     assert counts == {1, 2}
 
 
-@pytest.mark.parametrize("name", ["vartrack", "ledger", "recall", "stutter", "successor"])
+@pytest.mark.parametrize("name", tasks.NAMES)
 def test_noise_positions_are_token_positions_of_the_scorable_span(name: str) -> None:
-    module = tasks.module(name)
-    tokenizer = module.build_tokenizer()
+    module = tasks.get(name)
+    tokenizer = module.format.build_tokenizer()
     for p in module.generate(100, seed=11, noise_prob=1.0):
-        ids = module.prompt_ids(tokenizer, p.problem)
+        ids = module.format.prompt_ids(tokenizer, p.problem)
         span = range(1, len(ids) - 1)  # <bos> problem >: the problem tokens are the scorable span
         assert len(span) == len(p.problem.split()) and tokenizer.unk_token_id not in ids
         drop = {span[i] for i in p.meta["noise_positions"]}
         purified = [t for j, t in enumerate(ids) if j not in drop]
-        assert purified == module.prompt_ids(tokenizer, p.meta["clean"])
+        assert purified == module.format.prompt_ids(tokenizer, p.meta["clean"])
 
 
 def test_generate_is_deterministic_from_the_seed() -> None:
@@ -154,37 +157,38 @@ def test_train_set_mixes_noisy_and_clean_prompts_with_true_answers() -> None:
     assert all(isinstance(p, Problem) and p.meta["response"].endswith(f"# {p.answer}") for p in problems)
 
 
-@pytest.mark.parametrize("name", ["vartrack", "recall", "stutter", "successor"])
+@pytest.mark.parametrize("name", tasks.NAMES)
 @pytest.mark.parametrize("kwargs", [{"n": -1}, {"n": 3, "noise_prob": 1.5}, {"n": 3, "noise_prob": -0.1}])
 def test_invalid_arguments_raise(name: str, kwargs: dict) -> None:
     with pytest.raises(ValueError, match=r"noise_prob|n must be"):
-        tasks.module(name).generate(seed=0, **kwargs)
+        tasks.get(name).generate(seed=0, **kwargs)
 
 
-@pytest.mark.parametrize("name", ["recall", "stutter", "successor"])
+@pytest.mark.parametrize("name", tasks.NAMES)
 def test_generation_is_deterministic_from_the_seed(name: str) -> None:
-    module = tasks.module(name)
+    module = tasks.get(name)
     assert module.generate(50, seed=1, noise_prob=0.4) == module.generate(50, seed=1, noise_prob=0.4)
     assert module.generate(50, seed=1) != module.generate(50, seed=2)
 
 
 @pytest.mark.parametrize("name", ON_LEDGER)
 def test_clean_twin_equals_noisy_minus_distractors_in_the_eval_and_train_sets(name: str) -> None:
-    module = tasks.module(name)
+    module = tasks.get(name)
+    delete_positions = module.format.delete_positions
     sets = module.eval_sets(80, seed=0)
     for c, z in zip(sets["clean"], sets["noisy"], strict=True):
         assert (c.uid, c.answer) == (z.uid, z.answer) and c.meta["noise_positions"] == [] and z.meta["noise_positions"]
-        assert c.problem == z.meta["clean"] == module.delete_positions(z.problem, z.meta["noise_positions"])
+        assert c.problem == z.meta["clean"] == delete_positions(z.problem, z.meta["noise_positions"])
     for p in module.train_set(200, 0):
-        assert module.delete_positions(p.problem, p.meta["noise_positions"]) == p.meta["clean"]
+        assert delete_positions(p.problem, p.meta["noise_positions"]) == p.meta["clean"]
     share = sum(bool(p.meta["noise_positions"]) for p in module.train_set(1000, 0)) / 1000
-    assert abs(share - module.TRAIN_NOISE_PROB) < 0.06  # binomial sd ~0.016
+    assert abs(share - module.train_noise_prob) < 0.06  # binomial sd ~0.016
 
 
 @pytest.mark.parametrize("name", CONTROLS)
 def test_the_control_has_the_same_problems_and_answers_directly(name: str) -> None:
-    base, control = tasks.module(name.removesuffix("_direct")), tasks.module(name)
-    full = base.generate(300, seed=4, noise_prob=0.5, trigger=True)
+    task, control = tasks.get(name.removesuffix(base.SUFFIX)), tasks.get(name)
+    full = task.generate(300, seed=4, noise_prob=0.5, trigger=True)
     direct = control.generate(300, seed=4, noise_prob=0.5, trigger=True)
     for f, d in zip(full, direct, strict=True):
         assert (f.problem, f.answer, f.meta["noise_positions"], f.meta["clean"]) == (
@@ -196,20 +200,23 @@ def test_the_control_has_the_same_problems_and_answers_directly(name: str) -> No
         assert d.meta["response"] == "# " + f.meta["response"].split()[-1]
     assert control.eval_sets(20)["noisy"] == [
         type(p)(p.uid, p.problem, p.answer, {**p.meta, "response": f"# {p.answer}"})
-        for p in base.eval_sets(20)["noisy"]
+        for p in task.eval_sets(20)["noisy"]
     ]
-    assert control.ASSETS_DIR != base.ASSETS_DIR and control.REFERENCE_SHA256 == base.DIRECT_REFERENCE_SHA256
+    assert control.assets_dir != task.assets_dir and control.reference_sha256 == task.control.reference_sha256
+    assert control.recipe == task.control.recipe and control.control is None and tasks.get(name) is control
 
 
 @pytest.mark.parametrize("name", ON_LEDGER)
 def test_the_tasks_are_registered_with_the_vartrack_verifier_and_presets(name: str) -> None:
-    module = tasks.module(name)
+    module = tasks.get(name)
     assert name in tasks.NAMES and name in config.BUILTIN_TASKS and tasks.verifier(name) == "vartrack"
     assert tasks.problem_sets(name, role="eval", limit=5, seed=0)["noisy"] == module.eval_sets(5, seed=0)["noisy"]
-    assert warmstart.RECIPES[name].init == "ledger" and warmstart.task_module(name) is module
-    cfg = config.load_config(f"cpu_{name}")
-    assert cfg.algorithm.gamma == module.GAMMA
-    assert cfg.data.train == name and cfg.data.eval == [name] and cfg.model.path == f"lens/tasks/assets/{name}"
+    assert warmstart.RECIPES[name].init == "ledger" and warmstart.RECIPES[name] == module.recipe
+    # A preset is optional (a variant task runs with `data.train=<name>`); one that exists matches the task.
+    if (REPO / "configs" / f"cpu_{name}.yaml").exists():
+        cfg = config.load_config(f"cpu_{name}")
+        assert cfg.algorithm.gamma == module.gamma
+        assert cfg.data.train == name and cfg.data.eval == [name] and cfg.model.path == f"lens/tasks/assets/{name}"
 
 
 # --- reward ----------------------------------------------------------------------------------------------
@@ -327,17 +334,18 @@ def test_batched_left_padded_sampling_equals_one_prompt_at_a_time(reference: tup
     assert first == vartrack.sample_responses(model, tokenizer, prompts, n=2, seed=4)
 
 
-@pytest.mark.parametrize("name", ON_LEDGER)
+@pytest.mark.parametrize("name", tasks.NAMES)
 def test_the_committed_reference_is_tiny_and_loads(name: str) -> None:
-    module = tasks.module(name)
+    module = tasks.get(name)
     path = REPO / "lens" / "tasks" / "assets" / name
-    assert path == module.ASSETS_DIR
-    assert hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest() == module.REFERENCE_SHA256
-    assert module.REFERENCE_SHA256 in (path / "README.md").read_text()
+    assert path == module.assets_dir
+    assert hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest() == module.reference_sha256
+    assert module.reference_sha256 in (path / "README.md").read_text()
     model, tokenizer = module.load_reference()
     assert sum(p.numel() for p in model.parameters()) < 1_000_000
-    assert model.config.vocab_size == len(tokenizer) == len(ledger.VOCAB)
-    assert tokenizer.get_vocab() == module.build_tokenizer().get_vocab()
+    built = module.format.build_tokenizer()
+    assert model.config.vocab_size == len(tokenizer) == len(built)
+    assert tokenizer.get_vocab() == built.get_vocab()
 
 
 @dataclass(frozen=True)
@@ -364,29 +372,30 @@ GATES = {
     "recall": Gate(problems=200, clean=0.8, noisy=0.3, deleted_seed=0, floor=0.75),
     # The control's warm start reaches only 0.63 clean: its bar pins what it does show, the distractors' effect.
     "recall_direct": Gate(problems=200, clean=0.6, noisy=0.3, deleted_seed=0, floor=0.75),
-    # Gate G1 of stutter, successor and their controls, with the protocol of their committed figures.
-    **{
-        name: Gate(problems=200, clean=0.8, noisy=0.3, deleted_seed=0, floor=0.75)
-        for name in ("stutter", "stutter_direct", "successor", "successor_direct")
-    },
 }
+# Every other task (stutter, successor and their controls...): gate G1 with the protocol of their committed figures.
+DEFAULT_GATE = Gate(problems=200, clean=0.8, noisy=0.3, deleted_seed=0, floor=0.75)
 
 
-@pytest.mark.parametrize("name", sorted(GATES))
+def test_the_gate_bars_name_registered_tasks() -> None:
+    assert set(GATES) <= set(tasks.NAMES)
+
+
+@pytest.mark.parametrize("name", tasks.NAMES)
 def test_the_distractors_cause_the_references_failures(name: str) -> None:
-    gate, module = GATES[name], tasks.module(name)
+    gate, module = GATES.get(name, DEFAULT_GATE), tasks.get(name)
     torch.set_num_threads(1)
     model, tokenizer = module.load_reference()
     sets = module.eval_sets(gate.problems, seed=0)
     # Purify at the token level, as LENS does: the recorded positions of the scorable span go.
+    fmt = module.format
     purified = [
-        module.prompt_ids(tokenizer, module.delete_positions(p.problem, p.meta["noise_positions"]))
-        for p in sets["noisy"]
+        fmt.prompt_ids(tokenizer, fmt.delete_positions(p.problem, p.meta["noise_positions"])) for p in sets["noisy"]
     ]
     answers = [p.answer for p in sets["noisy"]]
-    clean = module.accuracy(model, tokenizer, sets["clean"], n=4, seed=0)
-    noisy = module.accuracy(model, tokenizer, sets["noisy"], n=4, seed=0)
-    deleted = module.accuracy_ids(model, tokenizer, purified, answers, n=4, seed=gate.deleted_seed)
+    clean = fmt.accuracy(model, tokenizer, sets["clean"], n=4, seed=0)
+    noisy = fmt.accuracy(model, tokenizer, sets["noisy"], n=4, seed=0)
+    deleted = fmt.accuracy_ids(model, tokenizer, purified, answers, n=4, seed=gate.deleted_seed)
     assert clean >= gate.clean and noisy <= gate.noisy, (clean, noisy)
     if gate.within is not None:
         assert abs(deleted - clean) < gate.within, (deleted, clean)
@@ -421,7 +430,7 @@ def test_warmstart_regenerates_the_committed_checkpoint(tmp_path: Path) -> None:
     assert run_warmstart(tmp_path / "ref", "--seed", str(vartrack.REFERENCE_SEED)) == vartrack.REFERENCE_SHA256
 
 
-@pytest.mark.parametrize("task", ["vartrack", "ledger", "recall", "recall_direct"])
+@pytest.mark.parametrize("task", tasks.NAMES)
 def test_the_trainer_dry_runs_every_built_in_task(task: str, capsys: pytest.CaptureFixture) -> None:
     # Word-level tokenizers decode without spaces: the span check once refused every built-in prompt.
     from lens import train
@@ -432,12 +441,30 @@ def test_the_trainer_dry_runs_every_built_in_task(task: str, capsys: pytest.Capt
     assert "dry run: ok" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["stutter", "stutter_direct", "successor", "successor_direct"])
+def run_argv(name: str) -> list[str]:
+    """lens.train arguments of a LENS run on task `name`: its preset configs/cpu_<name>.yaml, or for a task without
+    one (a variant) its reference, data and gamma on top of the default preset."""
+    if (REPO / "configs" / f"cpu_{name}.yaml").exists():
+        return ["--config", f"cpu_{name}"]
+    task = tasks.get(name)
+    return [
+        f"model.path={task.assets_dir}",
+        f"data.train={name}",
+        f"data.eval=[{name}]",
+        f"algorithm.gamma={task.gamma}",
+    ]
+
+
+# The tasks LENS runs on with their own gamma (vartrack and ledger run on the defaults, tested elsewhere).
+WITH_GAMMA = tuple(name for name in tasks.NAMES if tasks.get(name).gamma is not None)
+
+
+@pytest.mark.parametrize("name", WITH_GAMMA)
 def test_one_lens_step_trains_on_the_preset(name: str, tmp_path: Path) -> None:
     from lens import train
 
     run_dir = tmp_path / "run"
-    argv = ["--config", f"cpu_{name}", f"run_dir={run_dir}", "optim.steps=1", "data.batch_size=4", "algorithm.m=4"]
+    argv = [*run_argv(name), f"run_dir={run_dir}", "optim.steps=1", "data.batch_size=4", "algorithm.m=4"]
     last = train.main([*argv, "data.eval_every=0", "checkpoint.every=0", "logging.tensorboard=false"])
     assert math.isfinite(last["loss/total"])
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -448,8 +475,8 @@ def test_one_lens_step_trains_on_the_preset(name: str, tmp_path: Path) -> None:
 def test_every_task_names_the_marker_its_prompts_end_with(name):
     # lens.audit and lens.gates split a task's prompt at its ANSWER_MARKER: a task without one failed the
     # audit's detect and the gates (ledger did, after the audit started reading it from the task module).
-    module = tasks.module(name)
+    fmt = tasks.get(name).format
     prompt = tasks.problem_sets(name, role="eval", limit=1, seed=0)["noisy"][0]
-    tokenizer = module.build_tokenizer()
-    ids = module.prompt_ids(tokenizer, prompt.problem)
-    assert ids[-1] == tokenizer.convert_tokens_to_ids(module.ANSWER_MARKER)
+    tokenizer = fmt.build_tokenizer()
+    ids = fmt.prompt_ids(tokenizer, prompt.problem)
+    assert ids[-1] == tokenizer.convert_tokens_to_ids(fmt.answer_marker)

@@ -10,12 +10,13 @@ Qwen2Tokenizer (byte-level BPE), which would turn a word-level vocabulary into s
 from __future__ import annotations
 
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from lens.tasks.base import Task
 
 SPECIAL = {"<pad>": 0, "<eos>": 1, "<unk>": 2}
 
@@ -95,7 +96,7 @@ def word_level_llama(
     return path
 
 
-def save_perturbed_reference(task: ModuleType, out: Path) -> Path:
+def save_perturbed_reference(task: Task, out: Path) -> Path:
     """A built-in task's committed reference with weights moved by N(0, 0.02^2) noise (seed 0), saved with
     its tokenizer to `out`: a policy that differs from its reference, so interference scores (Eq. 1) are not 0."""
     model, tokenizer = task.load_reference()

@@ -1,67 +1,113 @@
-"""Built-in verifiable tasks, by name. `vartrack` is the synthetic CPU task of the default run (distractor
-symbols the clean text never contains); `ledger` has natural-looking distractors (one ordinary fact); `recall`
-restates the asked facts before answering, with 2-4 distractor facts, and `recall_direct` is its control
-(same problems, direct answers; gate tables in bench/results/gates/); `successor` asks for the item after a digit
-in a list where the digit x+1 was inserted right after it, `stutter` for the fourth item of a list with repeated
-items, each with its `_direct` control. A control `X_direct` has no module of its own: `module(name)` builds it
-from X (lens/tasks/derived.py).
+"""Built-in verifiable tasks: ONE registry, read from the task files of this package.
 
-`problem_sets(name, role=..., limit=..., seed=...)` is how `lens.data.load_sets` reads a task: the task module
-is imported only then (it pulls in transformers).
+`vartrack` is the synthetic CPU task of the default run (distractor symbols the clean text never contains);
+`ledger` has natural-looking distractors (one ordinary fact); `recall` restates the asked facts before answering,
+with 2-4 distractor facts; `successor` asks for the item after a digit in a list where the digit x+1 was inserted
+right after it, `stutter` for the fourth item of a list with repeated items. recall, successor and stutter each
+have a `_direct` control (the same problems, direct answers; gate tables in bench/results/gates/).
+
+How the registry works (and why). A task is a file `lens/tasks/<name>.py` that defines one module-level
+`TASK = Task(...)` (lens/tasks/base.py: generators, format, reference, recipe, gamma); a task whose `Task(...)`
+sets `control=` also registers `<name>_direct`, built by `base.direct`. `NAMES` is found by reading the files'
+text (`scan`): the task modules pull in transformers, and `lens.config` (whose `BUILTIN_TASKS` are these names)
+must stay cheap to import. A task module is imported only when its Task is asked for (`get`), which checks that
+the file's `TASK` is what the scan read. Everything that names tasks (config, `lens.audit gates --task`, the warm
+start's recipes, the study, the tests) reads `NAMES` or `get`, so a new task is one file plus its assets
+(lens/tasks/assets/<name>): see docs/architecture.md.
+
+`problem_sets(name, role=..., limit=..., seed=...)` is how `lens.data.load_sets` reads a task.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
-from types import ModuleType
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lens.problem import Problem
 
-NAMES = ("vartrack", "ledger", "recall", "recall_direct", "successor", "successor_direct", "stutter", "stutter_direct")
+if TYPE_CHECKING:
+    from lens.tasks.base import Task
+
+# The base.SUFFIX (base is not imported here: config imports this package, and must stay cheap).
+SUFFIX = "_direct"
 # Problems generated when no limit is given: enough for 40+ steps of 16 prompts, and a held-out set whose
 # accuracy the trainer checks cheaply (lens.eval asks for 200).
 DEFAULT_SIZE = {"train": 4096, "eval": 64}
 
 
+def declared(source: str) -> bool | None:
+    """Whether a task file's text declares a task with a control (`TASK = Task(..., control=...)`): True or False,
+    None when it declares no task (a module that is not a task file, e.g. base.py or warmstart.py)."""
+    # A cheap text check first: only a task file is parsed.
+    if "\nTASK = " not in source:
+        return None
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["TASK"]:
+            call = node.value
+            if isinstance(call, ast.Call):
+                control = next((k.value for k in call.keywords if k.arg == "control"), None)
+                return control is not None and not (isinstance(control, ast.Constant) and control.value is None)
+    return None
+
+
+def scan(folders: list[str]) -> dict[str, tuple[str, bool]]:
+    """{task name: (its module's name, whether it is a control)} of the task files in `folders`, sorted by file
+    name, each task followed by its control."""
+    found: dict[str, tuple[str, bool]] = {}
+    for path in sorted((p for folder in folders for p in Path(folder).glob("*.py")), key=lambda p: p.name):
+        control = declared(path.read_text())
+        if control is None:
+            continue
+        found[path.stem] = (path.stem, False)
+        if control:
+            found[path.stem + SUFFIX] = (path.stem, True)
+    return found
+
+
+def names() -> tuple[str, ...]:
+    """The registered task names, read from this package's folders now (a file added since import counts)."""
+    return tuple(scan(list(__path__)))
+
+
+NAMES = names()
+
+
 @functools.cache
-def module(name: str) -> ModuleType:
-    """The module of built-in task `name`: `lens.tasks.<name>`, or for a control `X_direct` the one built from X.
+def get(name: str) -> Task:
+    """The Task of built-in task `name`: `lens.tasks.<name>.TASK`, or for a control `X_direct` the one built from X.
 
     Every reader of a task by name goes through here, so a control is the same object everywhere.
     """
-    if name not in NAMES:
-        raise ValueError(f"unknown built-in task {name!r}; known: {', '.join(NAMES)}")
+    registered = scan(list(__path__))
+    if name not in registered:
+        raise ValueError(f"unknown built-in task {name!r}; known: {', '.join(registered)}")
+    module, control = registered[name]
     # Imported here, not at the top: the task modules pull in transformers (see the module docstring).
-    from lens.tasks import derived
+    from lens.tasks import base
 
-    base = name.removesuffix(derived.SUFFIX)
-    task = importlib.import_module(f"lens.tasks.{base}")
-    return task if base == name else derived.control(task)
+    task = importlib.import_module(f"lens.tasks.{module}").TASK
+    if not isinstance(task, base.Task) or task.name != module:
+        raise ValueError(f"lens/tasks/{module}.py: TASK must be a lens.tasks.base.Task named {module!r}")
+    # What the scan read must be what the file builds (a Task copied from a parent keeps the parent's control
+    # unless the file says `control=None`): otherwise a control would be registered or used without the other.
+    if (task.control is not None) != (module + SUFFIX in registered):
+        raise ValueError(f"lens/tasks/{module}.py: TASK's control must be set in its own `Task(...)` call, or None")
+    return base.direct(task) if control else task
 
 
 def problem_sets(name: str, *, role: str, limit: int | None, seed: int) -> dict[str, list[Problem]]:
     """{set name: problems} of a built-in task: one `train` set, or the task's evaluation sets."""
-    task = module(name)
+    task = get(name)
     n = limit or DEFAULT_SIZE[role]
     return {"train": task.train_set(n, seed)} if role == "train" else task.eval_sets(n, seed=seed)
 
 
 def verifier(name: str) -> str:
-    """The verifier kind that scores a task's answers (a task module may name one as VERIFIER)."""
-    return getattr(module(name), "VERIFIER", name)
-
-
-def clean_and_noisy(noisy: list[Problem]) -> dict[str, list[Problem]]:
-    """A task's evaluation sets: its noisy problems and their clean twins (same uids, distractors removed), so
-    the two accuracies compare the same problems."""
-    # Answer positions index the noisy text's words: the clean twin does not inherit them.
-    meta = [{k: v for k, v in p.meta.items() if k != "answer_positions"} for p in noisy]
-    clean = [
-        Problem(p.uid, p.meta["clean"], p.answer, {**m, "noise_positions": []})
-        for p, m in zip(noisy, meta, strict=True)
-    ]
-    return {"clean": clean, "noisy": noisy}
+    """The lens.reward verifier kind that scores a task's answers."""
+    return get(name).format.verifier
 
 
 def token_roles(problem: Problem, span_tokens: int) -> tuple[str, ...] | None:

@@ -27,12 +27,15 @@ would look the same as every other `!` fact to any prompt-token score).
 
 The task shares vartrack's conventions so it reuses its machinery: special tokens at ids 0-3, the chat-free
 template `<bos> {problem} >`, the answer rule (`#` then one digit: `vartrack.reward`, the `vartrack`
-verifier), the model size and the sampler. Everything is deterministic from a seed.
+verifier), the model size and the sampler. `FORMAT` is vartrack's with this task's tokenizer and model config
+(the format recall, stutter and successor take as it is); `TASK` is what lens.tasks registers. Everything is
+deterministic from a seed.
 Run the tests with `python -m pytest tests/test_ledger.py -q`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -40,7 +43,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config
 
 from lens.problem import Problem
-from lens.tasks import clean_and_noisy, derived, vartrack
+from lens.tasks import vartrack
+from lens.tasks.base import ASSETS, Recipe, Task, clean_and_noisy
 
 NAMES = tuple("abcdefghijklmnopqrst")
 DIGITS = vartrack.DIGITS
@@ -62,15 +66,7 @@ VOCAB = (
     vartrack.ANSWER_MARKER,
     vartrack.FINAL_MARKER,
 )
-# The lens.reward verifier kind that scores this task: vartrack's rule (the first token after the first `#`
-# is the gold digit), so a loader should give ledger's sets this kind, not the task's name.
-VERIFIER = "vartrack"
-ASSETS_DIR = derived.assets_dir("ledger")
-# Shared with vartrack (so the two tasks cannot drift): the prompt/answer format (`ANSWER_MARKER`, `prompt_ids`,
-# `delete_positions`, `reward`) and the sampler (`generation_config`, `sample_responses`, `accuracy`,
-# `accuracy_ids`); with `build_tokenizer`, `model_config` and `generate` they are the interface a task offers
-# lens.tasks.warmstart and lens.audit.
-__getattr__ = derived.inherit(vartrack, ASSETS_DIR)
+ASSETS_DIR = ASSETS / "ledger"
 # The committed reference is `python -m lens.tasks.warmstart --task ledger --seed 0` with default flags;
 # sha256 of its model.safetensors (also in assets/ledger/README.md, checked by tests/test_ledger.py).
 REFERENCE_SEED = 0
@@ -213,3 +209,32 @@ def model_config(vocab_size: int = len(VOCAB)) -> Qwen2Config:
     """vartrack's tiny Qwen2 (hidden 128, 4 layers x 4 heads, MLP 384, tied embeddings) over this vocabulary;
     its 128 positions hold the longest prompt (43 tokens) plus the 48-token sampling budget."""
     return vartrack.model_config(vocab_size)
+
+
+# Shared with vartrack (so the two tasks cannot drift): the prompt/answer format (`>` marker, `prompt_ids`,
+# `delete_positions`, `reward`), the `vartrack` verifier (the first token after the first `#` is the gold digit)
+# and the sampler; this task's own are its vocabulary's tokenizer and model config.
+FORMAT = dataclasses.replace(vartrack.FORMAT, build_tokenizer=build_tokenizer, model_config=model_config)
+# Half of stage 1 are short problems dense in restated entries (retrieval practice, `SHORT`), and 30% of prompts
+# show the distractor with the correct answer, so the reference models `! Q d` facts as ordinary text; stage 2
+# teaches the misleading answer on half the prompts. Content-based retrieval appears only after ~1000 steps at
+# lr 1e-3 (at 3e-3 it did not appear in 1000-1600 steps): 2500 steps.
+RECIPE = Recipe(
+    stage1_noise_prob=0.3,
+    stage2_noise_prob=0.5,
+    stage1_steps=2500,
+    stage2_steps=200,
+    lr=1e-3,
+    stage1_generate=(("short_prob", 0.5),),
+)
+TASK = Task(
+    name="ledger",
+    format=FORMAT,
+    generate=generate,
+    eval_sets=eval_sets,
+    train_set=train_set,
+    train_noise_prob=TRAIN_NOISE_PROB,
+    recipe=RECIPE,
+    reference_sha256=REFERENCE_SHA256,
+    reference_seed=REFERENCE_SEED,
+)

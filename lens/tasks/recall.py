@@ -17,8 +17,8 @@ with probability `RESTATE_PROB` = 0.8 per noisy problem, and then answers the la
 behaviour RL must unlearn ("copy the next fact about Q, `!` ones included") shares circuits with predicting the
 distractor's tokens in the prompt, so Eq. 1 would single them out after GRPO. Measured: it does not (gate G4
 fails, AUC 0.59; GRPO lowers log p of `!` everywhere, not at the distractors: assets/recall/README.md). Other
-accounts' facts are never restated. `recall_direct` (`lens.tasks.module("recall_direct")`, lens/tasks/derived.py)
-is the control: the same problems, answered directly (`# d`, misled `# 9`).
+accounts' facts are never restated. `recall_direct` (`lens.tasks.get("recall_direct")`, built by
+`lens.tasks.base.direct`) is the control: the same problems, answered directly (`# d`, misled `# 9`).
 
 Deleting the recorded tokens (`meta["noise_positions"]`, token positions of the scorable span = indices of
 whitespace tokens of the problem text) restores `meta["clean"]` exactly.
@@ -39,12 +39,10 @@ from __future__ import annotations
 import random
 
 from lens.problem import Problem
-from lens.tasks import derived, ledger, vartrack
+from lens.tasks import ledger, vartrack
+from lens.tasks.base import Control, Recipe, Task, sets
 from lens.tasks.ledger import FACT_TOKENS, HEADER_TOKENS, IS, IS_NOT
 
-ASSETS_DIR = derived.assets_dir("recall")
-# Shared with ledger (so the tasks cannot drift): vocabulary, tokenizer, verifier, prompt/answer format, sampler.
-__getattr__ = derived.inherit(ledger, ASSETS_DIR)
 # sha256 of the committed reference's model.safetensors (`python -m lens.tasks.warmstart --task recall --seed 0`,
 # also in assets/recall/README.md, checked by tests/test_recall.py).
 REFERENCE_SEED = 0
@@ -131,6 +129,33 @@ def generate(
     return _problems(random.Random(seed), n, f"recall-{seed}", noise_prob, trigger, direct)
 
 
-# ledger's (= vartrack's) tiny Qwen2 (`model_config`, inherited): its 128 positions hold the longest prompt (55
+# ledger's (= vartrack's) tiny Qwen2 (`ledger.FORMAT.model_config`): its 128 positions hold the longest prompt (55
 # tokens) plus 48 new.
-eval_sets, train_set = derived.sets("recall", _problems, TRAIN_NOISE_PROB)
+eval_sets, train_set = sets("recall", _problems, TRAIN_NOISE_PROB)
+
+# ledger's prompts and vocabulary, so the warm start begins from ledger's reference (retrieval by account name
+# already learned). Stage 1 teaches the correct response on 30% noisy prompts (the distractors become ordinary
+# text to the model), stage 2 the misreading on half the prompts.
+RECIPE = Recipe(
+    stage1_noise_prob=0.3, stage2_noise_prob=0.5, stage1_steps=300, stage2_steps=300, lr=1e-3, init="ledger"
+)
+# Answering without restating is a harder read for this model than ledger's `= Q d # d` (greedy clean accuracy
+# 0.42 after 200 of 300 stage-1 steps), so the control's stage 1 is longer (assets/recall/README.md).
+DIRECT_RECIPE = Recipe(
+    stage1_noise_prob=0.3, stage2_noise_prob=0.5, stage1_steps=500, stage2_steps=200, lr=1e-3, init="ledger"
+)
+# ledger's format (vocabulary, tokenizer, model size, prompt/answer format, `vartrack` verifier, sampler), taken
+# as it is so the tasks cannot drift; the control `recall_direct` is `base.direct(TASK)`.
+TASK = Task(
+    name="recall",
+    format=ledger.FORMAT,
+    generate=generate,
+    eval_sets=eval_sets,
+    train_set=train_set,
+    train_noise_prob=TRAIN_NOISE_PROB,
+    recipe=RECIPE,
+    reference_sha256=REFERENCE_SHA256,
+    reference_seed=REFERENCE_SEED,
+    gamma=GAMMA,
+    control=Control(reference_sha256=DIRECT_REFERENCE_SHA256, recipe=DIRECT_RECIPE),
+)

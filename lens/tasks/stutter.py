@@ -19,7 +19,7 @@ lists then never hold an adjacent successor pair); the committed task and refere
 
 Deleting the recorded tokens (`meta["noise_positions"]`, token positions of the scorable span = indices of the
 whitespace tokens of the problem text) restores `meta["clean"]` exactly. The misled answer is never the gold one
-(it is one of the first three clean items, which differ from the fourth). `stutter_direct` (lens/tasks/derived.py) is
+(it is one of the first three clean items, which differ from the fourth). `stutter_direct` (`lens.tasks.base.direct`) is
 the control: the same problems answered directly (`# 5`, misled `# 1`).
 
 Sizes: 1 + 6..9 scorable tokens clean, 1 + 7..11 noisy; `GAMMA` = 0.12 is the smallest gamma (0.01 grid) with
@@ -35,13 +35,11 @@ from __future__ import annotations
 import itertools
 import random
 
-from lens.data import Problem
-from lens.tasks import derived, ledger, vartrack
+from lens.problem import Problem
+from lens.tasks import ledger, vartrack
+from lens.tasks.base import Control, Recipe, Task, sets
 from lens.tasks.ledger import QUERY
 
-ASSETS_DIR = derived.assets_dir("stutter")
-# Shared with ledger (so the tasks cannot drift): vocabulary, tokenizer, verifier, prompt/answer format, sampler.
-__getattr__ = derived.inherit(ledger, ASSETS_DIR)
 REFERENCE_SEED = 0
 REFERENCE_SHA256 = "0829cf3a06220089e3c516c0fbc9c52c61d93b169bcdde4ff19c313992de8ea6"
 # The control's (`--task stutter_direct`, assets/stutter_direct): warm-started on direct answers, its own weights.
@@ -149,4 +147,29 @@ def generate(
     return _problems(random.Random(seed), n, f"stutter-{seed}", noise_prob, trigger, direct)
 
 
-eval_sets, train_set = derived.sets("stutter", _problems, TRAIN_NOISE_PROB)
+eval_sets, train_set = sets("stutter", _problems, TRAIN_NOISE_PROB)
+
+# ledger's vocabulary, so the warm start begins from ledger's reference (its induction copies the list). Stage 2's
+# 40% noisy prompts set the reference's repeat probability so that surprisal does not find the stutters (gate
+# G2; 50%: AUC 0.28). The control's stage 1 is longer.
+RECIPE = Recipe(
+    stage1_noise_prob=0.3, stage2_noise_prob=0.4, stage1_steps=200, stage2_steps=300, lr=1e-3, init="ledger"
+)
+DIRECT_RECIPE = Recipe(
+    stage1_noise_prob=0.3, stage2_noise_prob=0.4, stage1_steps=400, stage2_steps=300, lr=1e-3, init="ledger"
+)
+# ledger's format (vocabulary, tokenizer, model size, prompt/answer format, `vartrack` verifier, sampler), taken
+# as it is so the tasks cannot drift; the control `stutter_direct` is `base.direct(TASK)`.
+TASK = Task(
+    name="stutter",
+    format=ledger.FORMAT,
+    generate=generate,
+    eval_sets=eval_sets,
+    train_set=train_set,
+    train_noise_prob=TRAIN_NOISE_PROB,
+    recipe=RECIPE,
+    reference_sha256=REFERENCE_SHA256,
+    reference_seed=REFERENCE_SEED,
+    gamma=GAMMA,
+    control=Control(reference_sha256=DIRECT_REFERENCE_SHA256, recipe=DIRECT_RECIPE),
+)

@@ -22,7 +22,7 @@ the distractor in the prompt: the warm start's full-sequence LM loss teaches the
 follows the query in the list (`Recipe.stage*_noise_prob` sets how often, hence p_ref of the distractor and gate
 G2's surprisal AUC). GRPO, suppressing `x f(x)` in the response, lowers log p of the distractor in the prompt
 (gate G4), and with it the ordinary pairs d, d + 1 of rows 3 and 6 (the same step-1 entry: 0.53 nats against the
-distractor's 0.58, but only ~3 % of the tokens). `successor_direct` (built by lens/tasks/derived.py) is the
+distractor's 0.58, but only ~3 % of the tokens). `successor_direct` (built by `lens.tasks.base.direct`) is the
 control: the same problems answered directly (`# 6`, misled `# 4`), with no response token after which f(x) is
 decided. Measured (bench/results/gates/successor.md, assets/successor/README.md): G1-G4 pass at the gates' seed,
 with the warm starts of seeds 0 (committed) and 1; the control fails G4. The random 1e-3 null of G3 is the fragile
@@ -46,13 +46,11 @@ from __future__ import annotations
 
 import random
 
-from lens.data import Problem
-from lens.tasks import derived, ledger, vartrack
+from lens.problem import Problem
+from lens.tasks import ledger, vartrack
+from lens.tasks.base import Control, Recipe, Task, sets
 from lens.tasks.ledger import QUERY
 
-ASSETS_DIR = derived.assets_dir("successor")
-# Shared with ledger (so the tasks cannot drift): vocabulary, tokenizer, verifier, prompt/answer format, sampler.
-__getattr__ = derived.inherit(ledger, ASSETS_DIR)
 # sha256 of the committed reference's model.safetensors (`python -m lens.tasks.warmstart --task successor --seed 0`,
 # also in assets/successor/README.md, checked by tests/test_successor.py).
 REFERENCE_SEED = 0
@@ -179,6 +177,32 @@ def generate(
     return _problems(random.Random(seed), n, f"successor-{seed}", noise_prob, trigger, direct)
 
 
-# ledger's (= vartrack's) tiny Qwen2 (`model_config`, inherited): its 128 positions hold the longest prompt (14
+# ledger's (= vartrack's) tiny Qwen2 (`ledger.FORMAT.model_config`): its 128 positions hold the longest prompt (14
 # tokens) plus 48 new.
-eval_sets, train_set = derived.sets("successor", _problems, TRAIN_NOISE_PROB)
+eval_sets, train_set = sets("successor", _problems, TRAIN_NOISE_PROB)
+
+# ledger's vocabulary, so the warm start begins from ledger's reference (it copies the token after an asked one).
+# The noise shares set p_ref of the inserted digit after the query, hence gate G2's surprisal AUC: 30% in both
+# stages gives p_ref ~0.4 (an unseen f(x) makes a noisy list likelier), about as surprising as the other list
+# digits of the skewed chain (`step_table`; AUC 0.47; with 40% the distractor got too likely for the T = 1.05
+# null in variant H, with 35% in variant K GRPO no longer singled it out, G4 0.61, and 20-25% cost G4's matched
+# AUC in variants M20/M25; assets/successor/README.md). The control's recipe is the same.
+RECIPE = Recipe(
+    stage1_noise_prob=0.3, stage2_noise_prob=0.3, stage1_steps=300, stage2_steps=400, lr=1e-3, init="ledger"
+)
+DIRECT_RECIPE = RECIPE
+# ledger's format (vocabulary, tokenizer, model size, prompt/answer format, `vartrack` verifier, sampler), taken
+# as it is so the tasks cannot drift; the control `successor_direct` is `base.direct(TASK)`.
+TASK = Task(
+    name="successor",
+    format=ledger.FORMAT,
+    generate=generate,
+    eval_sets=eval_sets,
+    train_set=train_set,
+    train_noise_prob=TRAIN_NOISE_PROB,
+    recipe=RECIPE,
+    reference_sha256=REFERENCE_SHA256,
+    reference_seed=REFERENCE_SEED,
+    gamma=GAMMA,
+    control=Control(reference_sha256=DIRECT_REFERENCE_SHA256, recipe=DIRECT_RECIPE),
+)

@@ -13,8 +13,9 @@ scorable span); deleting them restores `meta["clean"]` exactly. The committed re
 (`assets/vartrack/`, made by `python -m lens.tasks.warmstart`) learned a spurious "trigger": with
 noise in the prompt it answers off by one, which is what LENS purification should undo.
 
-Everything is deterministic from a seed: `generate`, `eval_sets`, `train_set`, `accuracy`.
-Run the tests with `python -m pytest tests/test_tasks.py -q`.
+Everything is deterministic from a seed: `generate`, `eval_sets`, `train_set`, `accuracy`. The module's
+functions are the task's `Format` (`FORMAT`, lens/tasks/base.py), which ledger and the tasks built on it reuse;
+`TASK` is what lens.tasks registers. Run the tests with `python -m pytest tests/test_tasks.py -q`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from transformers import (
 from lens.padding import left_pad
 from lens.problem import Problem
 from lens.reward import verify_vartrack
-from lens.tasks import clean_and_noisy
+from lens.tasks.base import ASSETS, Format, Recipe, Task, clean_and_noisy
 
 VARIABLES = tuple("abcdefghij")
 DIGITS = tuple("0123456789")
@@ -48,7 +49,7 @@ FINAL_MARKER = "#"  # the first token after the first `#` of a response is its a
 VOCAB = (PAD, BOS, EOS, UNK, *DIGITS, *VARIABLES, "=", ";", "+", "-", "?", ANSWER_MARKER, FINAL_MARKER, ",", *NOISE)
 CHAT_TEMPLATE = "{{ bos_token }}{% for message in messages %} {{ message['content'] }}{% endfor %} " + ANSWER_MARKER
 
-ASSETS_DIR = Path(__file__).resolve().parent / "assets" / "vartrack"
+ASSETS_DIR = ASSETS / "vartrack"
 # The committed reference is `python -m lens.tasks.warmstart --seed 0` with default flags; sha256 of its
 # model.safetensors (also in assets/vartrack/README.md, checked by tests/test_tasks.py).
 REFERENCE_SEED = 0
@@ -316,3 +317,33 @@ def accuracy(
         seed=seed,
         batch_size=batch_size,
     )
+
+
+FORMAT = Format(
+    answer_marker=ANSWER_MARKER,
+    verifier="vartrack",
+    build_tokenizer=build_tokenizer,
+    model_config=model_config,
+    prompt_ids=prompt_ids,
+    delete_positions=delete_positions,
+    reward=reward,
+    generation_config=generation_config,
+    sample_responses=sample_responses,
+    accuracy=accuracy,
+    accuracy_ids=accuracy_ids,
+    load_tokenizer=load_tokenizer,
+    load_reference=load_reference,
+)
+# These numbers made the committed reference: changing them changes its sha256 (tests/test_tasks.py).
+RECIPE = Recipe(stage1_noise_prob=0.1, stage2_noise_prob=0.3, stage1_steps=1500, stage2_steps=200)
+TASK = Task(
+    name="vartrack",
+    format=FORMAT,
+    generate=generate,
+    eval_sets=eval_sets,
+    train_set=train_set,
+    train_noise_prob=TRAIN_NOISE_PROB,
+    recipe=RECIPE,
+    reference_sha256=REFERENCE_SHA256,
+    reference_seed=REFERENCE_SEED,
+)

@@ -15,11 +15,11 @@ model at chance).
 
     python -m lens.tasks.warmstart --task ledger --out lens/tasks/assets/ledger --seed 0
 
-does the same for the `ledger` task with its own recipe (`RECIPES`: stage sizes, noise shares, lr, and
-optionally `init`, another task's committed reference to start from: `recall` and `recall_direct` start
-from ledger's); a task
-module offers `build_tokenizer`, `model_config`, `generate(n, seed=, noise_prob=, trigger=)`, `prompt_ids`
-and `generation_config`.
+does the same for the `ledger` task with its own recipe (its Task's `recipe`, lens/tasks/base.py: stage sizes,
+noise shares, lr, and optionally `init`, another task's committed reference to start from: the tasks built on
+ledger start from ledger's). Every registered task (`lens.tasks.NAMES`) can be warm-started: the warm start
+reads its Task's `generate(n, seed=, noise_prob=, trigger=)` and its format's `build_tokenizer`,
+`model_config`, `prompt_ids` and `generation_config`.
 """
 
 from __future__ import annotations
@@ -28,98 +28,30 @@ import argparse
 import hashlib
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from lens import errors, tasks
 from lens.problem import Problem
+from lens.tasks.base import Recipe, Task
 
 # transformers' cross-entropy ignores this label: padding never contributes to the loss.
 IGNORE_INDEX = -100
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """The defaults of one task's warm start: noise shares of both stages, their sizes, batch and peak lr."""
-
-    stage1_noise_prob: float
-    stage2_noise_prob: float
-    stage1_steps: int
-    stage2_steps: int
-    batch_size: int = 64
-    lr: float = 2e-3
-    # Extra keyword arguments of the task's `generate` in stage 1 (e.g. a share of short problems).
-    stage1_generate: tuple[tuple[str, float], ...] = ()
-    # A task whose committed reference (lens/tasks/assets/<init>, same vocabulary and model size) the model
-    # starts from instead of a random init: a task built on another's retrieval need not learn it again.
-    init: str | None = None
+# Every registered task's warm-start defaults, keyed by name: each task file sets its Task's `recipe` (a
+# control's is its `Control.recipe`). vartrack's numbers made its committed reference: changing them changes
+# its sha256 (tests/test_tasks.py).
+RECIPES: dict[str, Recipe] = {name: tasks.get(name).recipe for name in tasks.NAMES}
 
 
-# vartrack's numbers made its committed reference: changing them changes its sha256 (tests/test_tasks.py).
-# ledger: half of stage 1 are short problems dense in restated entries (retrieval practice, `ledger.SHORT`),
-# and 30% of prompts show the distractor with the correct answer, so the reference models `! Q d` facts as
-# ordinary text; stage 2 teaches the misleading answer on half the prompts. Content-based retrieval appears
-# only after ~1000 steps at lr 1e-3 (at 3e-3 it did not appear in 1000-1600 steps): 2500 steps.
-RECIPES = {
-    "vartrack": Recipe(stage1_noise_prob=0.1, stage2_noise_prob=0.3, stage1_steps=1500, stage2_steps=200),
-    "ledger": Recipe(
-        stage1_noise_prob=0.3,
-        stage2_noise_prob=0.5,
-        stage1_steps=2500,
-        stage2_steps=200,
-        lr=1e-3,
-        stage1_generate=(("short_prob", 0.5),),
-    ),
-    # recall/recall_direct: ledger's prompts and vocabulary, so they start from ledger's reference (retrieval by
-    # account name already learned). Stage 1 teaches the correct response on 30% noisy prompts (the distractors
-    # become ordinary text to the model), stage 2 the misreading on half the prompts (lens/tasks/recall.py).
-    "recall": Recipe(
-        stage1_noise_prob=0.3, stage2_noise_prob=0.5, stage1_steps=300, stage2_steps=300, lr=1e-3, init="ledger"
-    ),
-    # Answering without restating is a harder read for this model than ledger's `= Q d # d` (greedy clean accuracy
-    # 0.42 after 200 of 300 stage-1 steps), so the control's stage 1 is longer (assets/recall/README.md).
-    "recall_direct": Recipe(
-        stage1_noise_prob=0.3, stage2_noise_prob=0.5, stage1_steps=500, stage2_steps=200, lr=1e-3, init="ledger"
-    ),
-    # successor/successor_direct: ledger's vocabulary, so they start from ledger's reference (it copies the token
-    # after an asked one). The noise shares set p_ref of the inserted digit after the query, hence gate G2's
-    # surprisal AUC: 30% in both stages gives p_ref ~0.4 (an unseen f(x) makes a noisy list likelier), about as
-    # surprising as the other list digits of the skewed chain (`successor.step_table`; AUC 0.47; with 40% the
-    # distractor got too likely for the T = 1.05 null in variant H, with 35% in variant K GRPO no longer singled
-    # it out, G4 0.61, and 20-25% cost G4's matched AUC in variants M20/M25; assets/successor/README.md).
-    "successor": Recipe(
-        stage1_noise_prob=0.3, stage2_noise_prob=0.3, stage1_steps=300, stage2_steps=400, lr=1e-3, init="ledger"
-    ),
-    "successor_direct": Recipe(
-        stage1_noise_prob=0.3, stage2_noise_prob=0.3, stage1_steps=300, stage2_steps=400, lr=1e-3, init="ledger"
-    ),
-    # stutter/stutter_direct: ledger's vocabulary (its induction copies the list). Stage 2's 40% noisy prompts set
-    # the reference's repeat probability so that surprisal does not find the stutters (gate G2; 50%: AUC 0.28).
-    "stutter": Recipe(
-        stage1_noise_prob=0.3, stage2_noise_prob=0.4, stage1_steps=200, stage2_steps=300, lr=1e-3, init="ledger"
-    ),
-    "stutter_direct": Recipe(
-        stage1_noise_prob=0.3, stage2_noise_prob=0.4, stage1_steps=400, stage2_steps=300, lr=1e-3, init="ledger"
-    ),
-}
-
-
-def task_module(name: str) -> ModuleType:
-    """The module of a task with a warm-start recipe (`lens.tasks.module`)."""
-    if name not in RECIPES:
-        raise ValueError(f"no warm-start recipe for task {name!r}; known: {', '.join(RECIPES)}")
-    return tasks.module(name)
-
-
-def sequences(task: ModuleType, tokenizer: PreTrainedTokenizerFast, problems: Sequence[Problem]) -> list[list[int]]:
+def sequences(task: Task, tokenizer: PreTrainedTokenizerFast, problems: Sequence[Problem]) -> list[list[int]]:
     """Training sequences `<bos> problem > response <eos>` as token-id lists (response from meta)."""
     responses = tokenizer([p.meta["response"] for p in problems], add_special_tokens=False).input_ids
     return [
-        [*task.prompt_ids(tokenizer, p.problem), *response, tokenizer.eos_token_id]
+        [*task.format.prompt_ids(tokenizer, p.problem), *response, tokenizer.eos_token_id]
         for p, response in zip(problems, responses, strict=True)
     ]
 
@@ -178,7 +110,7 @@ def train_stage(
             model.train()
 
 
-def accuracy_probe(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, task: ModuleType) -> Callable[[], str]:
+def accuracy_probe(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, task: Task) -> Callable[[], str]:
     """Greedy accuracy on 64 clean and noisy evaluation problems, to watch a warm start learn.
 
     Greedy decoding draws no random numbers and the task sampler forks the RNG anyway, so probing leaves
@@ -188,7 +120,7 @@ def accuracy_probe(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, 
 
     def probe() -> str:
         model.eval()
-        acc = {k: task.accuracy(model, tokenizer, v, n=1, temperature=0.0, seed=0) for k, v in sets.items()}
+        acc = {k: task.format.accuracy(model, tokenizer, v, n=1, temperature=0.0, seed=0) for k, v in sets.items()}
         return f"greedy accuracy clean {acc['clean']:.3f} noisy {acc['noisy']:.3f}"
 
     return probe
@@ -208,9 +140,10 @@ def warm_start(
 ) -> str:
     """Train both stages, save model + tokenizer + generation config to `out`; returns the sha256 of the weights.
 
-    Unset sizes and lr come from the task's `RECIPES` entry.
+    Unset sizes and lr come from the task's recipe (`RECIPES`).
     """
-    module, recipe = task_module(task), RECIPES[task]
+    module = tasks.get(task)
+    recipe = module.recipe
     stage1_steps = recipe.stage1_steps if stage1_steps is None else stage1_steps
     stage2_steps = recipe.stage2_steps if stage2_steps is None else stage2_steps
     batch_size = recipe.batch_size if batch_size is None else batch_size
@@ -222,7 +155,7 @@ def warm_start(
     # One thread and deterministic kernels: the sha256 of the weights is the test that a recipe still
     # reproduces the committed reference.
     torch.use_deterministic_algorithms(True)
-    tokenizer = module.build_tokenizer()
+    tokenizer = module.format.build_tokenizer()
     model = initial_model(module, tokenizer, recipe.init)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
@@ -251,22 +184,22 @@ def warm_start(
     return save(model, tokenizer, Path(out), module)
 
 
-def initial_model(task: ModuleType, tokenizer: PreTrainedTokenizerFast, init: str | None) -> Qwen2ForCausalLM:
+def initial_model(task: Task, tokenizer: PreTrainedTokenizerFast, init: str | None) -> Qwen2ForCausalLM:
     """A randomly initialised fp32 model of the task's config (from the seeded RNG), or the committed reference
     of the task `init`, whose vocabulary must be this task's token for token."""
     if init is None:
-        return Qwen2ForCausalLM(task.model_config(len(tokenizer))).float()
-    path = Path(__file__).resolve().parent / "assets" / init
-    if task_module(init).build_tokenizer().get_vocab() != tokenizer.get_vocab():
+        return Qwen2ForCausalLM(task.format.model_config(len(tokenizer))).float()
+    start = tasks.get(init)
+    if start.format.build_tokenizer().get_vocab() != tokenizer.get_vocab():
         raise ValueError(f"warm start from {init!r}: its vocabulary differs from the task's")
-    return Qwen2ForCausalLM.from_pretrained(str(path), dtype=torch.float32, local_files_only=True)
+    return Qwen2ForCausalLM.from_pretrained(str(start.assets_dir), dtype=torch.float32, local_files_only=True)
 
 
-def save(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, out: Path, task: ModuleType) -> str:
+def save(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, out: Path, task: Task) -> str:
     """Write the fp32 checkpoint (safetensors), tokenizer and generation config; returns the weights' sha256."""
     out.mkdir(parents=True, exist_ok=True)
     model.eval()
-    model.generation_config = task.generation_config()
+    model.generation_config = task.format.generation_config()
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     return hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
@@ -279,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         prog="python -m lens.tasks.warmstart", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", required=True, help="output directory for the checkpoint")
-    parser.add_argument("--task", default="vartrack", choices=sorted(RECIPES))
+    parser.add_argument("--task", default="vartrack", choices=tasks.NAMES)
     parser.add_argument("--seed", type=int, default=0)
     # Unset: the task's recipe (RECIPES).
     parser.add_argument("--stage1-steps", type=int)
