@@ -44,10 +44,11 @@ from typing import Any
 
 import numpy as np
 
-from lens import errors
+from lens import errors, tasks
 
 # Re-exported: callers know the record as lens.data.Problem; it is defined below the tasks that build it.
 from lens.problem import Problem
+from lens.reward import validate_gold
 
 # ----------------------------------------------------------------------------------------------------
 # Loading
@@ -691,8 +692,6 @@ def load_sets(
     set's own; math for files). Every gold answer is normalised (`normalize_answer`) and checked against
     its verifier kind here, so a bad gold fails at load time with its file and line.
     """
-    from lens import tasks
-
     if role not in ("train", "eval"):
         raise ValueError(f"load_sets: role={role!r}: expected train or eval")
     bad: BadRows | None = None
@@ -732,8 +731,6 @@ def source_fingerprint(
     whether it changed: a named set or a local file -> its file's path, size and sha256; a built-in
     task -> its name and seed (its generator's parameters; the limit is the config's); a hub dataset
     -> its name and split (its content is the hub's and is not hashed)."""
-    from lens import tasks
-
     if source in tasks.NAMES:
         return {"task": source, "seed": seed}
     hub = _HF_SPEC_RE.fullmatch(source)
@@ -766,8 +763,6 @@ _PROSE_GOLD = re.compile(r"[A-Za-z]+(?:\s+[A-Za-z]+){3,}\s*[.!?]?")
 def _check_golds(problem_set: ProblemSet, source: str, bad: BadRows | None = None) -> None:
     """Every gold of the set must be usable by its verifier kind; a ValueError names file:line, or the file
     and every bad row in file order, those the loader found (`bad`) included."""
-    from lens.reward import validate_gold
-
     if not problem_set.problems and bad is None:
         raise ValueError(f"{source}: data set {problem_set.name!r} has no problems (an empty file?)")
     unusable = []
