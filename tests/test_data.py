@@ -1,4 +1,4 @@
-"""Tests of lens/data.py: loading (every shared data file, bad rows, formats), rendering spans, the sampler.
+"""Tests of lens/data/ (the loader): loading (every shared data file, bad rows, formats), rendering spans, the sampler.
 
 Run: `.venv/bin/python -m pytest tests/test_data.py -q` (about 15 s: it parses all ~40 MB of shared data).
 Tokenizers are trained locally with the `tokenizers` library; nothing is downloaded.
