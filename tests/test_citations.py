@@ -1,10 +1,11 @@
-"""The code, kernels, benchmarks, docs and README cite nothing a clone lacks: no `../shared/...` folder, no
-`shared/spec` file, no issue number ("issue 24"). They cite docs/ or the README, or explain in place.
+"""The code, kernels, benchmarks, presets, scripts, docs and README cite nothing a clone lacks: no `../shared/...`
+folder, no `shared/spec` file, no issue number ("issue 24"). They cite docs/ or the README, or explain in place.
 
-The same as `grep -rnE "shared/spec|\\.\\./shared|[Ii]ssue [0-9]+" lens kernels csrc bench docs README.md` over
-the tracked files (what a clone has), with one exception: a registered study plan (bench/study_plan*.yaml)
-whose sha256 a committed study table records. Its text is frozen: the tables name the plan by that hash, so
-changing one character, even a comment, would orphan every result computed under it.
+The same as `grep -rnE "shared/spec|\\.\\./shared|[Ii]ssue [0-9]+" lens kernels csrc bench docs README.md` (plus
+configs/, scripts/ and the build files) over the tracked files (what a clone has), with one exception: a
+registered study plan (bench/study_plan*.yaml) whose sha256 a committed study table records. Its text is frozen:
+the tables name the plan by that hash, so changing one character, even a comment, would orphan every result
+computed under it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PATHS = ("lens", "kernels", "csrc", "bench", "docs", "README.md")
+PATHS = ("lens", "kernels", "csrc", "bench", "docs", "README.md", "configs", "scripts", "setup.py", "pyproject.toml")
 PATTERN = re.compile(r"shared/spec|\.\./shared|[Ii]ssue [0-9]+")
 PLANS = "bench/study_plan*.yaml"
 
