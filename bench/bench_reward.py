@@ -1,7 +1,8 @@
 """Benchmarks of lens/reward.py: math verification throughput on 2 workers and worst-case batch latency.
 
 Completions look like real ~400-character chain-of-thought outputs ending in `\\boxed{...}`, built from the
-gold answers of /work/shared/data/math500/test.jsonl (read through lens.data, never copied):
+gold answers of the named set math500 (read through lens.data from the data directory that
+`LENS_DATA_DIR` or ~/.cache/lens/data holds, docs/data.md; never copied):
 - `typical`: an RL batch of 128 prompts x 8 rollouts: 40% correct in the gold's own form, 10% the gold
   rewritten (integers as `\\frac{2n}{2}`, `\\frac{a}{b}` as `a/b`, `\\dfrac`), 40% wrong (another integer
   for integer golds, another problem's answer otherwise), 10% answered with "The answer is ..." only;

@@ -1,5 +1,6 @@
 """Writes tests/data/reward_cases.jsonl: labelled completions, written the way model outputs are written, for
-every verifier kind, built from the real gold answers in the shared data directory (lens.data).
+every verifier kind, built from the real gold answers of the named sets (lens.data: set LENS_DATA_DIR to the
+data directory that holds them, docs/data.md).
 
 Each row: `id`, `benchmark`, `kind`, `gold`, `completion`, `finish_reason` ("stop" | "length"),
 `fallback_last_number` (the verifier option the row is scored with), `style` (how it was written) and `label`

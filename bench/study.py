@@ -80,6 +80,9 @@ from typing import Any
 
 import yaml
 
+from lens import data
+from lens.config import load_config
+
 REPO = Path(__file__).resolve().parent.parent
 PLAN = REPO / "bench" / "study_plan.yaml"
 GATES = REPO / "bench" / "results" / "gates"
@@ -268,8 +271,6 @@ def mean_prompt_tokens(cfg: dict[str, Any], limit: int = 256) -> float:
     """Mean rendered prompt length of `limit` training problems of a run's task (no metrics counter has it)."""
     from transformers import AutoTokenizer
 
-    from lens import data
-
     problem_set = data.load_sets(cfg["data"]["train"], role="train", limit=limit, seed=0)[0]
     tokenizer = AutoTokenizer.from_pretrained(str(REPO / cfg["model"]["path"]))
     rendered, _ = data.render_all(
@@ -344,8 +345,6 @@ def checkpoint_sha256(model: dict[str, Any]) -> str:
 
 def task_checkpoint_sha256(plan: Plan, task: str) -> str:
     """`checkpoint_sha256` of the task's preset with its overrides, as its runs resolve it."""
-    from lens.config import load_config
-
     spec = plan.tasks[task]
     cfg = load_config(REPO / spec["preset"], spec["overrides"], validate=False, cuda_available=False)
     return checkpoint_sha256({"path": cfg.model.path, "ref_path": cfg.model.ref_path})

@@ -152,14 +152,14 @@ def commit() -> str:
 
 def train_step(run: Any, step: int) -> dict[str, Any]:
     """One training step of `run`, the trainer's own (`lens.train.train_step`) -> its metrics row."""
-    from lens import train
+    from lens import train  # lazy: startup (models, DeepSpeed) only once a run is asked for
 
     return {"step": step + 1, **train.train_step(run, step)}
 
 
 def run_interleaved(args: argparse.Namespace, root: Path) -> dict[str, list[dict[str, Any]]]:
     """`args.steps` steps of every algorithm, interleaved (see the module docstring) -> rows per algorithm."""
-    from lens import train  # heavy import (models, DeepSpeed) only once a run is asked for
+    from lens import train  # lazy: startup (models, DeepSpeed) only once a run is asked for
 
     runs = {}
     for algo in args.algorithms:

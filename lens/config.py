@@ -83,7 +83,7 @@ class DataConfig:
     # held-out sets; None (`auto`): a built-in task's own clean and noisy sets, otherwise `heldout`, a split of
     # the training set itself (min(64, 5%) of its problems, taken out of training; see lens.preflight.HELDOUT)
     eval: list[str] | None = None
-    dir: str | None = None  # where named sets live; None: $LENS_DATA_DIR, ../shared/data, ~/.cache/lens/data
+    dir: str | None = None  # where named sets live; None: $LENS_DATA_DIR, then ~/.cache/lens/data
     split: str = "train"  # split of a hub training set, or the file of a training directory
     problem_key: str = "problem"  # field of the problem text in files/hub sets (dotted for nested fields)
     answer_key: str = "answer"  # field of the gold answer (e.g. reward_model.ground_truth)

@@ -1,4 +1,4 @@
-"""Getting the data: `python -m lens.data prepare|check` (the entry point lives in lens/data.py).
+"""Getting the data: `python -m lens.data prepare|check` (its entry point is lens/data/__main__.py).
 
     python -m lens.data prepare math500 aime24 dapo_math_17k [--out DIR]   # needs the Hugging Face hub
     python -m lens.data prepare all --out DIR
@@ -106,7 +106,7 @@ def _rows_of(name: str, source: HubSource) -> list[dict[str, Any]]:
 
 
 # Named sets of lens.data.BENCHMARKS that no public hub dataset holds in their form: a data directory only.
-NO_HUB_SOURCE = tuple(n for n in data.BENCHMARKS if n not in CATALOG)
+NO_HUB_SOURCE = tuple(n for n, spec in data.BENCHMARKS.items() if not spec.hub)
 REACH_TIMEOUT_S = 3.0
 
 

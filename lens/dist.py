@@ -31,8 +31,7 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 
-from lens.metrics import BINS
-from lens.reward import REASONS
+from lens.reward import BINS, REASONS
 
 Op = Literal["sum", "max", "min", "mean"]
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "mean": dist.ReduceOp.SUM}

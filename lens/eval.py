@@ -356,7 +356,7 @@ def add_common_args(parser: argparse.ArgumentParser, *, default_benchmarks: str)
     parser.add_argument("--seed", type=int, default=0, help=f"run seed; sampling uses seed + {EVAL_SEED_OFFSET}")
     parser.add_argument("--engine", choices=("hf", "vllm"), default="hf")
     parser.add_argument(
-        "--data-dir", default=None, help="where named sets live (default: LENS_DATA_DIR, ../shared/data, ~/.cache)"
+        "--data-dir", default=None, help="where named sets live (default: LENS_DATA_DIR, then ~/.cache/lens/data)"
     )
     parser.add_argument("--limit", type=_positive_int, default=None, help="problems per benchmark (smoke runs)")
     parser.add_argument("--template", default="auto", help="auto | chat | plain | a string with {problem}")

@@ -86,7 +86,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lens import algos, audit, checkpoint, errors, model, purify, scoring, tasks
+from lens import algos, checkpoint, errors, model, probes, purify, scoring, tasks
 from lens.config import REPO_ROOT, Config, load_config
 from lens.errors import cli_errors
 
@@ -126,7 +126,7 @@ G3_REPLICATION_SEEDS = (0, 1, 2, 3, 4)
 def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
     """ROC AUC from ranks (Mann-Whitney U, ties as 1/2): P(score of a positive > score of a negative).
 
-    scores [N] float, labels [N] bool. The same number as `audit.roc_auc`, in O(N log N) so the bootstrap
+    scores [N] float, labels [N] bool. The same number as `probes.roc_auc`, in O(N log N) so the bootstrap
     can afford it. NaN without a positive or a negative.
     """
     if scores.shape != labels.shape:
@@ -386,7 +386,7 @@ def g2_rows(m: Measurements, seed: int) -> list[Row]:
 
 def _precision_at_k(scores: list[torch.Tensor], labels: list[torch.Tensor]) -> torch.Tensor:
     """Per prompt: the share of its k top-scored tokens that are distractors, k = its distractor count."""
-    return torch.tensor([audit.precision_at_k(s.tolist(), y.tolist()) for s, y in zip(scores, labels, strict=True)])
+    return torch.tensor([probes.precision_at_k(s.tolist(), y.tolist()) for s, y in zip(scores, labels, strict=True)])
 
 
 def g3_rows(m: Measurements, seed: int) -> list[Row]:
@@ -514,7 +514,7 @@ def task_module(task: str) -> Any:
     return tasks.get(task)
 
 
-def deleted_prompt(prompt: audit.AuditPrompt) -> purify.Prompt:
+def deleted_prompt(prompt: probes.AuditPrompt) -> purify.Prompt:
     """The noisy prompt with exactly its recorded distractor tokens deleted (positions in the scorable span)."""
     start, end = prompt.prompt.span
     mask = torch.zeros(1, len(prompt.prompt.ids), dtype=torch.bool)
@@ -526,14 +526,14 @@ def deleted_prompt(prompt: audit.AuditPrompt) -> purify.Prompt:
     return purify.purify_prompts([prompt.prompt], mask)[0]
 
 
-def task_prompts(task: str, tokenizer: Any, limit: int) -> tuple[list[audit.AuditPrompt], list[list[int]]]:
+def task_prompts(task: str, tokenizer: Any, limit: int) -> tuple[list[probes.AuditPrompt], list[list[int]]]:
     """The task's noisy prompts (with distractor positions) and the token ids of their clean twins."""
     module = task_module(task)
     sets = tasks.problem_sets(task, role="eval", limit=limit, seed=0)
     # Without recorded positions there are no labels; guessing them from the clean text would bias G2-G4.
     if any("noise_positions" not in p.meta for p in sets["noisy"]):
         raise ValueError(f"task {task!r}: its noisy problems do not record meta['noise_positions']")
-    noisy = audit.task_prompts(task, tokenizer, limit)
+    noisy = probes.task_prompts(task, tokenizer, limit)
     if any(not p.noise for p in noisy):
         raise ValueError(f"task {task!r}: a noisy evaluation problem has no distractor position")
     clean = [module.format.prompt_ids(tokenizer, p.problem) for p in sets["clean"]]
@@ -565,13 +565,13 @@ def null_policies(ref: nn.Module, cfg: Config, seed: int) -> dict[str, nn.Module
     return {NULLS[0]: decayed, NULLS[1]: noisy}
 
 
-def _spans(prompts: list[audit.AuditPrompt], per_prompt: list[torch.Tensor]) -> list[torch.Tensor]:
+def _spans(prompts: list[probes.AuditPrompt], per_prompt: list[torch.Tensor]) -> list[torch.Tensor]:
     """Each prompt's values [P_i] cut to its scorable span [n_i]."""
     return [v[p.prompt.span[0] : p.prompt.span[1]].float().cpu() for p, v in zip(prompts, per_prompt, strict=True)]
 
 
 def detection(
-    ref: nn.Module, grpo: nn.Module, cfg: Config, prompts: list[audit.AuditPrompt], seed: int
+    ref: nn.Module, grpo: nn.Module, cfg: Config, prompts: list[probes.AuditPrompt], seed: int
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], dict[str, list[torch.Tensor]]]:
     """(labels, reference surprisal, Eq. 1 scores of the nulls and of GRPO), each per prompt over its span."""
     ids = [p.prompt.ids for p in prompts]
@@ -591,7 +591,7 @@ def detection(
 
 
 def top_one_prompts(
-    prompts: list[audit.AuditPrompt], scores: list[torch.Tensor], seed: int
+    prompts: list[probes.AuditPrompt], scores: list[torch.Tensor], seed: int
 ) -> tuple[list[list[int]], list[int]]:
     """Each noisy prompt with its ONE top-scored scorable token deleted by LENS's own selection (ties at random,
     seeded) -> (the purified ids, the deleted token's position in the span). scores: per prompt over its span."""
@@ -615,9 +615,9 @@ def answer_positions(task: str, tokenizer: Any, limit: int) -> list[set[int]] | 
     noisy = tasks.problem_sets(task, role="eval", limit=limit, seed=0)["noisy"]
     if any("answer_positions" not in p.meta for p in noisy):
         return None
-    # the same word -> token mapping as the distractor labels (audit._task_prompt)
+    # the same word -> token mapping as the distractor labels (probes.word_prompt)
     return [
-        set(audit._task_prompt(tokenizer, p.problem, p.meta["answer_positions"], module.format.answer_marker)[1])
+        set(probes.word_prompt(tokenizer, p.problem, p.meta["answer_positions"], module.format.answer_marker)[1])
         for p in noisy
     ]
 
@@ -626,7 +626,7 @@ def measure_top_one(
     ref: nn.Module,
     tokenizer: Any,
     module: Any,
-    prompts: list[audit.AuditPrompt],
+    prompts: list[probes.AuditPrompt],
     scores: list[torch.Tensor],
     answers: list[set[int]] | None,
     *,
@@ -767,12 +767,12 @@ def measure(args: argparse.Namespace, run_dir: str) -> tuple[Measurements, dict[
     reused = finished_policy(run_dir, args.steps) is not None
     grpo_path = train_grpo(args.config, overrides, run_dir, args.steps)
     ref_path = cfg.model.ref_path or cfg.model.path
-    tokenizer = audit.load_tokenizer(ref_path)
+    tokenizer = probes.load_tokenizer(ref_path)
     noisy, clean = task_prompts(args.task, tokenizer, args.problems)
     noisy_ids = [p.prompt.ids for p in noisy]
     prompts = {"clean": clean, "noisy": noisy_ids, "deleted": [deleted_prompt(p).ids for p in noisy]}
     answers = [p.answer for p in noisy]
-    ref, grpo = audit.load_frozen(ref_path), audit.load_frozen(grpo_path)
+    ref, grpo = probes.load_frozen(ref_path), probes.load_frozen(grpo_path)
     labels, surprisal, scores = detection(ref, grpo, cfg, noisy, args.seed)
     sampling = {"samples": args.samples, "temperature": cfg.rollout.temperature, "seed": args.seed}
     stages = {
@@ -883,13 +883,13 @@ def run_g3(args: argparse.Namespace) -> dict[str, Any]:
     weights = {}
     for path in args.warm_start:
         warm = repo_relative(path)
-        tokenizer = audit.load_tokenizer(path)
+        tokenizer = probes.load_tokenizer(path)
         noisy, _ = task_prompts(args.task, tokenizer, args.problems)
         ids = [p.prompt.ids for p in noisy]
         labels[warm] = [
             torch.tensor([j in set(p.noise) for j in range(p.prompt.span[1] - p.prompt.span[0])]) for p in noisy
         ]
-        ref = audit.load_frozen(path)
+        ref = probes.load_frozen(path)
         weights[warm] = checkpoint_sha256(Path(path))
         for i, s in enumerate(args.seeds):
             for null, per in g3_null_scores(ref, cfg, ids, s, all_nulls=i == 0).items():

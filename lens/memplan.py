@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # The head's own chunking constants and rule, so that the plan follows the kernel when either changes.
+from lens.rollout.hf import HFEngine
 from lens_kernels.linear_token_logprobs import _GPU_CHUNK_ELEMS, CHUNK_ELEMS, KEEP_LOGITS_BYTES, _chunk_sizes
 
 GIB = 2**30
@@ -366,8 +367,6 @@ def hf_engine_rows(cfg: Any, world_size: int) -> int:
     """Rows the HF engine decodes at once on a rank: its generation batch's rollouts, at most the engine's
     max_batch_size (its constructor's default, which the trainer keeps)."""
     import inspect
-
-    from lens.rollout.hf import HFEngine
 
     cap = inspect.signature(HFEngine.__init__).parameters["max_batch_size"].default
     prompts = cfg.algorithm.dapo.gen_batch_size or cfg.data.batch_size

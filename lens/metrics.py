@@ -27,10 +27,12 @@ from typing import Any
 
 import torch
 
+from lens import algos
+from lens.checkpoint import latest
+from lens.reward import BINS
+
 METRICS_FILE = "metrics.jsonl"
 PROGRESS_KEYS = ("reward/mean", "loss/pg", "eval/noisy", "time/step")
-# Order matters: it is the order of the masks zipped in success_bins and of the columns in reports.
-BINS = ("failure", "low", "mid", "high")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -177,8 +179,6 @@ class TransferMeter:
 
     def metrics(self, gather: Callable[[Any], list[Any]]) -> dict[str, float]:
         """The step's `transfer/` metrics over all ranks; `gather` is `lens.dist.all_gather_objects`."""
-        from lens import algos
-
         ranks = gather(self.local())
         merged = {k: torch.cat([r[k] for r in ranks]) for k in ("ratios", "decide")}
         merged.update({k: torch.stack([r[k] for r in ranks]).sum(0) for k in ("clipped", "adv_mass", "grad_mass")})
@@ -284,8 +284,6 @@ def _mount_point(path: Path) -> Path:
 
 def disk_full_message(run_dir: Path, doing: str) -> str:
     """The one line of a full disk outside a save: the disk, what failed, and the checkpoint to resume from."""
-    from lens.checkpoint import latest  # lazy: the logger must not load checkpoint code to log a row
-
     good = latest(run_dir)
     return (
         f"disk full at {run_dir} (filesystem {_mount_point(run_dir)}) while {doing}; metrics.jsonl keeps "

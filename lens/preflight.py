@@ -296,8 +296,9 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
     """Everything a run reads before its first step, checked; returns (and the CLI prints) the summary."""
     from transformers import AutoConfig
 
-    from lens import memplan  # imports the kernels (Triton): only a dry run needs them here
-    from lens.model import deepspeed_config
+    # lazy: startup, the kernels (Triton) and DeepSpeed: only a dry run needs them, not the launcher's checks
+    from lens import memplan
+    from lens.model import deepspeed_config  # lazy: startup (DeepSpeed, transformers)
 
     tokenizer = load_tokenizer(cfg)  # checks the model paths before HF reads any
     model_config = AutoConfig.from_pretrained(resolve_path(cfg.model.path))

@@ -128,6 +128,10 @@ __all__ = [
 
 KINDS = ("math", "choice", "text", "vartrack", "exact")
 REASONS = ("correct", "wrong", "no_answer", "truncated", "timeout", "too_long", "parse_error", "worker_crash")
+# The success bins of a prompt's m rewards (lens.metrics.success_bins sorts prompts into them). Named here, with
+# the verdicts, so that lens.dist's table of metric reductions reads both without importing the logger. Order
+# matters: it is the order of the masks zipped in success_bins and of the columns in reports.
+BINS = ("failure", "low", "mid", "high")
 DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_MAX_CHARS = 65_536
 DEFAULT_MAX_MEMORY_MB = 4_096

@@ -14,6 +14,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest
 import torch
+from shared_data import WORKPLACE_DATA
+
+# lens looks for named sets only where it is told (lens.data.data_dirs): the suite reads this workplace's copy
+# unless LENS_DATA_DIR names another. Set here, before any test, so that the commands tests start inherit it.
+if WORKPLACE_DATA.is_dir():
+    os.environ.setdefault("LENS_DATA_DIR", str(WORKPLACE_DATA))
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")

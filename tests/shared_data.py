@@ -1,17 +1,12 @@
-"""Where the tests find the shared data sets: the first existing place of `lens.data.data_dirs()`.
+"""Where the tests find the shared data sets: `$LENS_DATA_DIR`, else this workplace's copy, the `shared/data`
+folder beside the checkout. tests/conftest.py puts the latter into `LENS_DATA_DIR` for the whole suite (its
+subprocesses included), since lens itself looks only where it is told (`lens.data.data_dirs`).
 
 Tests that need the shared copies (not a set written into tmp_path) skip when the file they read is not here.
 """
 
+import os
 from pathlib import Path
 
-from lens import data
-
-
-def shared_data_dir() -> Path:
-    """The first existing data directory in lens's search order (the first place when none exists)."""
-    places = data.data_dirs()
-    return next((p for _, p in places if p.is_dir()), places[0][1])
-
-
-DATA_DIR = shared_data_dir()
+WORKPLACE_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+DATA_DIR = Path(os.environ.get("LENS_DATA_DIR") or WORKPLACE_DATA)

@@ -1,4 +1,4 @@
-"""Tests of lens/data.py: loading (every shared data file, bad rows, formats), rendering spans, the sampler.
+"""Tests of lens/data/ (the loader): loading (every shared data file, bad rows, formats), rendering spans, the sampler.
 
 Run: `.venv/bin/python -m pytest tests/test_data.py -q` (about 15 s: it parses all ~40 MB of shared data).
 Tokenizers are trained locally with the `tokenizers` library; nothing is downloaded.
@@ -106,7 +106,7 @@ def test_load_benchmark_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(FileNotFoundError) as err:
         load_benchmark("openr1_math_46k", data_dir=tmp_path / "cfg")
     message = str(err.value)  # every place, in order, and the way to get the set
-    places = ["data.dir", "LENS_DATA_DIR", "beside the repository", "user cache", "python -m lens.data prepare"]
+    places = ["data.dir", "LENS_DATA_DIR", "user cache", "python -m lens.data prepare"]
     assert [message.index(p) for p in places] == sorted(message.index(p) for p in places)
     assert str(tmp_path / "cfg" / "openr1_math_46k" / "train.jsonl") in message
 
@@ -114,15 +114,18 @@ def test_load_benchmark_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 def test_data_dir_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("LENS_DATA_DIR", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    repo = Path(data.__file__).resolve().parent.parent
-    assert [p for _, p in data.data_dirs()] == [repo.parent / "shared" / "data", tmp_path / "home/.cache/lens/data"]
+    # Only the places the user names and the cache `prepare` writes: never a folder guessed from the checkout's place.
+    assert [p for _, p in data.data_dirs()] == [tmp_path / "home/.cache/lens/data"]
     for where in ("cfg", "env", "home/.cache/lens/data"):
         (tmp_path / where / "aime24").mkdir(parents=True)
         (tmp_path / where / "aime24" / "test.jsonl").write_text(f'{{"problem": "{where}", "answer": "1"}}\n')
     monkeypatch.setenv("LENS_DATA_DIR", str(tmp_path / "env"))
     assert load_benchmark("aime24").problems == [Problem("test-1", "env", "1")]
     assert load_benchmark("aime24", tmp_path / "cfg").problems[0].problem == "cfg"
+    monkeypatch.setenv("LENS_DATA_DIR", str(DATA_DIR))  # a set data.dir lacks: the next place has it
     assert load_benchmark("dapo_math_17k", tmp_path / "cfg", limit=1).problems[0].uid == "dapo_math_17k-0"
+    monkeypatch.delenv("LENS_DATA_DIR")
+    assert load_benchmark("aime24").problems[0].problem == "home/.cache/lens/data"
 
 
 # ------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 import torch
 from tiny_models import save_perturbed_reference
 
-from lens import audit, checkpoint, gates, purify
+from lens import audit, checkpoint, gates, probes, purify
 from lens.config import load_config
 from lens.tasks import vartrack
 
@@ -36,7 +36,7 @@ def test_auc_equals_the_pairwise_count_with_ties() -> None:
     gen = torch.Generator().manual_seed(0)
     scores = torch.randint(0, 6, (300,), generator=gen).float()  # many ties
     labels = torch.rand(300, generator=gen) < 0.2
-    assert gates.auc(scores, labels) == pytest.approx(audit.roc_auc(scores.tolist(), labels.tolist()), abs=1e-12)
+    assert gates.auc(scores, labels) == pytest.approx(probes.roc_auc(scores.tolist(), labels.tolist()), abs=1e-12)
 
 
 def test_matched_auc_hand_computed() -> None:
@@ -146,13 +146,13 @@ def test_null_policies() -> None:
 
 
 def test_deleted_prompt_is_the_clean_prompt_on_vartrack() -> None:
-    tokenizer = audit.load_tokenizer(REF)
+    tokenizer = probes.load_tokenizer(REF)
     noisy, clean = gates.task_prompts("vartrack", tokenizer, 20)
     for p, c in zip(noisy, clean, strict=True):
         deleted = gates.deleted_prompt(p)
         assert deleted.ids == c
         assert len(deleted.ids) == len(p.prompt.ids) - len(p.noise)
-    bad = audit.AuditPrompt("x", noisy[0].prompt, "0", (999,))
+    bad = probes.AuditPrompt("x", noisy[0].prompt, "0", (999,))
     with pytest.raises(ValueError, match="outside its"):
         gates.deleted_prompt(bad)
 
@@ -224,8 +224,8 @@ def test_g6_rows_by_hand() -> None:
 
 def test_top_one_prompts_delete_the_top_scored_span_token() -> None:
     prompts = [
-        audit.AuditPrompt("a", purify.Prompt([0, 5, 6, 7, 9], (1, 4)), "x"),
-        audit.AuditPrompt("b", purify.Prompt([0, 5, 6, 9], (1, 3)), "x"),
+        probes.AuditPrompt("a", purify.Prompt([0, 5, 6, 7, 9], (1, 4)), "x"),
+        probes.AuditPrompt("b", purify.Prompt([0, 5, 6, 9], (1, 3)), "x"),
     ]
     ids, where = gates.top_one_prompts(prompts, [torch.tensor([0.1, 0.9, 0.2]), torch.tensor([0.3, 0.2])], seed=0)
     assert ids == [[0, 5, 7, 9], [0, 6, 9]] and where == [1, 0]

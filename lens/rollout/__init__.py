@@ -27,7 +27,7 @@ def make_engine(kind: str, model_path: str, **kw: object) -> Engine:
         return HFEngine.from_pretrained(model_path, **kw)  # type: ignore[arg-type]
     if kind == "vllm":
         # Imported only when asked for: vLLM is an optional dependency and slow to import.
-        from lens.rollout.vllm_engine import VLLMEngine
+        from lens.rollout.vllm_engine import VLLMEngine  # lazy: optional
 
         return VLLMEngine(model_path, **kw)  # type: ignore[arg-type]
     raise ValueError(f"rollout engine kind must be 'hf' or 'vllm', got {kind!r}")

@@ -86,7 +86,7 @@ def get(name: str) -> Task:
         raise ValueError(f"unknown built-in task {name!r}; known: {', '.join(registered)}")
     module, control = registered[name]
     # Imported here, not at the top: the task modules pull in transformers (see the module docstring).
-    from lens.tasks import base
+    from lens.tasks import base  # lazy: startup
 
     task = importlib.import_module(f"lens.tasks.{module}").TASK
     if not isinstance(task, base.Task) or task.name != module:

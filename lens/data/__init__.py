@@ -4,8 +4,8 @@
     python -m lens.data check ~/data                                         # verify against the manifest
 
 - `load_sets(source, role=...)`: THE loader every caller uses. A source is a built-in task (`vartrack`), a
-  named set (`BENCHMARKS`: the shared benchmarks and training sets, looked up in `data_dirs()`: `data.dir`,
-  `$LENS_DATA_DIR`, `../shared/data` beside a source checkout, `~/.cache/lens/data`), a local
+  named set (`BENCHMARKS`: the benchmarks and training sets, looked up in `data_dirs()`: `data.dir`,
+  `$LENS_DATA_DIR`, `~/.cache/lens/data`), a local
   `.jsonl`/`.json`/`.parquet` file or a directory holding one, or a hub dataset `hf:ORG/NAME[:CONFIG][@SPLIT]`
   read through `datasets` (cached, so it loads again offline). Answers are normalised the same way for every
   source (`normalize_answer`) and checked against their verifier kind at load time, naming file:line.
@@ -20,7 +20,7 @@
   one. Over-long prompts are skipped (None, counted by `render_all`), truncated (problem tail cut) or an error.
 - `PromptSampler`: deterministic epoch-based order (seed, epoch, position), resumable exactly.
 
-The data layout (what `prepare` writes and the shared directory holds): one folder per set, JSON Lines with
+The data layout (what `prepare` writes and a data directory holds): one folder per set, JSON Lines with
 `uid`, `problem`, `answer` (other fields kept), and `manifest.json` with each file's rows and sha256.
 
 Run the tests with `.venv/bin/python -m pytest tests/test_data.py -q`.
@@ -44,10 +44,11 @@ from typing import Any
 
 import numpy as np
 
-from lens import errors
+from lens import errors, tasks
 
 # Re-exported: callers know the record as lens.data.Problem; it is defined below the tasks that build it.
 from lens.problem import Problem
+from lens.reward import validate_gold
 
 # ----------------------------------------------------------------------------------------------------
 # Loading
@@ -576,16 +577,14 @@ PREPARE_HINT = "python -m lens.data prepare NAME --out DIR"
 
 def data_dirs(configured: str | os.PathLike[str] | None = None) -> list[tuple[str, Path]]:
     """Where named sets are looked for, in order, with what put each place on the list: `data.dir` of the
-    config, `$LENS_DATA_DIR`, `../shared/data` beside a source checkout, `~/.cache/lens/data`."""
+    config, `$LENS_DATA_DIR`, `~/.cache/lens/data` (where `prepare` writes by default)."""
+    # Only places the user names or lens writes itself: a folder guessed from where the checkout happens to
+    # sit would make a run read different data on another machine without saying so.
     out: list[tuple[str, Path]] = []
     if configured:
         out.append(("data.dir", Path(configured).expanduser()))
     if os.environ.get("LENS_DATA_DIR"):
         out.append(("LENS_DATA_DIR", Path(os.environ["LENS_DATA_DIR"]).expanduser()))
-    repo = Path(__file__).resolve().parent.parent
-    # The shared data directory of this workplace sits beside a source checkout, never beside site-packages.
-    if (repo / "pyproject.toml").is_file():  # a source checkout; an installed package has no "beside"
-        out.append(("beside the repository", repo.parent / "shared" / "data"))
     out.append(("user cache", Path.home() / ".cache" / "lens" / "data"))
     return out
 
@@ -597,13 +596,15 @@ PROMPTS = {"math": MATH_PROMPT, "choice": CHOICE_PROMPT, "text": MATH_PROMPT, "e
 
 @dataclass(frozen=True)
 class BenchmarkSpec:
-    """One named set: its file in a data directory, verifier kind, role (eval/train), rows expected."""
+    """One named set: its file in a data directory, verifier kind, role (eval/train), rows expected, and whether
+    `python -m lens.data prepare` can fetch it (lens.datahub.CATALOG names its hub source)."""
 
     name: str
     path: str
     kind: str
     role: str
     rows: int
+    hub: bool = True
 
 
 BENCHMARKS: dict[str, BenchmarkSpec] = {
@@ -618,10 +619,10 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
         BenchmarkSpec("gaokao2023en", "gaokao2023en/test.jsonl", "math", "eval", 385),
         BenchmarkSpec("mmlu_pro", "mmlu_pro/test.jsonl.gz", "choice", "eval", 12_032),
         BenchmarkSpec("bbeh", "bbeh/full.jsonl.gz", "text", "eval", 4_520),
-        BenchmarkSpec("bbeh_mini", "bbeh/mini.jsonl", "text", "eval", 460),
+        BenchmarkSpec("bbeh_mini", "bbeh/mini.jsonl", "text", "eval", 460, hub=False),
         BenchmarkSpec("supergpqa_sample300", "supergpqa_sample300/test.jsonl", "choice", "eval", 300),
         BenchmarkSpec("dapo_math_17k", "dapo_math_17k/train.jsonl", "math", "train", 13_936),
-        BenchmarkSpec("math_train_deepscaler", "math_train_deepscaler/train.jsonl", "math", "train", 7_414),
+        BenchmarkSpec("math_train_deepscaler", "math_train_deepscaler/train.jsonl", "math", "train", 7_414, hub=False),
         BenchmarkSpec("openr1_math_46k", "openr1_math_46k/train.jsonl", "math", "train", 45_800),
     )
 }
@@ -637,11 +638,9 @@ def find_data(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path
             if (root / rel).is_file():
                 return root / rel
     looked = "; ".join(f"{why}: {root / spec.path}" for why, root in places)
-    from lens.datahub import NO_HUB_SOURCE  # lens.datahub imports this module
-
     get = (
         f"it has no hub source: put its file at DIR/{spec.path} yourself"
-        if name in NO_HUB_SOURCE
+        if not spec.hub
         else f"get it with `{PREPARE_HINT.replace('NAME', name)}` (needs network access to the Hugging Face hub "
         "and the `hub` extra)"
     )
@@ -693,8 +692,6 @@ def load_sets(
     set's own; math for files). Every gold answer is normalised (`normalize_answer`) and checked against
     its verifier kind here, so a bad gold fails at load time with its file and line.
     """
-    from lens import tasks
-
     if role not in ("train", "eval"):
         raise ValueError(f"load_sets: role={role!r}: expected train or eval")
     bad: BadRows | None = None
@@ -734,8 +731,6 @@ def source_fingerprint(
     whether it changed: a named set or a local file -> its file's path, size and sha256; a built-in
     task -> its name and seed (its generator's parameters; the limit is the config's); a hub dataset
     -> its name and split (its content is the hub's and is not hashed)."""
-    from lens import tasks
-
     if source in tasks.NAMES:
         return {"task": source, "seed": seed}
     hub = _HF_SPEC_RE.fullmatch(source)
@@ -768,8 +763,6 @@ _PROSE_GOLD = re.compile(r"[A-Za-z]+(?:\s+[A-Za-z]+){3,}\s*[.!?]?")
 def _check_golds(problem_set: ProblemSet, source: str, bad: BadRows | None = None) -> None:
     """Every gold of the set must be usable by its verifier kind; a ValueError names file:line, or the file
     and every bad row in file order, those the loader found (`bad`) included."""
-    from lens.reward import validate_gold
-
     if not problem_set.problems and bad is None:
         raise ValueError(f"{source}: data set {problem_set.name!r} has no problems (an empty file?)")
     unusable = []
@@ -1038,11 +1031,3 @@ class PromptSampler:
         self.shuffle = bool(state.get("shuffle", self.shuffle))
         self.drop_last = bool(state.get("drop_last", self.drop_last))
         self._order_epoch = -1
-
-
-if __name__ == "__main__":
-    import sys
-
-    from lens import datahub
-
-    sys.exit(datahub.cli())
