@@ -23,6 +23,7 @@ import math
 import os
 import sys
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from lens import lifeline
@@ -37,10 +38,10 @@ from lens import algos, checkpoint, data, dist, groups, methods, metrics, model,
 from lens.config import Config, config_changes, parse_args
 from lens.errors import cli_errors
 from lens.eval import eval_sampling, evaluate_set
-from lens.methods import Run
 from lens.purify import rendered_prompts
 from lens.reward import Verifier
 from lens.rollout import HFEngine, default_stop_ids, make_engine
+from lens.runstate import Run
 from lens.stop import discard_stale_request, request_path
 
 # ----------------------------------------------------------------------------------------------
@@ -159,29 +160,44 @@ def own_prompt_rows(cfg: Config, sg: groups.StepGroups) -> torch.Tensor:
     """
     if cfg.algorithm.old_logprobs == "engine":
         return torch.zeros(len(sg.tokens), dtype=torch.bool)
-    return torch.tensor([list(s) == list(o) for s, o in zip(sg.source, sg.original, strict=True)], dtype=torch.bool)
+    return groups.same_prompts(sg.source, sg.original)
 
 
-def old_and_ref_logprobs(
-    run: Run, sg: groups.StepGroups, reuse: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+@dataclass(frozen=True)
+class PiOld:
+    """pi_old of every row (LENS Eq. 5's denominator), one source per row kind, fixed before the update's loop.
+
+    Own-prompt rows (`own`, from `own_prompt_rows`) take it from the update's forward, which exists only inside
+    the loop (an extra pass to have it earlier would cost a forward and change nothing); every other row has it
+    in `passed`: a separate pass on its source prompt, or the sampler's log-probs.
+    """
+
+    passed: torch.Tensor  # [N, T] fp32; 0 on own-prompt rows
+    own: torch.Tensor  # [N] bool
+
+    def of(self, rows: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
+        """pi_old [len(rows), T] of a micro-batch's `rows` [n], given the update's forward `logp` [n, T] on them."""
+        return torch.where(self.own[rows, None], logp.detach(), self.passed[rows])
+
+
+def old_and_ref_logprobs(run: Run, sg: groups.StepGroups) -> tuple[PiOld, torch.Tensor | None, torch.Tensor]:
     """pi_old of each row on its SOURCE prompt (LENS Eq. 5's denominator) and pi_ref on its ORIGINAL prompt
-    (the KL) -> (old [N, T], ref [N, T] or None when beta = 0, mask [N, T]). Rows flagged in `reuse` [N]
-    (`own_prompt_rows`) get no pi_old pass: their old stays 0 here and the update fills it in."""
+    (the KL) -> (PiOld, ref [N, T] or None when beta = 0, mask [N, T]). Own-prompt rows get no pass here."""
     cfg = run.cfg
     # Every log-prob of a sampled token is taken from softmax(z / T), the distribution that sampled it
     # (docs/algorithm.md): at T != 1 the ratio and the KL would otherwise compare the wrong distributions.
     kw = {**model.batching(cfg), "temperature": cfg.rollout.temperature}
     device = model.local_device(cfg.device)
+    own = own_prompt_rows(cfg, sg)
     with run.timer("old_ref_logprobs"), torch.no_grad():
         if cfg.algorithm.old_logprobs == "engine":  # as sampled: no forward pass
             old, mask = engine_old_logprobs(sg.sampler_logprobs, device)
         else:
-            old, mask = _source_logprobs(run, sg, (~reuse).nonzero().squeeze(1).tolist(), device, **kw)
+            old, mask = _source_logprobs(run, sg, (~own).nonzero().squeeze(1).tolist(), device, **kw)
         ref = model.sequence_logprobs(run.ref, sg.original, sg.tokens, **kw)[0] if cfg.algorithm.beta else None
     width = loss_width(cfg, mask.shape[1])
-    old, mask = _pad_to(old, width), _pad_to(mask, width)
-    return old, (_pad_to(ref, width) if ref is not None else None), mask
+    ref = _pad_to(ref, width) if ref is not None else None
+    return PiOld(_pad_to(old, width), own.to(device)), ref, _pad_to(mask, width)
 
 
 def _source_logprobs(
@@ -223,14 +239,25 @@ def engine_old_logprobs(sampler_logp: list[torch.Tensor], device: torch.device) 
     return logp.to(device), mask.to(device)
 
 
+# How the metrics this file computes combine over ranks (lens.dist.reduce_metrics).
+REDUCTIONS = dist.declare(
+    {
+        "reward/mean": dist.PER_ROLLOUT,  # step_metrics: the first sampling's mean reward
+        # The same number on every rank: DeepSpeed all-reduces gradients before taking their norm, and
+        # every rank steps one LR schedule. MAX returns it unchanged (a mean could round it).
+        "grad_norm": dist.MAX,
+        "lr": dist.MAX,
+    }
+)
+
+
 def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
     """Advantages, CRPO loss (LENS Eq. 7) per micro-batch, backward, one optimizer step -> loss metrics."""
-    cfg, batching = run.cfg, model.batching(run.cfg)
-    reuse = own_prompt_rows(cfg, sg)
-    old, ref, mask = old_and_ref_logprobs(run, sg, reuse)
-    reuse = reuse.to(mask.device)
+    cfg, loss_config = run.cfg, run.cfg.algorithm.loss_config()
+    pi_old, ref, mask = old_and_ref_logprobs(run, sg)
     adv = run.method.advantages(sg).to(mask.device)
     weights = sg.weights.to(mask.device)
+    moved = sg.transferred.to(mask.device)  # [N] bool
     # Global normalisation (docs/architecture.md, conventions): every rank divides by the step's totals, so the
     # gradient does not depend on how rows split over ranks or micro-batches.
     num_tokens = dist.all_reduce(float(mask.sum()), "sum")
@@ -238,33 +265,16 @@ def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
     meter = metrics.LossMeter()
     # LENS: rows sampled from a purified prompt and trained on the original (Eq. 5 across prompts).
     transfer = metrics.TransferMeter() if run.method.transfers else None
-    moved = sg.transferred.to(mask.device)  # [N] bool
     lengths = [len(o) + len(t) for o, t in zip(sg.original, sg.tokens, strict=True)]
     with run.timer("update"):
         # By a token budget or by row count (lens.packing); under ZeRO-3 the same number on every rank.
-        for k, idx in enumerate(model.micro_batches(run.trainer.engine, lengths, **batching)):
+        for k, idx in enumerate(model.micro_batches(run.trainer.engine, lengths, **model.batching(cfg))):
             rows = torch.tensor(idx, dtype=torch.long, device=mask.device)
-            logp, ent, m = model.micro_batch_logprobs(
-                run.trainer.engine,
-                [sg.original[i] for i in idx],
-                [sg.tokens[i] for i in idx],
-                width=mask.shape[1],
-                temperature=cfg.rollout.temperature,
-                return_entropy=True,
-                padding_free=batching["padding_free"],
-            )
-            # pi_old of own-prompt rows is this forward itself, before the step (own_prompt_rows).
-            old_rows = torch.where(reuse[rows, None], logp.detach(), old[rows])
+            logp, ent, m = policy_logprobs(run, sg, idx, mask.shape[1])
+            old = pi_old.of(rows, logp)
+            ref_rows = ref[rows] if ref is not None else None
             loss, parts = algos.crpo_loss(
-                logp,
-                old_rows,
-                ref[rows] if ref is not None else None,
-                adv[rows],
-                weights[rows],
-                m,
-                cfg.algorithm.loss_config(),
-                num_tokens=num_tokens,
-                num_seqs=num_seqs,
+                logp, old, ref_rows, adv[rows], weights[rows], m, loss_config, num_tokens=num_tokens, num_seqs=num_seqs
             )
             if not torch.isfinite(loss):
                 raise FloatingPointError(
@@ -273,13 +283,28 @@ def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
             run.trainer.backward(loss)
             meter.add(loss, parts, m, ent)
             if transfer is not None:
-                terms = (logp, old_rows, adv[rows], weights[rows], m, moved[rows])
-                transfer.add(algos.transfer_terms(*terms, cfg.algorithm.loss_config()))
+                transfer.add(algos.transfer_terms(logp, old, adv[rows], weights[rows], m, moved[rows], loss_config))
         grad_norm = run.trainer.step()
     if not math.isfinite(grad_norm):
         raise FloatingPointError(f"non-finite gradient norm {grad_norm}; the last checkpoint is kept")
     diagnostics = transfer.metrics(dist.all_gather_objects) if transfer is not None else {}
     return {**meter.metrics(), **diagnostics, "grad_norm": grad_norm, "lr": run.trainer.lr}
+
+
+def policy_logprobs(
+    run: Run, sg: groups.StepGroups, idx: list[int], width: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The update's forward of rows `idx` on their ORIGINAL prompt, with gradients -> (logp [n, width],
+    entropy [n, width], response mask [n, width])."""
+    return model.micro_batch_logprobs(
+        run.trainer.engine,
+        [sg.original[i] for i in idx],
+        [sg.tokens[i] for i in idx],
+        width=width,
+        temperature=run.cfg.rollout.temperature,
+        return_entropy=True,
+        padding_free=model.batching(run.cfg)["padding_free"],
+    )
 
 
 def sync_weights(run: Run) -> None:
@@ -301,7 +326,7 @@ def sync_weights(run: Run) -> None:
 
 
 def step_metrics(run: Run, sg: groups.StepGroups, stats: dict[str, float], upd: dict[str, float]) -> dict[str, float]:
-    """This rank's step metrics, reduced over ranks as lens.dist.REDUCTIONS declares."""
+    """This rank's step metrics, reduced over ranks as each producer declared (lens.dist.REDUCTIONS)."""
     a = run.cfg.algorithm
     out = {"reward/mean": float(sg.first_rewards.mean()), **stats, **upd, **metrics.batch_counts(sg.first_rewards)}
     out.update(metrics.success_bins(metrics.success_counts(sg.first_rewards, a.success_threshold), a.m))
@@ -462,12 +487,11 @@ def train_step(run: Run, step: int) -> dict[str, float]:
     """One step (the method's sampling and groups, the update, the weight sync, the method's after-step)
     -> its metrics, reduced over ranks. Evaluation and checkpoints are the loop's."""
     run.timer.reset()
-    stats: dict[str, float] = {}
     with run.timer("step"):
-        sg = run.method.sample(run, step, stats)
+        sg, stats = run.method.sample(run, step)
         upd = update(run, sg)
         sync_weights(run)
-    run.method.after_step(stats)
+    stats = {**stats, **run.method.after_step()}
     return step_metrics(run, sg, stats, upd)
 
 

@@ -274,7 +274,7 @@ def test_pi_old_from_the_update_forward_changes_nothing(tiny_model, tmp_path, mo
     cfg_a, _ = parse_args(_args(tiny_model, tmp_path / "a", *extra))
     cfg_b, _ = parse_args(_args(tiny_model, tmp_path / "b", *extra))
     run_a, run_b = train.setup(cfg_a)[0], train.setup(cfg_b)[0]
-    sg = run_a.method.sample(run_a, 0, {})
+    sg, _ = run_a.method.sample(run_a, 0)
     reuse = train.own_prompt_rows(cfg_a, sg)
     assert reuse.any() and not reuse.all(), "the step needs own-prompt and purified rows"
     reused = train.update(run_a, sg)
