@@ -18,12 +18,10 @@ from __future__ import annotations
 
 # ruff: noqa: E402  (the worker ties itself to its launcher before the heavy imports below)
 import contextlib
-import json
 import math
 import os
 import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from lens import lifeline
@@ -35,53 +33,116 @@ import torch
 import torch.distributed
 
 from lens import algos, checkpoint, data, dist, groups, methods, metrics, model, ops, preflight, runlock
-from lens.config import Config, config_changes, parse_args
+from lens.config import Config, parse_args
 from lens.errors import cli_errors
 from lens.eval import eval_sampling, evaluate_set
 from lens.purify import rendered_prompts
 from lens.reward import Verifier
 from lens.rollout import HFEngine, default_stop_ids, make_engine
 from lens.runstate import Run
+from lens.step_logprobs import old_and_ref_logprobs
 from lens.stop import discard_stale_request, request_path
+from lens.summary import print_summary, start_line
+
+# ----------------------------------------------------------------------------------------------
+# The run: the loop, its lock and its teardown
+# ----------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None, *, until_exit: bool = False) -> dict[str, float]:
+    """Parse the command line and train (or dry-run) -> the last step's metrics.
+
+    until_exit: this process ends when main returns (the script below), so once training is over and saved,
+    SIGINT/SIGTERM are ignored through its teardown; in-process callers get their own handlers back.
+    """
+    cfg, args = parse_args(argv)
+    if args.dry_run:
+        preflight.print_summary(preflight.dry_run(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1"))))
+        return {}
+    # The handlers go in before setup: a stop that arrives while models load or the first evaluation runs is
+    # honoured after the first step (with a checkpoint) instead of killing one rank and stranding the others.
+    # Afterwards the script ignores them: a skewed signal that reaches one rank after the checkpoint would
+    # otherwise kill it as it tears down, and torchrun would report the finished job as failed. The request
+    # file is `python -m lens.stop RUN_DIR`'s: a stop that torchrun does not see, so it exits 0.
+    with dist.StopFlag(request_file=request_path(cfg.run_dir), ignore_after=until_exit) as stop, run_lock(cfg):
+        return train(cfg, stop)
+
+
+@contextlib.contextmanager
+def run_lock(cfg: Config) -> Iterator[None]:
+    """Rank 0 holds the run directory's lock (lens.runlock) for the whole run. Collective: every rank learns
+    whether rank 0 got it and a refused launch fails on every rank at once, not on rank 0 alone while the
+    others wait for it in their first collective."""
+    rank, _ = model.setup_distributed(cfg.device)
+    lock, refused = None, None
+    if rank == 0:
+        try:
+            lock = runlock.RunLock.acquire(cfg.run_dir)
+        except runlock.RunDirInUse as e:
+            refused = str(e)
+    refused = dist.all_gather_objects(refused)[0]
+    if refused is not None:
+        raise runlock.RunDirInUse(refused)
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def train(cfg: Config, stop: dist.StopFlag) -> dict[str, float]:
+    """The run: setup, the evaluation before training, the loop, the summary -> the last step's metrics."""
+    run, eval_sets, eval_verifiers, start = setup(cfg)
+    rank0 = run.rank == 0
+    if rank0:
+        print(start_line(cfg, start), flush=True)
+    # Rows through the checkpoint's step stay; without a checkpoint (a fresh run, or a resume before the first
+    # checkpoint) the run logs again from step 0, so no earlier row may stay: each step is logged once.
+    log = metrics.MetricsLogger(
+        cfg.run_dir,
+        resume_step=start if start > 0 else None,
+        tensorboard=cfg.logging.tensorboard,
+        wandb_project=cfg.logging.wandb_project,
+        wandb_run_name=cfg.logging.wandb_run_name,
+        config=cfg.to_dict(),
+        enabled=rank0,
+    )
+    first_eval = run_eval(run, eval_sets, eval_verifiers) if eval_sets and start == 0 else {}
+    if first_eval:
+        log.log(0, first_eval)  # step 0: the model before training, the start of every curve
+    last: dict[str, float] = dict(first_eval)
+    # Closed also when a step fails, so that no progress bar is redrawn under the error line.
+    with contextlib.closing(metrics.Progress(cfg.optim.steps, initial=start, enabled=rank0)) as progress:
+        for step in range(start, cfg.optim.steps):
+            last = train_step(run, step)
+            if step == start:
+                # The process's first step carries its one-time costs (allocator growth, lazy imports and
+                # kernel selection, any torch.compile): flagged, so that lens.report and the progress bar's
+                # rate can leave it out of the steady-state figures.
+                last["time/warmup"] = last["time/step"]
+            done = step + 1
+            if cfg.data.eval_every and (done % cfg.data.eval_every == 0 or done == cfg.optim.steps) and eval_sets:
+                last.update(run_eval(run, eval_sets, eval_verifiers))
+            log.log(done, last)
+            progress.update(done, last)
+            stopping = stop.should_stop()  # collective: every rank stops after the same step
+            if (cfg.checkpoint.every and done % cfg.checkpoint.every == 0) or done == cfg.optim.steps or stopping:
+                save(run, done)
+            if stopping:
+                progress.write(f"stopped by {stop.cause} after step {done}; resume with --resume auto")
+                break
+    log.close()
+    for verifier in (run.verifier, *eval_verifiers.values()):
+        verifier.close()
+    run.sampler.close()  # before the process group goes: vLLM's teardown still talks to it
+    if rank0:
+        print_summary(cfg)
+    return last
+
 
 # ----------------------------------------------------------------------------------------------
 # Setup
 # ----------------------------------------------------------------------------------------------
-
-
-def build_sampler(cfg: Config, policy: torch.nn.Module, tokenizer) -> object:
-    """The rollout engine of `preflight.sampler_config`: vLLM, an HF copy (ZeRO-3 shards the trainer's
-    module), or HF sharing the trainer's module (no copy, no sync)."""
-    spec = preflight.sampler_config(cfg)
-    kind, path = spec.pop("engine"), spec.pop("model")
-    if kind == "vllm":
-        return make_engine("vllm", path, **spec)
-    if not spec["shares_trainer_module"]:
-        return make_engine("hf", path, dtype=cfg.model.dtype, device=str(model.local_device(cfg.device)), seed=cfg.seed)
-    eos = default_stop_ids(path)
-    return HFEngine(policy, eos_token_ids=eos, pad_token_id=tokenizer.pad_token_id or 0, seed=cfg.seed)
-
-
-def make_verifier(cfg: Config, kind: str, *, evaluation: bool) -> Verifier:
-    """Training never credits a bare last number and gives truncated completions `reward.truncated`;
-    evaluation scores as the benchmarks' graders do (last-number fallback on)."""
-    r = cfg.reward
-    fallback = r.eval_fallback_last_number if evaluation else r.fallback_last_number
-    return Verifier(kind, timeout_s=r.timeout_s, truncated_reward=r.truncated, fallback_last_number=fallback)
-
-
-def default_cpu_threads(device: torch.device, environ: Mapping[str, str] = os.environ) -> int | None:
-    """One intra-op thread per rank on CPU unless OMP_NUM_THREADS is set -> the count set (None: left alone).
-
-    torch otherwise starts one thread per core in every rank. Measured (5 interleaved pairs at
-    load 2-4 on a shared 2-core machine): one thread made the default run's steps 3.75x faster than two;
-    the small model's ops are too small to split, and ranks or other jobs then oversubscribe the cores.
-    `OMP_NUM_THREADS=N torchrun ...` keeps N threads per rank (torch reads it at start).
-    """
-    if device.type != "cpu" or environ.get("OMP_NUM_THREADS", "").strip():
-        return None
-    torch.set_num_threads(1)
-    return 1
 
 
 def setup(cfg: Config) -> tuple[Run, dict[str, preflight.RenderedSet], dict[str, Verifier], int]:
@@ -144,99 +205,56 @@ def resume(run: Run, path: Path) -> int:
     return ckpt.step
 
 
-# ----------------------------------------------------------------------------------------------
-# The update
-# ----------------------------------------------------------------------------------------------
+def build_sampler(cfg: Config, policy: torch.nn.Module, tokenizer) -> object:
+    """The rollout engine of `preflight.sampler_config`: vLLM, an HF copy (ZeRO-3 shards the trainer's
+    module), or HF sharing the trainer's module (no copy, no sync)."""
+    spec = preflight.sampler_config(cfg)
+    kind, path = spec.pop("engine"), spec.pop("model")
+    if kind == "vllm":
+        return make_engine("vllm", path, **spec)
+    if not spec["shares_trainer_module"]:
+        return make_engine("hf", path, dtype=cfg.model.dtype, device=str(model.local_device(cfg.device)), seed=cfg.seed)
+    eos = default_stop_ids(path)
+    return HFEngine(policy, eos_token_ids=eos, pad_token_id=tokenizer.pad_token_id or 0, seed=cfg.seed)
 
 
-def own_prompt_rows(cfg: Config, sg: groups.StepGroups) -> torch.Tensor:
-    """[N] bool: rows whose pi_old the update takes from its own forward instead of a separate pass.
+def make_verifier(cfg: Config, kind: str, *, evaluation: bool) -> Verifier:
+    """Training never credits a bare last number and gives truncated completions `reward.truncated`;
+    evaluation scores as the benchmarks' graders do (last-number fallback on)."""
+    r = cfg.reward
+    fallback = r.eval_fallback_last_number if evaluation else r.fallback_last_number
+    return Verifier(kind, timeout_s=r.timeout_s, truncated_reward=r.truncated, fallback_last_number=fallback)
 
-    A row sampled from the prompt the update conditions it on (source == original) has pi_old = the
-    update's first forward: this trainer makes one optimizer step per batch, after every micro-batch's
-    forward, so those forwards run on the weights that sampled the row, on the same inputs (verl does the
-    same). Rows sampled from a purified prompt still need pi_old on that prompt (LENS Eq. 5); with
-    `old_logprobs=engine` the sampler's log-probs are used and nothing is reused.
+
+def default_cpu_threads(device: torch.device, environ: Mapping[str, str] = os.environ) -> int | None:
+    """One intra-op thread per rank on CPU unless OMP_NUM_THREADS is set -> the count set (None: left alone).
+
+    torch otherwise starts one thread per core in every rank. Measured (5 interleaved pairs at
+    load 2-4 on a shared 2-core machine): one thread made the default run's steps 3.75x faster than two;
+    the small model's ops are too small to split, and ranks or other jobs then oversubscribe the cores.
+    `OMP_NUM_THREADS=N torchrun ...` keeps N threads per rank (torch reads it at start).
     """
-    if cfg.algorithm.old_logprobs == "engine":
-        return torch.zeros(len(sg.tokens), dtype=torch.bool)
-    return groups.same_prompts(sg.source, sg.original)
+    if device.type != "cpu" or environ.get("OMP_NUM_THREADS", "").strip():
+        return None
+    torch.set_num_threads(1)
+    return 1
 
 
-@dataclass(frozen=True)
-class PiOld:
-    """pi_old of every row (LENS Eq. 5's denominator), one source per row kind, fixed before the update's loop.
-
-    Own-prompt rows (`own`, from `own_prompt_rows`) take it from the update's forward, which exists only inside
-    the loop (an extra pass to have it earlier would cost a forward and change nothing); every other row has it
-    in `passed`: a separate pass on its source prompt, or the sampler's log-probs.
-    """
-
-    passed: torch.Tensor  # [N, T] fp32; 0 on own-prompt rows
-    own: torch.Tensor  # [N] bool
-
-    def of(self, rows: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
-        """pi_old [len(rows), T] of a micro-batch's `rows` [n], given the update's forward `logp` [n, T] on them."""
-        return torch.where(self.own[rows, None], logp.detach(), self.passed[rows])
+# ----------------------------------------------------------------------------------------------
+# One step: sample -> pi_old and pi_ref -> update -> weight sync -> metrics
+# ----------------------------------------------------------------------------------------------
 
 
-def old_and_ref_logprobs(run: Run, sg: groups.StepGroups) -> tuple[PiOld, torch.Tensor | None, torch.Tensor]:
-    """pi_old of each row on its SOURCE prompt (LENS Eq. 5's denominator) and pi_ref on its ORIGINAL prompt
-    (the KL) -> (PiOld, ref [N, T] or None when beta = 0, mask [N, T]). Own-prompt rows get no pass here."""
-    cfg = run.cfg
-    # Every log-prob of a sampled token is taken from softmax(z / T), the distribution that sampled it
-    # (docs/algorithm.md): at T != 1 the ratio and the KL would otherwise compare the wrong distributions.
-    kw = {**model.batching(cfg), "temperature": cfg.rollout.temperature}
-    device = model.local_device(cfg.device)
-    own = own_prompt_rows(cfg, sg)
-    with run.timer("old_ref_logprobs"), torch.no_grad():
-        if cfg.algorithm.old_logprobs == "engine":  # as sampled: no forward pass
-            old, mask = engine_old_logprobs(sg.sampler_logprobs, device)
-        else:
-            old, mask = _source_logprobs(run, sg, (~own).nonzero().squeeze(1).tolist(), device, **kw)
-        ref = model.sequence_logprobs(run.ref, sg.original, sg.tokens, **kw)[0] if cfg.algorithm.beta else None
-    width = loss_width(cfg, mask.shape[1])
-    ref = _pad_to(ref, width) if ref is not None else None
-    return PiOld(_pad_to(old, width), own.to(device)), ref, _pad_to(mask, width)
-
-
-def _source_logprobs(
-    run: Run, sg: groups.StepGroups, rows: list[int], device: torch.device, **kw: object
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """pi_old on the source prompt for `rows` only -> (old [N, T] fp32, 0 elsewhere; mask [N, T] of every
-    row's response tokens), T = the longest response, as `model.sequence_logprobs` pads."""
-    lengths = torch.tensor([len(t) for t in sg.tokens], dtype=torch.int64)
-    width = int(lengths.max()) if len(lengths) else 0
-    mask = (torch.arange(width)[None, :] < lengths[:, None]).to(device)
-    old = torch.zeros(len(sg.tokens), width, dtype=torch.float32, device=device)
-    # Called with no rows too: under ZeRO-3 every rank runs the same number of forwards (filler rows on a
-    # rank with fewer purified rows), or a rank without any would leave the others waiting in a gather.
-    part = model.sequence_logprobs(
-        run.trainer.module, [sg.source[i] for i in rows], [sg.tokens[i] for i in rows], **kw
-    )[0]
-    if rows:
-        old[rows, : part.shape[1]] = part
-    return old, mask
-
-
-def loss_width(cfg: Config, longest: int) -> int:
-    """The time axis T of the loss tensors. seq_mean_token_sum_norm divides by S * T, so T must be the FIXED
-    rollout.max_tokens (as Dr. GRPO and TRL do): the rank's or step's longest response would make the
-    gradient depend on how rows split over ranks and on one long response."""
-    return max(cfg.rollout.max_tokens, longest) if cfg.algorithm.loss_agg == "seq_mean_token_sum_norm" else longest
-
-
-def _pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
-    return torch.nn.functional.pad(t, (0, width - t.shape[1]))
-
-
-def engine_old_logprobs(sampler_logp: list[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """pi_old from the sampler (`old_logprobs=engine`): R tensors [len_r] -> logp [R, T] fp32, mask [R, T] bool,
-    padded as `model.sequence_logprobs` pads (T = longest response, 0 at padding)."""
-    logp = torch.nn.utils.rnn.pad_sequence([t.float() for t in sampler_logp], batch_first=True)
-    lengths = torch.tensor([len(t) for t in sampler_logp], dtype=torch.int64)
-    mask = torch.arange(logp.shape[1])[None, :] < lengths[:, None]
-    return logp.to(device), mask.to(device)
+def train_step(run: Run, step: int) -> dict[str, float]:
+    """One step (the method's sampling and groups, the update, the weight sync, the method's after-step)
+    -> its metrics, reduced over ranks. Evaluation and checkpoints are the loop's."""
+    run.timer.reset()
+    with run.timer("step"):
+        sg, stats = run.method.sample(run, step)
+        upd = update(run, sg)
+        sync_weights(run)
+    stats = {**stats, **run.method.after_step()}
+    return step_metrics(run, sg, stats, upd)
 
 
 # How the metrics this file computes combine over ranks (lens.dist.reduce_metrics).
@@ -320,11 +338,6 @@ def sync_weights(run: Run) -> None:
             run.sampler.sync_weights(run.trainer.module)
 
 
-# ----------------------------------------------------------------------------------------------
-# Metrics, evaluation, checkpoints
-# ----------------------------------------------------------------------------------------------
-
-
 def step_metrics(run: Run, sg: groups.StepGroups, stats: dict[str, float], upd: dict[str, float]) -> dict[str, float]:
     """This rank's step metrics, reduced over ranks as each producer declared (lens.dist.REDUCTIONS)."""
     a = run.cfg.algorithm
@@ -336,6 +349,11 @@ def step_metrics(run: Run, sg: groups.StepGroups, stats: dict[str, float], upd: 
     out = dist.reduce_metrics(out, run.world)
     out["tokens_per_s"] = metrics.throughput(int(out["tokens"]), out.get("time/step", 0.0))
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Evaluation and checkpoints
+# ----------------------------------------------------------------------------------------------
 
 
 def run_eval(run: Run, eval_sets: dict[str, preflight.RenderedSet], verifiers: dict[str, Verifier]) -> dict[str, float]:
@@ -365,207 +383,6 @@ def save(run: Run, step: int) -> None:
         keep_last=run.cfg.checkpoint.keep_last,
         data_sources=checkpoint.read_data_sources(run.cfg.run_dir),  # this run's, recorded by setup
     )
-
-
-def print_summary(cfg: Config) -> None:
-    """The closing summary, from the run's whole metrics.jsonl (steps before a resume included): the
-    held-out accuracy before training and at the last evaluation, when the run has them; the run's totals
-    (rollouts, tokens, LENS's counters summed over every step; steps where no group carried signal); where
-    the metrics, checkpoints and TensorBoard logs are, and the commands that read them."""
-    rows = metrics_rows(Path(cfg.run_dir) / metrics.METRICS_FILE)
-    if not rows:
-        return
-    print(f"lens: {cfg.run_dir}: step {rows[-1]['step']} of {cfg.optim.steps}")
-    evals = [r for r in rows if any(k.startswith("eval/") for k in r)]
-    before = next((r for r in evals if r["step"] == 0), None)
-    after = evals[-1] if evals and evals[-1]["step"] > 0 else None
-    if before is not None or after is not None:
-        keys = sorted({k for r in (before, after) if r is not None for k in r if k.startswith("eval/")})
-        headers = ["held-out", *(["before"] if before else []), *([f"step {after['step']}"] if after else [])]
-        print(metrics.format_table(headers, [(k, *(r.get(k) for r in (before, after) if r)) for k in keys]))
-    steps = [r for r in rows if r["step"] > 0 and "rollouts" in r]
-    totals = {k: sum(r.get(k) or 0.0 for r in steps) for k in SUMMED if any(k in r for r in steps)}
-    blind = sum(1 for r in steps if r.get("zero_variance_share") == 1.0)
-    totals["steps without signal"] = float(blind)  # every group all-correct or all-wrong: nothing to learn
-    print(metrics.format_table([f"run totals ({len(steps)} steps)", "sum"], [(k, int(v)) for k, v in totals.items()]))
-    for line in next_commands(cfg):
-        print(line)
-
-
-# Counters summed over a run's steps for the summary (each step's value is already summed over ranks).
-SUMMED = (
-    "prompts",
-    "rollouts",
-    "tokens",
-    "lens/below_tau",
-    "lens/purified",
-    "lens/tokens_deleted",
-    "lens/guard_passes",
-    "lens/rollouts_replaced",
-    "lens/skipped_no_signal",
-    "dapo/missing_groups",
-    "greso/skipped",
-)
-
-
-def metrics_rows(path: Path) -> list[dict[str, float]]:
-    """metrics.jsonl's rows, one per step (the last row of a step wins); [] without the file."""
-    if not path.is_file():
-        return []
-    by_step = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            by_step[row["step"]] = {**by_step.get(row["step"], {}), **row}
-    return [by_step[k] for k in sorted(by_step)]
-
-
-def next_commands(cfg: Config) -> list[str]:
-    """Where the run's outputs are and the commands that read them (the README's `.venv/bin/` form)."""
-    root = Path(cfg.run_dir)
-    latest = checkpoint.latest(root)
-    lines = [f"metrics      {root / metrics.METRICS_FILE}"]
-    if latest is not None:
-        lines.append(f"checkpoints  {root / checkpoint.CHECKPOINTS} (latest {latest.name}, model in {latest / 'hf'})")
-    if (root / "tensorboard").is_dir():
-        lines.append(f"TensorBoard  .venv/bin/tensorboard --logdir {root / 'tensorboard'}")
-    lines.append(f"report       .venv/bin/lens-report {root}")
-    # The held-out split is the run's own; lens.eval takes named sets, files and built-in tasks.
-    sets = ",".join(s for s in cfg.data.eval or [] if s != "heldout") or "SETS"
-    if latest is not None:
-        lines.append(f"evaluate     .venv/bin/lens-eval --model {latest / 'hf'} --benchmarks {sets}")
-    return lines
-
-
-# ----------------------------------------------------------------------------------------------
-# The loop
-# ----------------------------------------------------------------------------------------------
-
-
-def main(argv: list[str] | None = None, *, until_exit: bool = False) -> dict[str, float]:
-    """Parse the command line and train (or dry-run) -> the last step's metrics.
-
-    until_exit: this process ends when main returns (the script below), so once training is over and saved,
-    SIGINT/SIGTERM are ignored through its teardown; in-process callers get their own handlers back.
-    """
-    cfg, args = parse_args(argv)
-    if args.dry_run:
-        preflight.print_summary(preflight.dry_run(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1"))))
-        return {}
-    # The handlers go in before setup: a stop that arrives while models load or the first evaluation runs is
-    # honoured after the first step (with a checkpoint) instead of killing one rank and stranding the others.
-    # Afterwards the script ignores them: a skewed signal that reaches one rank after the checkpoint would
-    # otherwise kill it as it tears down, and torchrun would report the finished job as failed. The request
-    # file is `python -m lens.stop RUN_DIR`'s: a stop that torchrun does not see, so it exits 0.
-    with dist.StopFlag(request_file=request_path(cfg.run_dir), ignore_after=until_exit) as stop, run_lock(cfg):
-        return train(cfg, stop)
-
-
-@contextlib.contextmanager
-def run_lock(cfg: Config) -> Iterator[None]:
-    """Rank 0 holds the run directory's lock (lens.runlock) for the whole run. Collective: every rank learns
-    whether rank 0 got it and a refused launch fails on every rank at once, not on rank 0 alone while the
-    others wait for it in their first collective."""
-    rank, _ = model.setup_distributed(cfg.device)
-    lock, refused = None, None
-    if rank == 0:
-        try:
-            lock = runlock.RunLock.acquire(cfg.run_dir)
-        except runlock.RunDirInUse as e:
-            refused = str(e)
-    refused = dist.all_gather_objects(refused)[0]
-    if refused is not None:
-        raise runlock.RunDirInUse(refused)
-    try:
-        yield
-    finally:
-        if lock is not None:
-            lock.release()
-
-
-def train_step(run: Run, step: int) -> dict[str, float]:
-    """One step (the method's sampling and groups, the update, the weight sync, the method's after-step)
-    -> its metrics, reduced over ranks. Evaluation and checkpoints are the loop's."""
-    run.timer.reset()
-    with run.timer("step"):
-        sg, stats = run.method.sample(run, step)
-        upd = update(run, sg)
-        sync_weights(run)
-    stats = {**stats, **run.method.after_step()}
-    return step_metrics(run, sg, stats, upd)
-
-
-def start_line(cfg: Config, start: int) -> str:
-    """The one line a run prints when it starts (the full config is in run_dir/config.yaml, not on screen):
-    what trains on what, where, and for a resume the step it resumed from and every value that differs from
-    the config saved with that checkpoint (the command line's, on top of it: lens.config.resume_base)."""
-    if start >= cfg.optim.steps:
-        return (
-            f"lens: {cfg.run_dir} is finished: step {start} of optim.steps={cfg.optim.steps}; nothing to train "
-            f"(to train on: --resume auto optim.steps=N with N > {start}, or a new run_dir)"
-        )
-    line = (
-        f"lens: {cfg.algorithm.name} on {cfg.data.train} with {cfg.model.path}, steps {start + 1}-{cfg.optim.steps}; "
-        f"config in {Path(cfg.run_dir) / checkpoint.CONFIG}"
-    )
-    if cfg.checkpoint.resume in (None, "none"):
-        return line
-    if not start:
-        return line + f"; --resume {cfg.checkpoint.resume}: no checkpoint, fresh"
-    source = checkpoint.latest(cfg.run_dir) if cfg.checkpoint.resume == "auto" else Path(cfg.checkpoint.resume)
-    saved = checkpoint.saved_config(source) if source is not None else {}
-    changes = [c for c in config_changes(saved, cfg.to_dict()) if not c.startswith("checkpoint.")] if saved else []
-    return line + f"; resumed from step {start}" + (f"; changed: {'; '.join(changes)}" if changes else "")
-
-
-def train(cfg: Config, stop: dist.StopFlag) -> dict[str, float]:
-    """The run: setup, the evaluation before training, the loop, the summary -> the last step's metrics."""
-    run, eval_sets, eval_verifiers, start = setup(cfg)
-    rank0 = run.rank == 0
-    if rank0:
-        print(start_line(cfg, start), flush=True)
-    # Rows through the checkpoint's step stay; without a checkpoint (a fresh run, or a resume before the first
-    # checkpoint) the run logs again from step 0, so no earlier row may stay: each step is logged once.
-    log = metrics.MetricsLogger(
-        cfg.run_dir,
-        resume_step=start if start > 0 else None,
-        tensorboard=cfg.logging.tensorboard,
-        wandb_project=cfg.logging.wandb_project,
-        wandb_run_name=cfg.logging.wandb_run_name,
-        config=cfg.to_dict(),
-        enabled=rank0,
-    )
-    first_eval = run_eval(run, eval_sets, eval_verifiers) if eval_sets and start == 0 else {}
-    if first_eval:
-        log.log(0, first_eval)  # step 0: the model before training, the start of every curve
-    last: dict[str, float] = dict(first_eval)
-    # Closed also when a step fails, so that no progress bar is redrawn under the error line.
-    with contextlib.closing(metrics.Progress(cfg.optim.steps, initial=start, enabled=rank0)) as progress:
-        for step in range(start, cfg.optim.steps):
-            last = train_step(run, step)
-            if step == start:
-                # The process's first step carries its one-time costs (allocator growth, lazy imports and
-                # kernel selection, any torch.compile): flagged, so that lens.report and the progress bar's
-                # rate can leave it out of the steady-state figures.
-                last["time/warmup"] = last["time/step"]
-            done = step + 1
-            if cfg.data.eval_every and (done % cfg.data.eval_every == 0 or done == cfg.optim.steps) and eval_sets:
-                last.update(run_eval(run, eval_sets, eval_verifiers))
-            log.log(done, last)
-            progress.update(done, last)
-            stopping = stop.should_stop()  # collective: every rank stops after the same step
-            if (cfg.checkpoint.every and done % cfg.checkpoint.every == 0) or done == cfg.optim.steps or stopping:
-                save(run, done)
-            if stopping:
-                progress.write(f"stopped by {stop.cause} after step {done}; resume with --resume auto")
-                break
-    log.close()
-    for verifier in (run.verifier, *eval_verifiers.values()):
-        verifier.close()
-    run.sampler.close()  # before the process group goes: vLLM's teardown still talks to it
-    if rank0:
-        print_summary(cfg)
-    return last
 
 
 if __name__ == "__main__":
