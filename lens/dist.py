@@ -31,8 +31,6 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 
-from lens.reward import BINS, REASONS
-
 Op = Literal["sum", "max", "min", "mean"]
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "mean": dist.ReduceOp.SUM}
 
@@ -117,66 +115,21 @@ PER_TOKEN = Reduction("mean", "tokens")
 PER_PROMPT = Reduction("mean", "prompts")
 PER_ROLLOUT = Reduction("mean", "rollouts")
 
-# Every metric that goes through `reduce_metrics`, declared once. Keys with `*` are fnmatch patterns;
-# an exact key wins over a pattern. A key found nowhere is an error: a new metric must say how it
-# combines, because the wrong default (an average of averages) looks plausible and is silently wrong.
-REDUCTIONS: dict[str, Reduction] = {
-    # Local counts: the weights of the means below.
-    "tokens": SUM,  # response tokens of this rank's update
-    "prompts": SUM,  # groups of this rank's first sampling
-    "rollouts": SUM,  # rows of this rank's first sampling
-    # crpo_loss divides by the GLOBAL token (or sequence) count, so each rank's loss is its share of
-    # the step's objective: the sum over ranks is the objective. Averaging would divide it by world.
-    "loss/pg": SUM,
-    "loss/total": SUM,
-    **{f"loss/{k}": PER_TOKEN for k in ("kl", "clipfrac_low", "clipfrac_high", "clipfrac_dual", "ratio_mean")},
-    "entropy": PER_TOKEN,
-    "loss/ratio_max": MAX,
-    # The same number on every rank: DeepSpeed all-reduces gradients before taking their norm, and
-    # every rank steps one LR schedule. MAX returns it unchanged (a mean could round it).
-    "grad_norm": MAX,
-    "lr": MAX,
-    "reward/mean": PER_ROLLOUT,
-    **{f"reward/{reason}": SUM for reason in REASONS},  # verdict counts
-    **{f"bins/{name}": PER_PROMPT for name in BINS},
-    "zero_variance_share": PER_PROMPT,
-    "response/len_mean": PER_ROLLOUT,
-    "response/clip_ratio": PER_ROLLOUT,
-    "response/len_max": MAX,
-    "dapo/zero_variance": SUM,
-    "dapo/missing_groups": SUM,
-    # Computed from every rank's gathered values (metrics.TransferMeter): the same number on every rank.
-    "transfer/*": MAX,  # informative groups a step lacked after algorithm.dapo.max_gen_batches
-    # GRESO decides on the global batch, identically on every rank: a sum would count it world times.
-    "greso/skipped": MAX,
-    "greso/p_easy": MAX,  # the skipper's state, the same on every rank
-    "greso/p_hard": MAX,
-    "reward/overlong_penalty": SUM,  # DAPO's overlong shaping: total reward taken off this step's rollouts
-    **{
-        f"lens/{k}": SUM
-        for k in (
-            "below_tau",
-            "skipped_no_signal",
-            "skipped_short",
-            "tokens_deleted",
-            "purified",
-            "guard_passes",
-            "rollouts_replaced",
-            "purified_joined",
-            # groups the replacement left with successes only, and the transferred successes they hold
-            "collapsed_groups",
-            "collapsed_joined",
-            # deleted tokens by the role their task names (lens.purify.ROLES)
-            "deleted_distractor",
-            "deleted_answer",
-            "deleted_other",
-            "deleted_unlabeled",
-        )
-    },
-    "lens/purified_accuracy": Reduction("mean", "lens/purified"),  # success rate of the re-sampled groups
-    "lens/group_size_mean": PER_PROMPT,
-    "time/*": MAX,  # stage times: the step waits for the slowest rank
-}
+# Every metric that goes through `reduce_metrics`, declared once, beside the code that produces it: each
+# producing module declares its keys (`REDUCTIONS = dist.declare({...})`: lens.metrics, lens.methods,
+# lens.train) and this table collects them. Keys with `*` are fnmatch patterns; an exact key wins over a
+# pattern. A key found nowhere is an error: a new metric must say how it combines, because the wrong
+# default (an average of averages) looks plausible and is silently wrong.
+REDUCTIONS: dict[str, Reduction] = {}
+
+
+def declare(table: Mapping[str, Reduction]) -> dict[str, Reduction]:
+    """Add a module's metric reductions to REDUCTIONS -> the table (the module keeps it as its own REDUCTIONS).
+    A key may be declared again only with the same reduction (a module imported twice); ValueError otherwise."""
+    for key, r in table.items():
+        if REDUCTIONS.setdefault(key, r) != r:
+            raise ValueError(f"metric {key!r} is declared twice: as {REDUCTIONS[key]} and as {r}")
+    return dict(table)
 
 
 def reduction_of(key: str) -> Reduction:
@@ -185,7 +138,7 @@ def reduction_of(key: str) -> Reduction:
         return REDUCTIONS[key]
     matches = [r for pattern, r in REDUCTIONS.items() if "*" in pattern and fnmatch.fnmatchcase(key, pattern)]
     if not matches:
-        raise KeyError(f"metric {key!r} has no reduction over ranks: declare it in lens.dist.REDUCTIONS")
+        raise KeyError(f"metric {key!r} has no reduction over ranks: declare it with lens.dist.declare")
     assert len(matches) == 1, f"metric {key!r} matches several patterns of REDUCTIONS"
     return matches[0]
 

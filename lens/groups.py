@@ -218,3 +218,9 @@ class StepGroups:
     # [N] bool: the row was sampled from a rewritten prompt and trains on the original one (the rows whose Eq. 5
     # ratio the trainer measures as transfer/*); True even where `source` is the original prompt (pi_old there).
     transferred: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.bool))
+
+
+def same_prompts(a: list[list[int]], b: list[list[int]]) -> torch.Tensor:
+    """[N] bool: row n's two prompts (ids) are the same. The one test of "sampled from the prompt it trains on",
+    for both StepGroups.transferred (its negation) and the trainer's own-prompt rows."""
+    return torch.tensor([list(x) == list(y) for x, y in zip(a, b, strict=True)], dtype=torch.bool)

@@ -1,7 +1,8 @@
 """Every RL method, built from its spec in lens.variants: the ONLY place that acts on `algorithm.name`.
 
-A method turns a step into training rows: `method.sample(run, step, stats) -> StepGroups` (groups.py), and
-applies its advantage estimator to them. A spec (lens.variants.MethodSpec) picks the parts:
+A method turns a step into training rows: `method.sample(run, step) -> (StepGroups, stats)` (groups.py: the
+rows; stats: the step's counters, declared below in REDUCTIONS), and applies its advantage estimator to them.
+A spec (lens.variants.MethodSpec) picks the parts:
 
     sampling   SAMPLERS: Method (one sampling), Dynamic (DAPO: drop zero-variance groups and refill,
                overlong shaping), Greso (DAPO + GRESO's pre-rollout skipping)
@@ -11,7 +12,7 @@ applies its advantage estimator to them. A spec (lens.variants.MethodSpec) picks
 
 Stateful samplers (GRESO) add `after_step`, `state_dict` and `load_state_dict`; the trainer calls those for
 every method. A new method is one spec entry; a new class only if it samples differently (one SAMPLERS
-entry). The run-side helpers every method shares are here too: `Run` (what a step can use),
+entry). The run-side helpers every method shares are here too (a step's `Run` is lens.runstate's):
 `sampling_params` (the seed rule that makes a step's samples independent of the number of ranks) and
 `generate` (sample and reward).
 Legend: B prompts of this rank, m rollouts per prompt, K prompts sampled a second time.
@@ -20,17 +21,18 @@ Legend: B prompts of this rank, m rollouts per prompt, K prompts sampled a secon
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from lens import algos, data, dist, groups, metrics, model, purify, scoring, variants
+from lens import algos, dist, groups, model, purify, scoring, variants
 from lens.config import Config
 from lens.purify import Prompt
-from lens.reward import Verifier
+from lens.reward import REASONS
 from lens.rollout import Rollouts, SamplingParams
+from lens.runstate import Run
 
 # Seed streams: each random choice of a step draws from its own stream, derived from the run seed by one
 # rule (`derive_seed`), so adding a draw in one place never shifts another.
@@ -48,27 +50,6 @@ def derive_seed(stream: str, seed: int, *parts: int) -> int:
     if len(parts) != len(weights) - 1:
         raise ValueError(f"seed stream {stream!r} takes {len(weights) - 1} coordinates, got {len(parts)}")
     return sum(w * x for w, x in zip(weights, (seed, *parts), strict=True)) % (2**30)
-
-
-@dataclass
-class Run:
-    """Everything a step uses, built once by `train.setup`."""
-
-    cfg: Config
-    rank: int
-    world: int
-    trainer: Any  # model.TrainEngine: the DeepSpeed engine being trained (pi_theta)
-    ref: torch.nn.Module  # pi_ref, frozen
-    sampler: Any  # the rollout engine (HF or vLLM) that samples from pi_theta
-    tokenizer: Any
-    verifier: Verifier  # the training set's
-    prompts: list[Prompt]  # the training set, rendered
-    answers: list[str]
-    uids: list[str]
-    order: data.PromptSampler  # the epoch-wise prompt order (checkpointed)
-    method: Method
-    rng: torch.Generator  # the `groups` seed stream (checkpointed)
-    timer: metrics.Timer = field(default_factory=metrics.Timer)
 
 
 @dataclass
@@ -123,9 +104,49 @@ def generate(
     return out, rewards, counts
 
 
-def _add(stats: dict[str, float], prefix: str, counts: dict[str, float]) -> None:
+# The counters a method returns with its rows (`Method.sample`, `after_step`), and how each combines over ranks.
+REDUCTIONS = dist.declare(
+    {
+        **{f"reward/{reason}": dist.SUM for reason in REASONS},  # the verifier's verdict counts (`generate`)
+        "reward/overlong_penalty": dist.SUM,  # DAPO's overlong shaping: total reward taken off this step's rollouts
+        "dapo/zero_variance": dist.SUM,
+        "dapo/missing_groups": dist.SUM,  # informative groups a step lacked after algorithm.dapo.max_gen_batches
+        # GRESO decides on the global batch, identically on every rank: a sum would count it world times.
+        "greso/skipped": dist.MAX,
+        "greso/p_easy": dist.MAX,  # the skipper's state, the same on every rank
+        "greso/p_hard": dist.MAX,
+        **{
+            f"lens/{k}": dist.SUM
+            for k in (
+                "below_tau",
+                "skipped_no_signal",
+                "skipped_short",
+                "tokens_deleted",
+                "purified",
+                "guard_passes",
+                "rollouts_replaced",
+                "purified_joined",
+                # groups the replacement left with successes only, and the transferred successes they hold
+                "collapsed_groups",
+                "collapsed_joined",
+                # deleted tokens by the role their task names (lens.purify.ROLES)
+                "deleted_distractor",
+                "deleted_answer",
+                "deleted_other",
+                "deleted_unlabeled",
+            )
+        },
+        "lens/purified_accuracy": dist.Reduction("mean", "lens/purified"),  # success rate of the re-sampled groups
+        "lens/group_size_mean": dist.PER_PROMPT,
+    }
+)
+
+
+def _add(stats: dict[str, float], prefix: str, counts: Mapping[str, float]) -> dict[str, float]:
+    """Add `counts` into `stats` (a function's own counters) under `prefix`, summing repeated keys -> `stats`."""
     for key, value in counts.items():
         stats[f"{prefix}{key}"] = stats.get(f"{prefix}{key}", 0.0) + value
+    return stats
 
 
 def _rows(rollouts: Rollouts, keep: list[int], m: int) -> Rollouts:
@@ -189,11 +210,13 @@ class Method:
                 "set algorithm.old_logprobs=trainer"
             )
 
-    def sample(self, run: Run, step: int, stats: dict[str, float]) -> groups.StepGroups:
-        batch = self.first_sampling(run, step, stats)
-        return self.final_groups(run, batch, step, stats)
+    def sample(self, run: Run, step: int) -> tuple[groups.StepGroups, dict[str, float]]:
+        """This rank's training rows of `step` -> (rows, the step's counters: REDUCTIONS' keys)."""
+        batch, stats = self.first_sampling(run, step)
+        step_groups, second = self.final_groups(run, batch, step)
+        return step_groups, _add(stats, "", second)
 
-    def first_sampling(self, run: Run, step: int, stats: dict[str, float]) -> Batch:
+    def first_sampling(self, run: Run, step: int) -> tuple[Batch, dict[str, float]]:
         """Every rank draws the same global batch from its copy of the order and samples its own slice, so
         the orders never diverge across ranks."""
         index = run.order.next_indices(self.cfg.data.batch_size)
@@ -202,18 +225,17 @@ class Method:
         params = sampling_params(run, step, FIRST_PHASE, lo)
         prompts, answers = [run.prompts[i] for i in local], [run.answers[i] for i in local]
         out, rewards, counts = generate(run, prompts, answers, params, prompt_logprobs=self.prompt_logprobs)
-        _add(stats, "reward/", counts)
-        return Batch(prompts, answers, out, rewards)
+        return Batch(prompts, answers, out, rewards), _add({}, "reward/", counts)
 
-    def final_groups(self, run: Run, batch: Batch, step: int, stats: dict[str, float]) -> groups.StepGroups:
+    def final_groups(self, run: Run, batch: Batch, step: int) -> tuple[groups.StepGroups, dict[str, float]]:
         if self.rewrite is not None:
-            return self.second_sampling(run, batch, step, stats)
+            return self.second_sampling(run, batch, step)
         with run.timer("groups"):
             b, m = batch.rewards.shape
             group = torch.arange(b).repeat_interleave(m)
             original_success = batch.rewards.flatten() >= self.cfg.algorithm.success_threshold
             a_bar = purify.success_rates(batch.rewards, self.cfg.algorithm.success_threshold)
-            return _step_groups(
+            final = _step_groups(
                 batch,
                 groups.Groups(
                     group=group,
@@ -226,15 +248,16 @@ class Method:
                 [],
                 None,
             )
+            return final, {}
 
-    def second_sampling(self, run: Run, batch: Batch, step: int, stats: dict[str, float]) -> groups.StepGroups:
+    def second_sampling(self, run: Run, batch: Batch, step: int) -> tuple[groups.StepGroups, dict[str, float]]:
         """Groups with a_bar < tau are sampled a second time from the rewrite's prompts; the successes transfer
         back to the ORIGINAL prompt through the guard (Eq. 2), replacement (Eq. 3) and weights (Eq. 4)."""
         assert self.rewrite is not None  # final_groups calls it only for a spec with a rewrite
         a = self.cfg.algorithm
         a_bar = purify.success_rates(batch.rewards, a.success_threshold)
         candidates = purify.needs_purification(a_bar, a.tau).nonzero().flatten().tolist()  # Algorithm 1, line 9
-        second_prompts, second_of = self.rewrite(run, batch, candidates, stats)
+        second_prompts, second_of, stats = self.rewrite(run, batch, candidates)
         answers = [batch.answers[b] for b in (second_of >= 0).nonzero().flatten().tolist()]
         offset = dist.rank_offset(len(second_prompts))  # collective: every rank calls it, with or without prompts
         second, rewards2 = None, torch.zeros(0, a.m)
@@ -252,15 +275,16 @@ class Method:
                 success_threshold=a.success_threshold,
                 generator=run.rng,
             )
-            _add(stats, "lens/", final.counters)
-            return _step_groups(batch, final, second_prompts, second, self.spec.pi_old_prompt == "original")
+            step_groups = _step_groups(batch, final, second_prompts, second, self.spec.pi_old_prompt == "original")
+            return step_groups, _add(stats, "lens/", final.counters)
 
     def advantages(self, step_groups: groups.StepGroups) -> torch.Tensor:
         """[N] advantage per row, by the spec's estimator (GRPO's, or LENS Eq. (6) on the weights)."""
         return self.estimator(step_groups.rewards, step_groups.weights, step_groups.group)
 
-    def after_step(self, stats: dict[str, float]) -> None:
-        """Hook for methods that adapt after each step (none by default)."""
+    def after_step(self) -> dict[str, float]:
+        """Hook for methods that adapt after each step -> their counters (none by default)."""
+        return {}
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -283,7 +307,6 @@ def _step_groups(
     first_source = [batch.prompts[r // m].ids for r in range(len(batch.rollouts))]
     second_source = [second_prompts[r // m].ids for r in range(len(second))] if second is not None else []
     source = final.pick(first_source, second_source)
-    transferred = torch.tensor([s != o for s, o in zip(source, original, strict=True)], dtype=torch.bool)
     return groups.StepGroups(
         original=original,
         source=original if old_on_original else source,
@@ -295,7 +318,7 @@ def _step_groups(
         first_rewards=batch.rewards,
         first_lengths=[len(t) for t in batch.rollouts.tokens],
         first_finish=list(batch.rollouts.finish_reasons),
-        transferred=transferred,
+        transferred=~groups.same_prompts(source, original),
     )
 
 
@@ -314,15 +337,17 @@ class Dynamic(Method):
         super().__init__(cfg, spec)
         self.warned_short = False
 
-    def first_sampling(self, run: Run, step: int, stats: dict[str, float]) -> Batch:
+    def first_sampling(self, run: Run, step: int) -> tuple[Batch, dict[str, float]]:
         a = self.cfg.algorithm
         want = self.cfg.data.batch_size // run.world
+        stats: dict[str, float] = {}
         parts: list[Part] = []
         records: list[tuple[int, float]] = []
         epoch_at_start = run.order.epoch
         have = 0
         for attempt in range(a.dapo.max_gen_batches):
-            index = self.keep_prompts(run, run.order.next_indices(a.dapo.gen_batch_size), step, attempt, stats)
+            index, skipped = self.keep_prompts(run, run.order.next_indices(a.dapo.gen_batch_size), step, attempt)
+            _add(stats, "", skipped)
             lo, hi = dist.rank_slice(len(index), run.rank, run.world)
             local = index[lo:hi]
             if local:
@@ -344,9 +369,9 @@ class Dynamic(Method):
         stats["dapo/missing_groups"] = float(max(want - have, 0))
         if have < want:
             self.warn_short(run, have, want)
-        self.record(run, records, stats, adapt=epoch_at_start >= 1)
+        stats.update(self.record(run, records, adapt=epoch_at_start >= 1))
         index, out, rewards = _concat(parts, want, a.m)
-        return Batch([run.prompts[i] for i in index], [run.answers[i] for i in index], out, rewards)
+        return Batch([run.prompts[i] for i in index], [run.answers[i] for i in index], out, rewards), stats
 
     def warn_short(self, run: Run, have: int, want: int) -> None:
         """The first short step of the run names the method, what was missing and the knobs; later ones are
@@ -373,14 +398,15 @@ class Dynamic(Method):
         penalty = algos.overlong_penalty(lengths, self.cfg.rollout.max_tokens, d.overlong_buffer, d.overlong_factor)
         return rewards + penalty, {"overlong_penalty": float(-penalty.sum())}
 
-    def keep_prompts(self, run: Run, index: list[int], step: int, attempt: int, stats: dict[str, float]) -> list[int]:
-        """Which drawn prompts are rolled out (all of them for DAPO)."""
-        del run, step, attempt, stats
-        return index
+    def keep_prompts(self, run: Run, index: list[int], step: int, attempt: int) -> tuple[list[int], dict[str, float]]:
+        """Which drawn prompts are rolled out (all of them for DAPO) -> (them, counters)."""
+        del run, step, attempt
+        return index, {}
 
-    def record(self, run: Run, records: list[tuple[int, float]], stats: dict[str, float], *, adapt: bool) -> None:
-        """What the step's group outcomes teach the method (nothing for DAPO)."""
-        del run, records, stats, adapt
+    def record(self, run: Run, records: list[tuple[int, float]], *, adapt: bool) -> dict[str, float]:
+        """What the step's group outcomes teach the method (nothing for DAPO) -> counters."""
+        del run, records, adapt
+        return {}
 
 
 class Greso(Dynamic):
@@ -394,15 +420,15 @@ class Greso(Dynamic):
             alpha=g.alpha, p_init=g.p_init, step_size=g.p_step, p_min=g.p_min, p_max=g.p_max
         )
 
-    def keep_prompts(self, run: Run, index: list[int], step: int, attempt: int, stats: dict[str, float]) -> list[int]:
+    def keep_prompts(self, run: Run, index: list[int], step: int, attempt: int) -> tuple[list[int], dict[str, float]]:
         # The draw is seeded by (seed, step, attempt) and the history is the same on every rank, so every rank
         # keeps the same prompts of the global batch.
         draws = torch.Generator().manual_seed(derive_seed("greso", self.cfg.seed, step, attempt))
         keep = self.skipper.keep([run.uids[i] for i in index], draws)
-        _add(stats, "greso/", {"skipped": float(len(keep) - sum(keep))})
-        return [i for i, k in zip(index, keep, strict=True) if k]
+        kept = [i for i, k in zip(index, keep, strict=True) if k]
+        return kept, {"greso/skipped": float(len(keep) - sum(keep))}
 
-    def record(self, run: Run, records: list[tuple[int, float]], stats: dict[str, float], *, adapt: bool) -> None:
+    def record(self, run: Run, records: list[tuple[int, float]], *, adapt: bool) -> dict[str, float]:
         """Every rank's outcomes on every rank, in global order; p_easy / p_hard move toward their targets once
         the step's prompts all have a history (after the first epoch)."""
         records = [r for part in dist.all_gather_objects(records) for r in part]
@@ -412,7 +438,7 @@ class Greso(Dynamic):
             self.skipper.record([run.uids[i] for i, _ in records], means, threshold)
             if adapt:
                 self.skipper.adapt(float((means >= threshold).float().mean()), float((means <= 0).float().mean()))
-        stats.update({"greso/p_easy": self.skipper.p_easy, "greso/p_hard": self.skipper.p_hard})
+        return {"greso/p_easy": self.skipper.p_easy, "greso/p_hard": self.skipper.p_hard}
 
     def state_dict(self) -> dict[str, Any]:
         return self.skipper.state_dict()
@@ -433,9 +459,9 @@ class Rewrite:
     rewrites = True  # the second prompts differ from the originals: their successes transfer (Eq. 5)
 
     def __call__(
-        self, run: Run, batch: Batch, candidates: list[int], stats: dict[str, float]
-    ) -> tuple[list[Prompt], torch.Tensor]:
-        """-> (the K second prompts, second_of [B] int64: each batch prompt's row in them or -1)."""
+        self, run: Run, batch: Batch, candidates: list[int]
+    ) -> tuple[list[Prompt], torch.Tensor, dict[str, float]]:
+        """-> (the K second prompts, second_of [B] int64: each batch prompt's row in them or -1, counters)."""
         raise NotImplementedError
 
 
@@ -444,11 +470,10 @@ class Identity(Rewrite):
 
     rewrites = False
 
-    def __call__(self, run, batch, candidates, stats):
+    def __call__(self, run, batch, candidates):
         second_of = torch.full((len(batch.prompts),), -1, dtype=torch.long)
         second_of[candidates] = torch.arange(len(candidates))
-        stats["lens/below_tau"] = float(len(candidates))
-        return [batch.prompts[b] for b in candidates], second_of
+        return [batch.prompts[b] for b in candidates], second_of, {"lens/below_tau": float(len(candidates))}
 
 
 class Purify(Rewrite):
@@ -461,7 +486,7 @@ class Purify(Rewrite):
         # The policy side of Eq. 1 can come from the first sampling's prefill instead of a trainer forward.
         self.uses_prompt_logprobs = a.score_logprobs == "engine" and self.scorer.engine_logprobs
 
-    def __call__(self, run, batch, candidates, stats):
+    def __call__(self, run, batch, candidates):
         a, m = run.cfg.algorithm, run.cfg.algorithm.m
         with run.timer("score"):
             chosen = [batch.prompts[b] for b in candidates]
@@ -489,8 +514,7 @@ class Purify(Rewrite):
                 min_score=min_score,
                 generator=run.rng,
             )
-        _add(stats, "lens/", result.counters)
-        return result.prompts, result.second_of
+        return result.prompts, result.second_of, _add({}, "lens/", result.counters)
 
 
 # The parts a spec names (lens.variants.SAMPLINGS / REWRITES), as classes.

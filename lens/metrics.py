@@ -27,12 +27,37 @@ from typing import Any
 
 import torch
 
-from lens import algos
+from lens import algos, dist
 from lens.checkpoint import latest
 from lens.reward import BINS
 
 METRICS_FILE = "metrics.jsonl"
 PROGRESS_KEYS = ("reward/mean", "loss/pg", "eval/noisy", "time/step")
+
+# How the metrics this module computes combine over ranks (lens.dist.reduce_metrics).
+REDUCTIONS = dist.declare(
+    {
+        # Local counts (batch_counts, LossMeter): the weights of the means below.
+        "tokens": dist.SUM,  # response tokens of this rank's update
+        "prompts": dist.SUM,  # groups of this rank's first sampling
+        "rollouts": dist.SUM,  # rows of this rank's first sampling
+        # crpo_loss divides by the GLOBAL token (or sequence) count, so each rank's loss is its share of
+        # the step's objective: the sum over ranks is the objective. Averaging would divide it by world.
+        "loss/pg": dist.SUM,
+        "loss/total": dist.SUM,
+        **{f"loss/{k}": dist.PER_TOKEN for k in ("kl", "clipfrac_low", "clipfrac_high", "clipfrac_dual", "ratio_mean")},
+        "entropy": dist.PER_TOKEN,
+        "loss/ratio_max": dist.MAX,
+        **{f"bins/{name}": dist.PER_PROMPT for name in BINS},
+        "zero_variance_share": dist.PER_PROMPT,
+        "response/len_mean": dist.PER_ROLLOUT,
+        "response/clip_ratio": dist.PER_ROLLOUT,
+        "response/len_max": dist.MAX,
+        # Computed from every rank's gathered values (TransferMeter): the same number on every rank.
+        "transfer/*": dist.MAX,
+        "time/*": dist.MAX,  # stage times (Timer): the step waits for the slowest rank
+    }
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -113,7 +138,7 @@ class LossMeter:
             meter.add(loss, parts, mask, entropy)
         row.update(meter.metrics())
 
-    `metrics()` has the form lens.dist.REDUCTIONS expects: loss/pg and loss/total as this rank's
+    `metrics()` has the form REDUCTIONS expects: loss/pg and loss/total as this rank's
     share of the step's objective (crpo_loss already divides by the global count, so shares add up),
     token means (loss/kl, loss/clipfrac_*, loss/ratio_mean, entropy) over this rank's tokens with
     `tokens` as their weight, and loss/ratio_max.

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 # ruff: noqa: E402  (the worker ties itself to its launcher before the heavy imports below)
 import contextlib
-import json
 import math
 import os
 import sys
@@ -34,53 +33,116 @@ import torch
 import torch.distributed
 
 from lens import algos, checkpoint, data, dist, groups, methods, metrics, model, ops, preflight, runlock
-from lens.config import Config, config_changes, parse_args
+from lens.config import Config, parse_args
 from lens.errors import cli_errors
 from lens.eval import eval_sampling, evaluate_set
-from lens.methods import Run
 from lens.purify import rendered_prompts
 from lens.reward import Verifier
 from lens.rollout import HFEngine, default_stop_ids, make_engine
+from lens.runstate import Run
+from lens.step_logprobs import old_and_ref_logprobs
 from lens.stop import discard_stale_request, request_path
+from lens.summary import print_summary, start_line
+
+# ----------------------------------------------------------------------------------------------
+# The run: the loop, its lock and its teardown
+# ----------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None, *, until_exit: bool = False) -> dict[str, float]:
+    """Parse the command line and train (or dry-run) -> the last step's metrics.
+
+    until_exit: this process ends when main returns (the script below), so once training is over and saved,
+    SIGINT/SIGTERM are ignored through its teardown; in-process callers get their own handlers back.
+    """
+    cfg, args = parse_args(argv)
+    if args.dry_run:
+        preflight.print_summary(preflight.dry_run(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1"))))
+        return {}
+    # The handlers go in before setup: a stop that arrives while models load or the first evaluation runs is
+    # honoured after the first step (with a checkpoint) instead of killing one rank and stranding the others.
+    # Afterwards the script ignores them: a skewed signal that reaches one rank after the checkpoint would
+    # otherwise kill it as it tears down, and torchrun would report the finished job as failed. The request
+    # file is `python -m lens.stop RUN_DIR`'s: a stop that torchrun does not see, so it exits 0.
+    with dist.StopFlag(request_file=request_path(cfg.run_dir), ignore_after=until_exit) as stop, run_lock(cfg):
+        return train(cfg, stop)
+
+
+@contextlib.contextmanager
+def run_lock(cfg: Config) -> Iterator[None]:
+    """Rank 0 holds the run directory's lock (lens.runlock) for the whole run. Collective: every rank learns
+    whether rank 0 got it and a refused launch fails on every rank at once, not on rank 0 alone while the
+    others wait for it in their first collective."""
+    rank, _ = model.setup_distributed(cfg.device)
+    lock, refused = None, None
+    if rank == 0:
+        try:
+            lock = runlock.RunLock.acquire(cfg.run_dir)
+        except runlock.RunDirInUse as e:
+            refused = str(e)
+    refused = dist.all_gather_objects(refused)[0]
+    if refused is not None:
+        raise runlock.RunDirInUse(refused)
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def train(cfg: Config, stop: dist.StopFlag) -> dict[str, float]:
+    """The run: setup, the evaluation before training, the loop, the summary -> the last step's metrics."""
+    run, eval_sets, eval_verifiers, start = setup(cfg)
+    rank0 = run.rank == 0
+    if rank0:
+        print(start_line(cfg, start), flush=True)
+    # Rows through the checkpoint's step stay; without a checkpoint (a fresh run, or a resume before the first
+    # checkpoint) the run logs again from step 0, so no earlier row may stay: each step is logged once.
+    log = metrics.MetricsLogger(
+        cfg.run_dir,
+        resume_step=start if start > 0 else None,
+        tensorboard=cfg.logging.tensorboard,
+        wandb_project=cfg.logging.wandb_project,
+        wandb_run_name=cfg.logging.wandb_run_name,
+        config=cfg.to_dict(),
+        enabled=rank0,
+    )
+    first_eval = run_eval(run, eval_sets, eval_verifiers) if eval_sets and start == 0 else {}
+    if first_eval:
+        log.log(0, first_eval)  # step 0: the model before training, the start of every curve
+    last: dict[str, float] = dict(first_eval)
+    # Closed also when a step fails, so that no progress bar is redrawn under the error line.
+    with contextlib.closing(metrics.Progress(cfg.optim.steps, initial=start, enabled=rank0)) as progress:
+        for step in range(start, cfg.optim.steps):
+            last = train_step(run, step)
+            if step == start:
+                # The process's first step carries its one-time costs (allocator growth, lazy imports and
+                # kernel selection, any torch.compile): flagged, so that lens.report and the progress bar's
+                # rate can leave it out of the steady-state figures.
+                last["time/warmup"] = last["time/step"]
+            done = step + 1
+            if cfg.data.eval_every and (done % cfg.data.eval_every == 0 or done == cfg.optim.steps) and eval_sets:
+                last.update(run_eval(run, eval_sets, eval_verifiers))
+            log.log(done, last)
+            progress.update(done, last)
+            stopping = stop.should_stop()  # collective: every rank stops after the same step
+            if (cfg.checkpoint.every and done % cfg.checkpoint.every == 0) or done == cfg.optim.steps or stopping:
+                save(run, done)
+            if stopping:
+                progress.write(f"stopped by {stop.cause} after step {done}; resume with --resume auto")
+                break
+    log.close()
+    for verifier in (run.verifier, *eval_verifiers.values()):
+        verifier.close()
+    run.sampler.close()  # before the process group goes: vLLM's teardown still talks to it
+    if rank0:
+        print_summary(cfg)
+    return last
+
 
 # ----------------------------------------------------------------------------------------------
 # Setup
 # ----------------------------------------------------------------------------------------------
-
-
-def build_sampler(cfg: Config, policy: torch.nn.Module, tokenizer) -> object:
-    """The rollout engine of `preflight.sampler_config`: vLLM, an HF copy (ZeRO-3 shards the trainer's
-    module), or HF sharing the trainer's module (no copy, no sync)."""
-    spec = preflight.sampler_config(cfg)
-    kind, path = spec.pop("engine"), spec.pop("model")
-    if kind == "vllm":
-        return make_engine("vllm", path, **spec)
-    if not spec["shares_trainer_module"]:
-        return make_engine("hf", path, dtype=cfg.model.dtype, device=str(model.local_device(cfg.device)), seed=cfg.seed)
-    eos = default_stop_ids(path)
-    return HFEngine(policy, eos_token_ids=eos, pad_token_id=tokenizer.pad_token_id or 0, seed=cfg.seed)
-
-
-def make_verifier(cfg: Config, kind: str, *, evaluation: bool) -> Verifier:
-    """Training never credits a bare last number and gives truncated completions `reward.truncated`;
-    evaluation scores as the benchmarks' graders do (last-number fallback on)."""
-    r = cfg.reward
-    fallback = r.eval_fallback_last_number if evaluation else r.fallback_last_number
-    return Verifier(kind, timeout_s=r.timeout_s, truncated_reward=r.truncated, fallback_last_number=fallback)
-
-
-def default_cpu_threads(device: torch.device, environ: Mapping[str, str] = os.environ) -> int | None:
-    """One intra-op thread per rank on CPU unless OMP_NUM_THREADS is set -> the count set (None: left alone).
-
-    torch otherwise starts one thread per core in every rank. Measured (5 interleaved pairs at
-    load 2-4 on a shared 2-core machine): one thread made the default run's steps 3.75x faster than two;
-    the small model's ops are too small to split, and ranks or other jobs then oversubscribe the cores.
-    `OMP_NUM_THREADS=N torchrun ...` keeps N threads per rank (torch reads it at start).
-    """
-    if device.type != "cpu" or environ.get("OMP_NUM_THREADS", "").strip():
-        return None
-    torch.set_num_threads(1)
-    return 1
 
 
 def setup(cfg: Config) -> tuple[Run, dict[str, preflight.RenderedSet], dict[str, Verifier], int]:
@@ -143,94 +205,77 @@ def resume(run: Run, path: Path) -> int:
     return ckpt.step
 
 
-# ----------------------------------------------------------------------------------------------
-# The update
-# ----------------------------------------------------------------------------------------------
+def build_sampler(cfg: Config, policy: torch.nn.Module, tokenizer) -> object:
+    """The rollout engine of `preflight.sampler_config`: vLLM, an HF copy (ZeRO-3 shards the trainer's
+    module), or HF sharing the trainer's module (no copy, no sync)."""
+    spec = preflight.sampler_config(cfg)
+    kind, path = spec.pop("engine"), spec.pop("model")
+    if kind == "vllm":
+        return make_engine("vllm", path, **spec)
+    if not spec["shares_trainer_module"]:
+        return make_engine("hf", path, dtype=cfg.model.dtype, device=str(model.local_device(cfg.device)), seed=cfg.seed)
+    eos = default_stop_ids(path)
+    return HFEngine(policy, eos_token_ids=eos, pad_token_id=tokenizer.pad_token_id or 0, seed=cfg.seed)
 
 
-def own_prompt_rows(cfg: Config, sg: groups.StepGroups) -> torch.Tensor:
-    """[N] bool: rows whose pi_old the update takes from its own forward instead of a separate pass.
+def make_verifier(cfg: Config, kind: str, *, evaluation: bool) -> Verifier:
+    """Training never credits a bare last number and gives truncated completions `reward.truncated`;
+    evaluation scores as the benchmarks' graders do (last-number fallback on)."""
+    r = cfg.reward
+    fallback = r.eval_fallback_last_number if evaluation else r.fallback_last_number
+    return Verifier(kind, timeout_s=r.timeout_s, truncated_reward=r.truncated, fallback_last_number=fallback)
 
-    A row sampled from the prompt the update conditions it on (source == original) has pi_old = the
-    update's first forward: this trainer makes one optimizer step per batch, after every micro-batch's
-    forward, so those forwards run on the weights that sampled the row, on the same inputs (verl does the
-    same). Rows sampled from a purified prompt still need pi_old on that prompt (LENS Eq. 5); with
-    `old_logprobs=engine` the sampler's log-probs are used and nothing is reused.
+
+def default_cpu_threads(device: torch.device, environ: Mapping[str, str] = os.environ) -> int | None:
+    """One intra-op thread per rank on CPU unless OMP_NUM_THREADS is set -> the count set (None: left alone).
+
+    torch otherwise starts one thread per core in every rank. Measured (5 interleaved pairs at
+    load 2-4 on a shared 2-core machine): one thread made the default run's steps 3.75x faster than two;
+    the small model's ops are too small to split, and ranks or other jobs then oversubscribe the cores.
+    `OMP_NUM_THREADS=N torchrun ...` keeps N threads per rank (torch reads it at start).
     """
-    if cfg.algorithm.old_logprobs == "engine":
-        return torch.zeros(len(sg.tokens), dtype=torch.bool)
-    return torch.tensor([list(s) == list(o) for s, o in zip(sg.source, sg.original, strict=True)], dtype=torch.bool)
+    if device.type != "cpu" or environ.get("OMP_NUM_THREADS", "").strip():
+        return None
+    torch.set_num_threads(1)
+    return 1
 
 
-def old_and_ref_logprobs(
-    run: Run, sg: groups.StepGroups, reuse: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """pi_old of each row on its SOURCE prompt (LENS Eq. 5's denominator) and pi_ref on its ORIGINAL prompt
-    (the KL) -> (old [N, T], ref [N, T] or None when beta = 0, mask [N, T]). Rows flagged in `reuse` [N]
-    (`own_prompt_rows`) get no pi_old pass: their old stays 0 here and the update fills it in."""
-    cfg = run.cfg
-    # Every log-prob of a sampled token is taken from softmax(z / T), the distribution that sampled it
-    # (docs/algorithm.md): at T != 1 the ratio and the KL would otherwise compare the wrong distributions.
-    kw = {**model.batching(cfg), "temperature": cfg.rollout.temperature}
-    device = model.local_device(cfg.device)
-    with run.timer("old_ref_logprobs"), torch.no_grad():
-        if cfg.algorithm.old_logprobs == "engine":  # as sampled: no forward pass
-            old, mask = engine_old_logprobs(sg.sampler_logprobs, device)
-        else:
-            old, mask = _source_logprobs(run, sg, (~reuse).nonzero().squeeze(1).tolist(), device, **kw)
-        ref = model.sequence_logprobs(run.ref, sg.original, sg.tokens, **kw)[0] if cfg.algorithm.beta else None
-    width = loss_width(cfg, mask.shape[1])
-    old, mask = _pad_to(old, width), _pad_to(mask, width)
-    return old, (_pad_to(ref, width) if ref is not None else None), mask
+# ----------------------------------------------------------------------------------------------
+# One step: sample -> pi_old and pi_ref -> update -> weight sync -> metrics
+# ----------------------------------------------------------------------------------------------
 
 
-def _source_logprobs(
-    run: Run, sg: groups.StepGroups, rows: list[int], device: torch.device, **kw: object
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """pi_old on the source prompt for `rows` only -> (old [N, T] fp32, 0 elsewhere; mask [N, T] of every
-    row's response tokens), T = the longest response, as `model.sequence_logprobs` pads."""
-    lengths = torch.tensor([len(t) for t in sg.tokens], dtype=torch.int64)
-    width = int(lengths.max()) if len(lengths) else 0
-    mask = (torch.arange(width)[None, :] < lengths[:, None]).to(device)
-    old = torch.zeros(len(sg.tokens), width, dtype=torch.float32, device=device)
-    # Called with no rows too: under ZeRO-3 every rank runs the same number of forwards (filler rows on a
-    # rank with fewer purified rows), or a rank without any would leave the others waiting in a gather.
-    part = model.sequence_logprobs(
-        run.trainer.module, [sg.source[i] for i in rows], [sg.tokens[i] for i in rows], **kw
-    )[0]
-    if rows:
-        old[rows, : part.shape[1]] = part
-    return old, mask
+def train_step(run: Run, step: int) -> dict[str, float]:
+    """One step (the method's sampling and groups, the update, the weight sync, the method's after-step)
+    -> its metrics, reduced over ranks. Evaluation and checkpoints are the loop's."""
+    run.timer.reset()
+    with run.timer("step"):
+        sg, stats = run.method.sample(run, step)
+        upd = update(run, sg)
+        sync_weights(run)
+    stats = {**stats, **run.method.after_step()}
+    return step_metrics(run, sg, stats, upd)
 
 
-def loss_width(cfg: Config, longest: int) -> int:
-    """The time axis T of the loss tensors. seq_mean_token_sum_norm divides by S * T, so T must be the FIXED
-    rollout.max_tokens (as Dr. GRPO and TRL do): the rank's or step's longest response would make the
-    gradient depend on how rows split over ranks and on one long response."""
-    return max(cfg.rollout.max_tokens, longest) if cfg.algorithm.loss_agg == "seq_mean_token_sum_norm" else longest
-
-
-def _pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
-    return torch.nn.functional.pad(t, (0, width - t.shape[1]))
-
-
-def engine_old_logprobs(sampler_logp: list[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """pi_old from the sampler (`old_logprobs=engine`): R tensors [len_r] -> logp [R, T] fp32, mask [R, T] bool,
-    padded as `model.sequence_logprobs` pads (T = longest response, 0 at padding)."""
-    logp = torch.nn.utils.rnn.pad_sequence([t.float() for t in sampler_logp], batch_first=True)
-    lengths = torch.tensor([len(t) for t in sampler_logp], dtype=torch.int64)
-    mask = torch.arange(logp.shape[1])[None, :] < lengths[:, None]
-    return logp.to(device), mask.to(device)
+# How the metrics this file computes combine over ranks (lens.dist.reduce_metrics).
+REDUCTIONS = dist.declare(
+    {
+        "reward/mean": dist.PER_ROLLOUT,  # step_metrics: the first sampling's mean reward
+        # The same number on every rank: DeepSpeed all-reduces gradients before taking their norm, and
+        # every rank steps one LR schedule. MAX returns it unchanged (a mean could round it).
+        "grad_norm": dist.MAX,
+        "lr": dist.MAX,
+    }
+)
 
 
 def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
     """Advantages, CRPO loss (LENS Eq. 7) per micro-batch, backward, one optimizer step -> loss metrics."""
-    cfg, batching = run.cfg, model.batching(run.cfg)
-    reuse = own_prompt_rows(cfg, sg)
-    old, ref, mask = old_and_ref_logprobs(run, sg, reuse)
-    reuse = reuse.to(mask.device)
+    cfg, loss_config = run.cfg, run.cfg.algorithm.loss_config()
+    pi_old, ref, mask = old_and_ref_logprobs(run, sg)
     adv = run.method.advantages(sg).to(mask.device)
     weights = sg.weights.to(mask.device)
+    moved = sg.transferred.to(mask.device)  # [N] bool
     # Global normalisation (docs/architecture.md, conventions): every rank divides by the step's totals, so the
     # gradient does not depend on how rows split over ranks or micro-batches.
     num_tokens = dist.all_reduce(float(mask.sum()), "sum")
@@ -238,33 +283,16 @@ def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
     meter = metrics.LossMeter()
     # LENS: rows sampled from a purified prompt and trained on the original (Eq. 5 across prompts).
     transfer = metrics.TransferMeter() if run.method.transfers else None
-    moved = sg.transferred.to(mask.device)  # [N] bool
     lengths = [len(o) + len(t) for o, t in zip(sg.original, sg.tokens, strict=True)]
     with run.timer("update"):
         # By a token budget or by row count (lens.packing); under ZeRO-3 the same number on every rank.
-        for k, idx in enumerate(model.micro_batches(run.trainer.engine, lengths, **batching)):
+        for k, idx in enumerate(model.micro_batches(run.trainer.engine, lengths, **model.batching(cfg))):
             rows = torch.tensor(idx, dtype=torch.long, device=mask.device)
-            logp, ent, m = model.micro_batch_logprobs(
-                run.trainer.engine,
-                [sg.original[i] for i in idx],
-                [sg.tokens[i] for i in idx],
-                width=mask.shape[1],
-                temperature=cfg.rollout.temperature,
-                return_entropy=True,
-                padding_free=batching["padding_free"],
-            )
-            # pi_old of own-prompt rows is this forward itself, before the step (own_prompt_rows).
-            old_rows = torch.where(reuse[rows, None], logp.detach(), old[rows])
+            logp, ent, m = policy_logprobs(run, sg, idx, mask.shape[1])
+            old = pi_old.of(rows, logp)
+            ref_rows = ref[rows] if ref is not None else None
             loss, parts = algos.crpo_loss(
-                logp,
-                old_rows,
-                ref[rows] if ref is not None else None,
-                adv[rows],
-                weights[rows],
-                m,
-                cfg.algorithm.loss_config(),
-                num_tokens=num_tokens,
-                num_seqs=num_seqs,
+                logp, old, ref_rows, adv[rows], weights[rows], m, loss_config, num_tokens=num_tokens, num_seqs=num_seqs
             )
             if not torch.isfinite(loss):
                 raise FloatingPointError(
@@ -273,13 +301,28 @@ def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
             run.trainer.backward(loss)
             meter.add(loss, parts, m, ent)
             if transfer is not None:
-                terms = (logp, old_rows, adv[rows], weights[rows], m, moved[rows])
-                transfer.add(algos.transfer_terms(*terms, cfg.algorithm.loss_config()))
+                transfer.add(algos.transfer_terms(logp, old, adv[rows], weights[rows], m, moved[rows], loss_config))
         grad_norm = run.trainer.step()
     if not math.isfinite(grad_norm):
         raise FloatingPointError(f"non-finite gradient norm {grad_norm}; the last checkpoint is kept")
     diagnostics = transfer.metrics(dist.all_gather_objects) if transfer is not None else {}
     return {**meter.metrics(), **diagnostics, "grad_norm": grad_norm, "lr": run.trainer.lr}
+
+
+def policy_logprobs(
+    run: Run, sg: groups.StepGroups, idx: list[int], width: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The update's forward of rows `idx` on their ORIGINAL prompt, with gradients -> (logp [n, width],
+    entropy [n, width], response mask [n, width])."""
+    return model.micro_batch_logprobs(
+        run.trainer.engine,
+        [sg.original[i] for i in idx],
+        [sg.tokens[i] for i in idx],
+        width=width,
+        temperature=run.cfg.rollout.temperature,
+        return_entropy=True,
+        padding_free=model.batching(run.cfg)["padding_free"],
+    )
 
 
 def sync_weights(run: Run) -> None:
@@ -295,13 +338,8 @@ def sync_weights(run: Run) -> None:
             run.sampler.sync_weights(run.trainer.module)
 
 
-# ----------------------------------------------------------------------------------------------
-# Metrics, evaluation, checkpoints
-# ----------------------------------------------------------------------------------------------
-
-
 def step_metrics(run: Run, sg: groups.StepGroups, stats: dict[str, float], upd: dict[str, float]) -> dict[str, float]:
-    """This rank's step metrics, reduced over ranks as lens.dist.REDUCTIONS declares."""
+    """This rank's step metrics, reduced over ranks as each producer declared (lens.dist.REDUCTIONS)."""
     a = run.cfg.algorithm
     out = {"reward/mean": float(sg.first_rewards.mean()), **stats, **upd, **metrics.batch_counts(sg.first_rewards)}
     out.update(metrics.success_bins(metrics.success_counts(sg.first_rewards, a.success_threshold), a.m))
@@ -311,6 +349,11 @@ def step_metrics(run: Run, sg: groups.StepGroups, stats: dict[str, float], upd: 
     out = dist.reduce_metrics(out, run.world)
     out["tokens_per_s"] = metrics.throughput(int(out["tokens"]), out.get("time/step", 0.0))
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Evaluation and checkpoints
+# ----------------------------------------------------------------------------------------------
 
 
 def run_eval(run: Run, eval_sets: dict[str, preflight.RenderedSet], verifiers: dict[str, Verifier]) -> dict[str, float]:
@@ -340,208 +383,6 @@ def save(run: Run, step: int) -> None:
         keep_last=run.cfg.checkpoint.keep_last,
         data_sources=checkpoint.read_data_sources(run.cfg.run_dir),  # this run's, recorded by setup
     )
-
-
-def print_summary(cfg: Config) -> None:
-    """The closing summary, from the run's whole metrics.jsonl (steps before a resume included): the
-    held-out accuracy before training and at the last evaluation, when the run has them; the run's totals
-    (rollouts, tokens, LENS's counters summed over every step; steps where no group carried signal); where
-    the metrics, checkpoints and TensorBoard logs are, and the commands that read them."""
-    rows = metrics_rows(Path(cfg.run_dir) / metrics.METRICS_FILE)
-    if not rows:
-        return
-    print(f"lens: {cfg.run_dir}: step {rows[-1]['step']} of {cfg.optim.steps}")
-    evals = [r for r in rows if any(k.startswith("eval/") for k in r)]
-    before = next((r for r in evals if r["step"] == 0), None)
-    after = evals[-1] if evals and evals[-1]["step"] > 0 else None
-    if before is not None or after is not None:
-        keys = sorted({k for r in (before, after) if r is not None for k in r if k.startswith("eval/")})
-        headers = ["held-out", *(["before"] if before else []), *([f"step {after['step']}"] if after else [])]
-        print(metrics.format_table(headers, [(k, *(r.get(k) for r in (before, after) if r)) for k in keys]))
-    steps = [r for r in rows if r["step"] > 0 and "rollouts" in r]
-    totals = {k: sum(r.get(k) or 0.0 for r in steps) for k in SUMMED if any(k in r for r in steps)}
-    blind = sum(1 for r in steps if r.get("zero_variance_share") == 1.0)
-    totals["steps without signal"] = float(blind)  # every group all-correct or all-wrong: nothing to learn
-    print(metrics.format_table([f"run totals ({len(steps)} steps)", "sum"], [(k, int(v)) for k, v in totals.items()]))
-    for line in next_commands(cfg):
-        print(line)
-
-
-# Counters summed over a run's steps for the summary (each step's value is already summed over ranks).
-SUMMED = (
-    "prompts",
-    "rollouts",
-    "tokens",
-    "lens/below_tau",
-    "lens/purified",
-    "lens/tokens_deleted",
-    "lens/guard_passes",
-    "lens/rollouts_replaced",
-    "lens/skipped_no_signal",
-    "dapo/missing_groups",
-    "greso/skipped",
-)
-
-
-def metrics_rows(path: Path) -> list[dict[str, float]]:
-    """metrics.jsonl's rows, one per step (the last row of a step wins); [] without the file."""
-    if not path.is_file():
-        return []
-    by_step = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            by_step[row["step"]] = {**by_step.get(row["step"], {}), **row}
-    return [by_step[k] for k in sorted(by_step)]
-
-
-def next_commands(cfg: Config) -> list[str]:
-    """Where the run's outputs are and the commands that read them (the README's `.venv/bin/` form)."""
-    root = Path(cfg.run_dir)
-    latest = checkpoint.latest(root)
-    lines = [f"metrics      {root / metrics.METRICS_FILE}"]
-    if latest is not None:
-        lines.append(f"checkpoints  {root / checkpoint.CHECKPOINTS} (latest {latest.name}, model in {latest / 'hf'})")
-    if (root / "tensorboard").is_dir():
-        lines.append(f"TensorBoard  .venv/bin/tensorboard --logdir {root / 'tensorboard'}")
-    lines.append(f"report       .venv/bin/lens-report {root}")
-    # The held-out split is the run's own; lens.eval takes named sets, files and built-in tasks.
-    sets = ",".join(s for s in cfg.data.eval or [] if s != "heldout") or "SETS"
-    if latest is not None:
-        lines.append(f"evaluate     .venv/bin/lens-eval --model {latest / 'hf'} --benchmarks {sets}")
-    return lines
-
-
-# ----------------------------------------------------------------------------------------------
-# The loop
-# ----------------------------------------------------------------------------------------------
-
-
-def main(argv: list[str] | None = None, *, until_exit: bool = False) -> dict[str, float]:
-    """Parse the command line and train (or dry-run) -> the last step's metrics.
-
-    until_exit: this process ends when main returns (the script below), so once training is over and saved,
-    SIGINT/SIGTERM are ignored through its teardown; in-process callers get their own handlers back.
-    """
-    cfg, args = parse_args(argv)
-    if args.dry_run:
-        preflight.print_summary(preflight.dry_run(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1"))))
-        return {}
-    # The handlers go in before setup: a stop that arrives while models load or the first evaluation runs is
-    # honoured after the first step (with a checkpoint) instead of killing one rank and stranding the others.
-    # Afterwards the script ignores them: a skewed signal that reaches one rank after the checkpoint would
-    # otherwise kill it as it tears down, and torchrun would report the finished job as failed. The request
-    # file is `python -m lens.stop RUN_DIR`'s: a stop that torchrun does not see, so it exits 0.
-    with dist.StopFlag(request_file=request_path(cfg.run_dir), ignore_after=until_exit) as stop, run_lock(cfg):
-        return train(cfg, stop)
-
-
-@contextlib.contextmanager
-def run_lock(cfg: Config) -> Iterator[None]:
-    """Rank 0 holds the run directory's lock (lens.runlock) for the whole run. Collective: every rank learns
-    whether rank 0 got it and a refused launch fails on every rank at once, not on rank 0 alone while the
-    others wait for it in their first collective."""
-    rank, _ = model.setup_distributed(cfg.device)
-    lock, refused = None, None
-    if rank == 0:
-        try:
-            lock = runlock.RunLock.acquire(cfg.run_dir)
-        except runlock.RunDirInUse as e:
-            refused = str(e)
-    refused = dist.all_gather_objects(refused)[0]
-    if refused is not None:
-        raise runlock.RunDirInUse(refused)
-    try:
-        yield
-    finally:
-        if lock is not None:
-            lock.release()
-
-
-def train_step(run: Run, step: int) -> dict[str, float]:
-    """One step (the method's sampling and groups, the update, the weight sync, the method's after-step)
-    -> its metrics, reduced over ranks. Evaluation and checkpoints are the loop's."""
-    run.timer.reset()
-    stats: dict[str, float] = {}
-    with run.timer("step"):
-        sg = run.method.sample(run, step, stats)
-        upd = update(run, sg)
-        sync_weights(run)
-    run.method.after_step(stats)
-    return step_metrics(run, sg, stats, upd)
-
-
-def start_line(cfg: Config, start: int) -> str:
-    """The one line a run prints when it starts (the full config is in run_dir/config.yaml, not on screen):
-    what trains on what, where, and for a resume the step it resumed from and every value that differs from
-    the config saved with that checkpoint (the command line's, on top of it: lens.config.resume_base)."""
-    if start >= cfg.optim.steps:
-        return (
-            f"lens: {cfg.run_dir} is finished: step {start} of optim.steps={cfg.optim.steps}; nothing to train "
-            f"(to train on: --resume auto optim.steps=N with N > {start}, or a new run_dir)"
-        )
-    line = (
-        f"lens: {cfg.algorithm.name} on {cfg.data.train} with {cfg.model.path}, steps {start + 1}-{cfg.optim.steps}; "
-        f"config in {Path(cfg.run_dir) / checkpoint.CONFIG}"
-    )
-    if cfg.checkpoint.resume in (None, "none"):
-        return line
-    if not start:
-        return line + f"; --resume {cfg.checkpoint.resume}: no checkpoint, fresh"
-    source = checkpoint.latest(cfg.run_dir) if cfg.checkpoint.resume == "auto" else Path(cfg.checkpoint.resume)
-    saved = checkpoint.saved_config(source) if source is not None else {}
-    changes = [c for c in config_changes(saved, cfg.to_dict()) if not c.startswith("checkpoint.")] if saved else []
-    return line + f"; resumed from step {start}" + (f"; changed: {'; '.join(changes)}" if changes else "")
-
-
-def train(cfg: Config, stop: dist.StopFlag) -> dict[str, float]:
-    """The run: setup, the evaluation before training, the loop, the summary -> the last step's metrics."""
-    run, eval_sets, eval_verifiers, start = setup(cfg)
-    rank0 = run.rank == 0
-    if rank0:
-        print(start_line(cfg, start), flush=True)
-    # Rows through the checkpoint's step stay; without a checkpoint (a fresh run, or a resume before the first
-    # checkpoint) the run logs again from step 0, so no earlier row may stay: each step is logged once.
-    log = metrics.MetricsLogger(
-        cfg.run_dir,
-        resume_step=start if start > 0 else None,
-        tensorboard=cfg.logging.tensorboard,
-        wandb_project=cfg.logging.wandb_project,
-        wandb_run_name=cfg.logging.wandb_run_name,
-        config=cfg.to_dict(),
-        enabled=rank0,
-    )
-    first_eval = run_eval(run, eval_sets, eval_verifiers) if eval_sets and start == 0 else {}
-    if first_eval:
-        log.log(0, first_eval)  # step 0: the model before training, the start of every curve
-    last: dict[str, float] = dict(first_eval)
-    # Closed also when a step fails, so that no progress bar is redrawn under the error line.
-    with contextlib.closing(metrics.Progress(cfg.optim.steps, initial=start, enabled=rank0)) as progress:
-        for step in range(start, cfg.optim.steps):
-            last = train_step(run, step)
-            if step == start:
-                # The process's first step carries its one-time costs (allocator growth, lazy imports and
-                # kernel selection, any torch.compile): flagged, so that lens.report and the progress bar's
-                # rate can leave it out of the steady-state figures.
-                last["time/warmup"] = last["time/step"]
-            done = step + 1
-            if cfg.data.eval_every and (done % cfg.data.eval_every == 0 or done == cfg.optim.steps) and eval_sets:
-                last.update(run_eval(run, eval_sets, eval_verifiers))
-            log.log(done, last)
-            progress.update(done, last)
-            stopping = stop.should_stop()  # collective: every rank stops after the same step
-            if (cfg.checkpoint.every and done % cfg.checkpoint.every == 0) or done == cfg.optim.steps or stopping:
-                save(run, done)
-            if stopping:
-                progress.write(f"stopped by {stop.cause} after step {done}; resume with --resume auto")
-                break
-    log.close()
-    for verifier in (run.verifier, *eval_verifiers.values()):
-        verifier.close()
-    run.sampler.close()  # before the process group goes: vLLM's teardown still talks to it
-    if rank0:
-        print_summary(cfg)
-    return last
 
 
 if __name__ == "__main__":

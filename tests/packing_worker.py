@@ -55,7 +55,7 @@ def _informative_groups(run: Any, tries: int = 8) -> Any:
     """The first step's groups (of steps 0, 1, ...) that carry a gradient and, for LENS, transferred rows: which
     groups have mixed rewards and pass the transfer guard depends on sampling, not on this test."""
     for step in range(tries):
-        sg = run.method.sample(run, step, {})
+        sg, _ = run.method.sample(run, step)
         moved = any(s != o for s, o in zip(sg.source, sg.original, strict=True))
         mixed = bool((run.method.advantages(sg) != 0).any())
         # Decided over all ranks (some rank has a mixed group, some rank transferred rows): every rank stops at the

@@ -186,8 +186,8 @@ def _step(name: str, *overrides: str) -> tuple[G.StepGroups, dict[str, float], l
         trainer=SimpleNamespace(module=None),  # the oracle reads no model
         ref=None,
     )
-    stats: dict[str, float] = {}
-    return methods.build(cfg).sample(run, 1, stats), stats, prompts
+    sg, stats = methods.build(cfg).sample(run, 1)
+    return sg, stats, prompts
 
 
 @pytest.mark.parametrize("name", ["lens", "diag_original_ratio"])

@@ -18,7 +18,9 @@ import torch
 import torch.distributed
 import torch.multiprocessing
 
-from lens import algos, dist
+# lens.metrics, lens.methods and lens.train declare the reductions of the keys `step_metrics` below builds, as
+# in a training process (each producer declares its own; lens.dist collects them).
+from lens import algos, dist, methods, train
 from lens import metrics as mx
 from lens.variants import LossConfig
 
@@ -182,8 +184,21 @@ def test_every_metric_must_declare_its_reduction():
         dist.reduce_metrics({"loss/kl": 0.1}, 1)
     assert dist.reduction_of("time/any_stage") == dist.MAX
     assert dist.reduction_of("loss/pg") == dist.SUM  # each rank's loss is a share of the global mean
+
+
+def test_each_producer_declares_its_reductions_and_the_table_collects_them():
+    for table in (mx.REDUCTIONS, methods.REDUCTIONS, train.REDUCTIONS):
+        assert all(dist.REDUCTIONS[key] == r for key, r in table.items())
     for key, r in dist.REDUCTIONS.items():
         assert r.weight is None or r.weight in dist.REDUCTIONS, key  # every weight is itself a metric
+    assert dist.reduction_of("lens/purified") == dist.SUM and dist.reduction_of("grad_norm") == dist.MAX
+
+
+def test_a_metric_declared_twice_differently_is_an_error():
+    assert dist.declare({"loss/pg": dist.SUM}) == {"loss/pg": dist.SUM}  # the same again (a re-imported module)
+    with pytest.raises(ValueError, match=r"'loss/pg' is declared twice"):
+        dist.declare({"loss/pg": dist.MAX})
+    assert dist.reduction_of("loss/pg") == dist.SUM
 
 
 def test_stop_flag_restores_handlers_and_a_second_signal_escalates():

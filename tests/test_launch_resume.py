@@ -19,7 +19,7 @@ import pytest
 import yaml
 from processes import logged_steps, trainer_env
 
-from lens import checkpoint, launch, metrics, preflight, train
+from lens import checkpoint, launch, metrics, preflight, summary
 from lens.config import load_config, parse_args
 from lens.tasks import vartrack
 
@@ -105,7 +105,7 @@ def test_resume_auto_continues_the_run_as_launched_and_a_finished_run_says_so(in
 def test_the_start_line_of_a_resume_lists_what_the_command_line_changed(interrupted):
     run_dir = interrupted[0]
     cfg, _ = parse_args(["--resume", "auto", f"run_dir={run_dir}", "optim.steps=9", "optim.lr=1e-4"])
-    line = train.start_line(cfg, logged_steps(run_dir)[-1])
+    line = summary.start_line(cfg, logged_steps(run_dir)[-1])
     assert line.endswith("changed: optim.lr: 0.0002 -> 0.0001; optim.steps: 6 -> 9"), line
 
 
@@ -149,14 +149,14 @@ def test_the_closing_summary_sums_the_runs_counters(tmp_path, capsys):
             {"step": 3, **step, "lens/purified": 0.0, "eval/noisy": 0.5},
         ],
     )
-    train.print_summary(cfg)
+    summary.print_summary(cfg)
     out = capsys.readouterr().out
     assert "lens/purified         3" in out and "rollouts              384" in out
     assert "steps without signal  1" in out
     assert "held-out    before  step 3" in out and "eval/noisy  0.25    0.5" in out
     assert f"report       .venv/bin/lens-report {cfg.run_dir}" in out
     _rows(tmp_path / "run" / "metrics.jsonl", [{"step": 1, **step}])  # no evaluation at all: no eval table
-    train.print_summary(cfg)
+    summary.print_summary(cfg)
     assert "held-out" not in capsys.readouterr().out
 
 
@@ -235,7 +235,7 @@ def test_a_preset_typo_gets_a_suggestion():
 
 def test_under_torchrun_a_finished_run_says_so_too():
     cfg, _ = parse_args(["optim.steps=8", "--resume", "auto"])
-    assert train.start_line(cfg, 8).startswith(f"lens: {cfg.run_dir} is finished: step 8 of optim.steps=8")
+    assert summary.start_line(cfg, 8).startswith(f"lens: {cfg.run_dir} is finished: step 8 of optim.steps=8")
 
 
 def test_the_dry_run_says_who_clips_the_gradient():

@@ -168,8 +168,7 @@ def test_dapo_refills_until_the_batch_holds_informative_groups_only() -> None:
     # gen batches of 4 prompts (in order, no shuffle): the first holds 2 informative groups, the second 2 more.
     answers = ["mixed", "all", "none", "mixed", "none", "mixed", "mixed", "mixed", "mixed"]
     run = _run(_cfg("dapo", "algorithm.dapo.gen_batch_size=4"), answers)
-    stats: dict[str, float] = {}
-    batch = methods.build(run.cfg).first_sampling(run, 0, stats)
+    batch, stats = methods.build(run.cfg).first_sampling(run, 0)
     assert [p.ids[0] for p in batch.prompts] == [0, 3, 5, 6]
     assert batch.answers == ["mixed"] * 4
     assert batch.rewards.tolist() == [[1.0, 0.0, 0.0, 0.0]] * 4
@@ -186,15 +185,14 @@ def test_dapo_stops_after_max_gen_batches_and_warns_once() -> None:
     cfg = _cfg("dapo", "algorithm.dapo.gen_batch_size=4", "algorithm.dapo.max_gen_batches=2")
     run = _run(cfg, answers)
     method = methods.build(cfg)
-    stats: dict[str, float] = {}
     with pytest.warns(RuntimeWarning, match="only 2 of 4 informative groups"):
-        batch = method.first_sampling(run, 0, stats)
+        batch, stats = method.first_sampling(run, 0)
     assert len(run.sampler.calls) == 2
     assert [p.ids[0] for p in batch.prompts] == [1, 5]
     assert stats["dapo/missing_groups"] == 2.0
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a second short step is only counted
-        method.first_sampling(run, 1, {})
+        method.first_sampling(run, 1)
 
 
 def test_dapo_overlong_shaping_penalises_long_rows() -> None:
@@ -215,14 +213,13 @@ def test_greso_records_outcomes_and_skips_zero_variance_prompts() -> None:
     cfg = _cfg("greso", "algorithm.dapo.gen_batch_size=4", "algorithm.greso.p_init=0.05")
     run = _run(cfg, ["all", "none", "mixed", "mixed"] * 2)
     method = methods.build(cfg)
-    stats: dict[str, float] = {}
-    method.first_sampling(run, 0, stats)
+    _, stats = method.first_sampling(run, 0)
     # Every drawn prompt was rolled out once (no history yet) and its outcome recorded.
     assert stats["greso/skipped"] == 0.0
     streaks = method.state_dict()["streaks"]
     assert streaks["u0"] == ("easy", 1) and streaks["u1"] == ("hard", 1) and streaks["u2"] == ("mixed", 0)
     # With p = 0.05 an easy or hard prompt is kept with probability 0.05: under this seed both are skipped.
-    kept = method.keep_prompts(run, [0, 1, 2, 3], 1, 0, stats)
+    kept, stats = method.keep_prompts(run, [0, 1, 2, 3], 1, 0)
     assert kept == [2, 3] and stats["greso/skipped"] == 2.0
 
 
@@ -230,14 +227,13 @@ def test_greso_adapts_only_after_the_first_epoch_and_round_trips_its_state() -> 
     cfg = _cfg("greso", "algorithm.dapo.gen_batch_size=4")
     run = _run(cfg, ["all"] + ["mixed"] * 7)
     method = methods.build(cfg)
-    stats: dict[str, float] = {}
     # A step that starts in the first epoch only records: its prompts had no history when drawn, so the
     # zero-variance shares say nothing about the skip rates yet (1 easy group in 8 would lower p_easy).
-    method.first_sampling(run, 0, stats)
+    _, stats = method.first_sampling(run, 0)
     assert stats["greso/p_easy"] == stats["greso/p_hard"] == cfg.algorithm.greso.p_init
-    method.record(run, [(0, 1.0), (1, 1.0)], stats, adapt=False)
+    stats = method.record(run, [(0, 1.0), (1, 1.0)], adapt=False)
     assert stats["greso/p_easy"] == cfg.algorithm.greso.p_init
-    method.record(run, [(0, 1.0), (1, 1.0)], stats, adapt=True)
+    stats = method.record(run, [(0, 1.0), (1, 1.0)], adapt=True)
     # Every group easy: far above the alpha/3 target, so p_easy steps down (skip easy prompts more).
     assert stats["greso/p_easy"] == pytest.approx(cfg.algorithm.greso.p_init - cfg.algorithm.greso.p_step)
     again = methods.build(cfg)
@@ -249,9 +245,9 @@ def test_greso_draws_are_seeded_by_step_and_attempt() -> None:
     cfg = _cfg("greso", "algorithm.greso.p_init=0.5")
     run = _run(cfg, ["all"] * 64)
     method = methods.build(cfg)
-    method.record(run, [(i, 1.0) for i in range(64)], {}, adapt=False)
+    method.record(run, [(i, 1.0) for i in range(64)], adapt=False)
     index = list(range(64))
-    first = method.keep_prompts(run, index, 3, 0, {})
-    assert method.keep_prompts(run, index, 3, 0, {}) == first
-    assert method.keep_prompts(run, index, 3, 1, {}) != first
-    assert method.keep_prompts(run, index, 4, 0, {}) != first
+    first = method.keep_prompts(run, index, 3, 0)[0]
+    assert method.keep_prompts(run, index, 3, 0)[0] == first
+    assert method.keep_prompts(run, index, 3, 1)[0] != first
+    assert method.keep_prompts(run, index, 4, 0)[0] != first

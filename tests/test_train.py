@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lens import algos, report, scoring, train, variants
+from lens import algos, report, scoring, step_logprobs, train, variants
 from lens.config import load_config, parse_args
 from lens.tasks import vartrack
 
@@ -170,7 +170,9 @@ def test_engine_log_probs_stand_in_for_the_trainer_forward_passes(tiny_model, tm
 
 
 def test_engine_old_logprobs_pads_like_the_trainer():
-    logp, mask = train.engine_old_logprobs([torch.tensor([-1.0, -2.0]), torch.tensor([-0.5])], torch.device("cpu"))
+    logp, mask = step_logprobs.engine_old_logprobs(
+        [torch.tensor([-1.0, -2.0]), torch.tensor([-0.5])], torch.device("cpu")
+    )
     assert torch.equal(logp, torch.tensor([[-1.0, -2.0], [-0.5, 0.0]]))
     assert torch.equal(mask, torch.tensor([[True, True], [True, False]]))
 
@@ -262,7 +264,7 @@ def test_sampled_token_logprobs_use_the_rollout_temperature(tiny_model, tmp_path
     monkeypatch.setattr(train.algos, "crpo_loss", spy_loss)
     train.main(_args(tiny_model, tmp_path, "optim.steps=1", "data.eval_every=0", "rollout.temperature=0.7"))
     old = torch.cat(olds)
-    sampled, mask = train.engine_old_logprobs(step_groups[0].sampler_logprobs, old.device)
+    sampled, mask = step_logprobs.engine_old_logprobs(step_groups[0].sampler_logprobs, old.device)
     torch.testing.assert_close(old[:, : sampled.shape[1]][mask], sampled[mask], atol=2e-4, rtol=0)
 
 
@@ -274,11 +276,11 @@ def test_pi_old_from_the_update_forward_changes_nothing(tiny_model, tmp_path, mo
     cfg_a, _ = parse_args(_args(tiny_model, tmp_path / "a", *extra))
     cfg_b, _ = parse_args(_args(tiny_model, tmp_path / "b", *extra))
     run_a, run_b = train.setup(cfg_a)[0], train.setup(cfg_b)[0]
-    sg = run_a.method.sample(run_a, 0, {})
-    reuse = train.own_prompt_rows(cfg_a, sg)
+    sg, _ = run_a.method.sample(run_a, 0)
+    reuse = step_logprobs.own_prompt_rows(cfg_a, sg)
     assert reuse.any() and not reuse.all(), "the step needs own-prompt and purified rows"
     reused = train.update(run_a, sg)
-    monkeypatch.setattr(train, "own_prompt_rows", lambda cfg, sg: torch.zeros(len(sg.tokens), dtype=torch.bool))
+    monkeypatch.setattr(step_logprobs, "own_prompt_rows", lambda cfg, sg: torch.zeros(len(sg.tokens), dtype=torch.bool))
     passed = train.update(run_b, sg)
     assert reused == passed
     a, b = run_a.trainer.module.state_dict(), run_b.trainer.module.state_dict()
@@ -287,8 +289,10 @@ def test_pi_old_from_the_update_forward_changes_nothing(tiny_model, tmp_path, mo
 
 def test_seq_mean_token_sum_norm_divides_by_the_fixed_max_tokens():
     cfg = load_config(None, ["algorithm.loss_agg=seq_mean_token_sum_norm", "rollout.max_tokens=44"])
-    assert train.loss_width(cfg, 17) == 44 == train.loss_width(cfg, 30)  # not the step's longest response
-    assert train.loss_width(load_config(None, ["rollout.max_tokens=44"]), 17) == 17
+    assert (
+        step_logprobs.loss_width(cfg, 17) == 44 == step_logprobs.loss_width(cfg, 30)
+    )  # not the step's longest response
+    assert step_logprobs.loss_width(load_config(None, ["rollout.max_tokens=44"]), 17) == 17
 
 
 def test_a_missing_model_directory_is_named(tmp_path):

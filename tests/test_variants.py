@@ -108,7 +108,7 @@ def test_one_sampling_groups_take_the_spec_weighting(name, weights):
     rewards = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
     rollouts = Rollouts(torch.zeros(4, dtype=torch.long), [[5]] * 4, [torch.zeros(1)] * 4, ["stop"] * 4)
     batch = methods.Batch([Prompt([1, 2, 3], (1, 3))], ["x"], rollouts, rewards)
-    rows = method.final_groups(types.SimpleNamespace(timer=metrics.Timer()), batch, 1, {})
+    rows, _ = method.final_groups(types.SimpleNamespace(timer=metrics.Timer()), batch, 1)
     assert rows.weights.tolist() == weights
     want = algos.weighted_group_advantages if name == "grpo_weighted" else algos.grpo_advantages
     args = (rows.rewards, rows.weights, rows.group) if name == "grpo_weighted" else (rows.rewards, rows.group)
