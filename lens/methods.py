@@ -10,7 +10,7 @@ A spec (lens.variants.MethodSpec) picks the parts:
                a_bar < tau are sampled again from the rewritten prompt; guard, replacement (Eq. 2-3)
     weighting  Eq. (4) weights or uniform; advantage: lens.algos.ADVANTAGES (GRPO's or Eq. 6)
 
-Stateful samplers (GRESO) add `after_step`, `state_dict` and `load_state_dict`; the trainer calls those for
+Stateful samplers (GRESO) add `state_dict` and `load_state_dict`; the trainer calls those for
 every method. A new method is one spec entry; a new class only if it samples differently (one SAMPLERS
 entry). The run-side helpers every method shares are here too (a step's `Run` is lens.runstate's):
 `sampling_params` (the seed rule that makes a step's samples independent of the number of ranks) and
@@ -104,7 +104,7 @@ def generate(
     return out, rewards, counts
 
 
-# The counters a method returns with its rows (`Method.sample`, `after_step`), and how each combines over ranks.
+# The counters a method returns with its rows (`Method.sample`), and how each combines over ranks.
 REDUCTIONS = dist.declare(
     {
         **{f"reward/{reason}": dist.SUM for reason in REASONS},  # the verifier's verdict counts (`generate`)
@@ -281,10 +281,6 @@ class Method:
     def advantages(self, step_groups: groups.StepGroups) -> torch.Tensor:
         """[N] advantage per row, by the spec's estimator (GRPO's, or LENS Eq. (6) on the weights)."""
         return self.estimator(step_groups.rewards, step_groups.weights, step_groups.group)
-
-    def after_step(self) -> dict[str, float]:
-        """Hook for methods that adapt after each step -> their counters (none by default)."""
-        return {}
 
     def state_dict(self) -> dict[str, Any]:
         return {}

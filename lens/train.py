@@ -253,7 +253,6 @@ def train_step(run: Run, step: int) -> dict[str, float]:
         sg, stats = run.method.sample(run, step)
         upd = update(run, sg)
         sync_weights(run)
-    stats = {**stats, **run.method.after_step()}
     return step_metrics(run, sg, stats, upd)
 
 
