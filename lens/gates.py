@@ -939,6 +939,17 @@ def checkpoint_sha256(path: Path) -> str:
     return hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
 
 
+def add_task_argument(parser: argparse.ArgumentParser) -> None:
+    """`--task`, one of the registered tasks (the registry's names are the choices)."""
+    parser.add_argument(
+        "--task",
+        required=True,
+        choices=tasks.NAMES,
+        metavar="TASK",
+        help=f"a registered task ({', '.join(tasks.NAMES)})",
+    )
+
+
 def _seeds(text: str) -> tuple[int, ...]:
     return tuple(int(s) for s in text.split(",") if s)
 
@@ -947,13 +958,7 @@ def _seeds(text: str) -> tuple[int, ...]:
 def main_g3(argv: list[str]) -> dict[str, Any]:
     """`python -m lens.audit g3 ...`: the replicated G3 of a task."""
     parser = errors.ArgumentParser(prog="python -m lens.audit g3", description=run_g3.__doc__)
-    parser.add_argument(
-        "--task",
-        required=True,
-        choices=tasks.NAMES,
-        metavar="TASK",
-        help=f"a registered task ({', '.join(tasks.NAMES)})",
-    )
+    add_task_argument(parser)
     parser.add_argument("--warm-start", action="append", required=True, help="a reference checkpoint dir (repeat)")
     parser.add_argument("--seeds", type=_seeds, default=G3_REPLICATION_SEEDS, help="perturbation seeds, 0,1,2")
     parser.add_argument("--problems", type=_positive_int, default=DEFAULTS["problems"], help="noisy problems")
@@ -975,13 +980,7 @@ def _positive_int(text: str) -> int:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = errors.ArgumentParser(prog="python -m lens.audit gates", description=run_gates.__doc__)
-    parser.add_argument(
-        "--task",
-        required=True,
-        choices=tasks.NAMES,
-        metavar="TASK",
-        help=f"a registered task ({', '.join(tasks.NAMES)})",
-    )
+    add_task_argument(parser)
     parser.add_argument(
         "--out",
         default=str(DEFAULT_OUT),

@@ -34,10 +34,10 @@ import yaml
 
 from lens import errors, variants
 from lens.config import STAGES as TRAIN_STAGES
+from lens.reward import BINS
 
 METRICS_FILE = "metrics.jsonl"  # lens.metrics.METRICS_FILE (not imported: that module pulls in torch)
 CONFIG_FILE = "config.yaml"
-BINS = ("failure", "low", "mid", "high")  # lens.reward.BINS, in the paper's order
 BIN_COLORS = ("#c0392b", "#e67e22", "#9ccc65", "#2e7d32")
 LENS_COUNTERS = ("lens/purified", "lens/guard_passes", "lens/rollouts_replaced", "lens/tokens_deleted")
 # The transfer diagnostics of LENS runs (lens.algos.transfer_summary), as the report's table shows them.

@@ -166,7 +166,8 @@ def _fake_run(d: Path, plan, noisy: dict[int, float], name: str) -> None:
     (d / "checkpoint_sha256.txt").write_text(study.checkpoint_sha256(cfg["model"]) + "\n")
 
 
-def test_holm_pools_the_primary_tasks_and_keeps_a_task_apart(tmp_path, monkeypatch):
+def _three_tasks(tmp_path, monkeypatch):
+    """A plan of tasks a, b (pass G1-G4: primary) and c (fails G4: apart), with costs stubbed."""
     tasks = {t: {"preset": "configs/cpu_smoke.yaml"} for t in ("a", "b", "c")}
     plan = study.load_plan(_plan(tmp_path, tasks=tasks))
     monkeypatch.setattr(study, "GATES", tmp_path / "gates")
@@ -176,13 +177,18 @@ def test_holm_pools_the_primary_tasks_and_keeps_a_task_apart(tmp_path, monkeypat
         (tmp_path / "gates" / f"{task}.json").write_text(json.dumps({"verdicts": verdicts}))
     monkeypatch.setattr(study, "mean_prompt_tokens", lambda cfg: 10.0)
     monkeypatch.setattr(study, "model_parameters", lambda path: 1000)
+    return plan, list(tasks)
+
+
+def test_holm_pools_the_primary_tasks_and_keeps_a_task_apart(tmp_path, monkeypatch):
+    plan, tasks = _three_tasks(tmp_path, monkeypatch)
     runs = tmp_path / "runs"
     for task in tasks:
         for seed in (0, 1):
             _fake_run(runs / task / f"grpo_s{seed}", plan, {0: 0.0, 1: 0.2, 2: 0.4}, "grpo")
             _fake_run(runs / task / f"lens_s{seed}", plan, {0: 0.0, 1: 0.4, 2: 0.6 + 0.2 * seed}, "lens")
     out = tmp_path / "out"
-    results = study.write_results(plan, list(tasks), runs, out)
+    results = study.write_results(plan, tasks, runs, out)
     # AUCs (trapezoids / 2): grpo ((0 + 0.2) / 2 + (0.2 + 0.4) / 2) / 2 = 0.2; lens s0 (0.2 + 0.5) / 2 = 0.35,
     # s1 (0.2 + 0.6) / 2 = 0.4: paired differences 0.15 and 0.2; of the 2 patterns with the first sign fixed
     # (0.35, -0.05) one reaches 0.35: p = 1/2.
@@ -203,15 +209,7 @@ def test_holm_pools_the_primary_tasks_and_keeps_a_task_apart(tmp_path, monkeypat
 def test_a_task_aggregated_later_joins_the_study_json_and_keeps_the_others(tmp_path, monkeypatch):
     # Was: aggregating the second task of a study rewrote study.json with that task alone, losing the first
     # task's per-seed data (whose run directories may be gone).
-    tasks = {t: {"preset": "configs/cpu_smoke.yaml"} for t in ("a", "b", "c")}
-    plan = study.load_plan(_plan(tmp_path, tasks=tasks))
-    monkeypatch.setattr(study, "GATES", tmp_path / "gates")
-    (tmp_path / "gates").mkdir()
-    for task, verdict in (("a", "PASS"), ("b", "PASS"), ("c", "FAIL")):
-        verdicts = {"G1": "PASS", "G2": "PASS", "G3": "PASS", "G4": verdict}
-        (tmp_path / "gates" / f"{task}.json").write_text(json.dumps({"verdicts": verdicts}))
-    monkeypatch.setattr(study, "mean_prompt_tokens", lambda cfg: 10.0)
-    monkeypatch.setattr(study, "model_parameters", lambda path: 1000)
+    plan, tasks = _three_tasks(tmp_path, monkeypatch)
     runs, out = tmp_path / "runs", tmp_path / "out"
     for task in tasks:
         for seed in (0, 1):
