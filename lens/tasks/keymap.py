@@ -50,9 +50,9 @@ from lens.tasks.ledger import QUERY
 # sha256 of the committed reference's model.safetensors (`python -m lens.tasks.warmstart --task keymap --seed 0`,
 # also in assets/keymap/README.md, checked by tests/test_tasks.py).
 REFERENCE_SEED = 0
-REFERENCE_SHA256 = "0" * 64
+REFERENCE_SHA256 = "027ab2133a91a5cfffa92df3e3db35f3e18b2e63e581f90245a6c4312b8d5f18"
 # The control's (`--task keymap_direct`, assets/keymap_direct): warm-started on direct answers, its own weights.
-DIRECT_REFERENCE_SHA256 = "0" * 64
+DIRECT_REFERENCE_SHA256 = "fe76364f436148d76b18cc12ec8548cf4ab66e8ef82f220c70bef31faa2f7280"
 
 KEYS = ledger.NAMES[:10]  # a..j: code(k) is the key's index, one digit each
 PAIRS = (4, 6)  # inclusive range of the clean list's pairs
