@@ -6,6 +6,7 @@
         [--scorers interference,surprisal,random,grad] [--limit N] --out DIR
     python -m lens.audit gates --task NAME [--out DIR]     # the testbed gates G1-G6: lens/gates.py
     python -m lens.audit g3 --task NAME --warm-start DIR   # G3 over warm starts x perturbation seeds: lens/gates.py
+    python -m lens.audit trial --task NAME [--out DIR]     # the detection gate of trial deletion: lens/trial_gate.py
 
 The audit writes DIR/prompts.jsonl (per prompt: tokens, ids, scores over the scorable span, deleted
 positions, purified text, optionally accuracy before/after), DIR/top_tokens.json/.md (most deleted token
@@ -38,7 +39,7 @@ from tokenizers.models import WordLevel
 from torch import nn
 from tqdm import tqdm
 
-from lens import checkpoint, data, errors, gates, preflight, purify, scoring, tasks, variants
+from lens import checkpoint, data, errors, gates, preflight, purify, scoring, tasks, trial_gate, variants
 from lens.probes import AuditPrompt, load_frozen, load_tokenizer, precision_at_k, roc_auc, task_prompts
 from lens.tasks import vartrack
 
@@ -423,6 +424,7 @@ SUBCOMMANDS = {
     "detect": "distractor detection (AUC, precision@k) of each scorer per checkpoint: detect --help",
     "gates": "the testbed gates G1-G6 of a built-in task (lens/gates.py): gates --help",
     "g3": "gate G3 replicated over warm starts and perturbation seeds (lens/gates.py): g3 --help",
+    "trial": "the detection gate of trial deletion (lens/trial_gate.py): trial --help",
 }
 
 
@@ -465,6 +467,8 @@ def main(argv: list[str] | None = None) -> Any:
         return gates.main(argv[1:])
     if argv[:1] == ["g3"]:
         return gates.main_g3(argv[1:])
+    if argv[:1] == ["trial"]:
+        return trial_gate.main(argv[1:])
     args = parse_args(argv)
     if args.command == "detect":
         results = run_detect(args)

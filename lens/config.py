@@ -48,6 +48,8 @@ STAGES = (
     "generate",
     "reward",
     "score",
+    "trial_generate",
+    "trial_reward",
     "purify_generate",
     "purify_reward",
     "groups",
@@ -132,6 +134,15 @@ class GresoConfig:
 
 
 @dataclass
+class TrialConfig:
+    """Trial deletion (lens/trial.py): LENS's one deletion chosen among the `candidates` top-scored tokens by the
+    success rate of `rollouts` samples of each candidate prompt. 0 candidates: off (the scorer's top-k deletion)."""
+
+    candidates: int = 0
+    rollouts: int = 4
+
+
+@dataclass
 class AlgorithmConfig:
     """The RL algorithm (docs/algorithm.md explains every knob)."""
 
@@ -160,6 +171,7 @@ class AlgorithmConfig:
     score_logprobs: Literal["trainer", "engine"] = "trainer"
     dapo: DapoConfig = field(default_factory=DapoConfig)
     greso: GresoConfig = field(default_factory=GresoConfig)
+    trial: TrialConfig = field(default_factory=TrialConfig)
 
     def loss_config(self) -> variants.LossConfig:
         """The frozen LossConfig of these settings; making it checks them (the one check of the loss knobs)."""
@@ -775,6 +787,8 @@ RANGES: dict[str, Range] = {
     "algorithm.greso.p_min": Range(0.0, 1.0, low_open=True, high_open=True),
     "algorithm.greso.p_max": Range(0.0, 1.0, low_open=True, high_open=True),
     "algorithm.greso.p_step": Range(0.0, 1.0, low_open=True, high_open=True),
+    "algorithm.trial.candidates": Range(0, 1024),  # 0: off
+    "algorithm.trial.rollouts": Range(1, 4096),
     "optim.lr": Range(0.0, 10.0, low_open=True),
     "optim.weight_decay": Range(0.0, 10.0),
     "optim.betas": Range(0.0, 1.0, high_open=True),  # each of the two

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from lens import algos, dist, groups, model, purify, scoring, variants
+from lens import algos, dist, groups, model, purify, scoring, trial, variants
 from lens.config import Config
 from lens.purify import Prompt
 from lens.reward import REASONS
@@ -42,7 +42,8 @@ SEED_STREAMS: dict[str, tuple[int, ...]] = {
     "groups": (1_009, 1),  # (seed, rank): replacement, tie-breaking and random pruning (checkpointed)
     "minibatch": (2_003, 613, 17),  # (seed, step, epoch): the groups of each optimizer step
 }
-FIRST_PHASE, SECOND_PHASE = 10, 1  # sampling phases: the first sampling's attempt a uses phase 10 + a
+# sampling phases: the first sampling's attempt a uses phase 10 + a; trial deletion's rollouts phase 2
+FIRST_PHASE, SECOND_PHASE, TRIAL_PHASE = 10, 1, 2
 
 
 def derive_seed(stream: str, seed: int, *parts: int) -> int:
@@ -63,12 +64,12 @@ class Batch:
     rewards: torch.Tensor  # [B, m]
 
 
-def sampling_params(run: Run, step: int, phase: int, offset: int) -> SamplingParams:
-    """The seed of (step, phase) moved by the global row offset of this rank's first prompt: row i * m + j
+def sampling_params(run: Run, step: int, phase: int, offset: int, n: int | None = None) -> SamplingParams:
+    """The seed of (step, phase) moved by the global row offset of this rank's first prompt: row i * n + j
     of the whole step draws from the same seed on any number of ranks, and a resumed run samples exactly
-    what the uninterrupted one did."""
+    what the uninterrupted one did. n: rollouts per prompt (None: algorithm.m)."""
     r = run.cfg.rollout
-    seed = derive_seed("sampling", run.cfg.seed, step, phase) + offset * run.cfg.algorithm.m
+    seed = derive_seed("sampling", run.cfg.seed, step, phase) + offset * (run.cfg.algorithm.m if n is None else n)
     return SamplingParams(temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens, seed=seed)
 
 
@@ -84,13 +85,14 @@ def generate(
     stage: str = "",
     prompt_logprobs: bool = False,
     shaping: RewardShaping | None = None,
+    n: int | None = None,
 ) -> tuple[Rollouts, torch.Tensor, dict[str, float]]:
-    """m responses per prompt, rewarded -> (Rollouts, rewards [len(prompts), m], verdict counts).
+    """m responses per prompt (n when given), rewarded -> (Rollouts, rewards [len(prompts), m], verdict counts).
 
     Timed as `<stage>generate` / `<stage>reward`, so the second sampling never nests in the first's stages.
     prompt_logprobs: also return pi_theta of every prompt token (the engine's prefill, for Eq. 1).
     """
-    m = run.cfg.algorithm.m
+    m = run.cfg.algorithm.m if n is None else n
     with run.timer(f"{stage}generate"):
         out = run.sampler.generate([p.ids for p in prompts], m, params, return_prompt_logprobs=prompt_logprobs)
         if hasattr(run.sampler, "sleep") and run.cfg.device == "cuda":
@@ -135,6 +137,9 @@ REDUCTIONS = dist.declare(
                 "deleted_answer",
                 "deleted_other",
                 "deleted_unlabeled",
+                # trial deletion (algorithm.trial): its extra rollouts, and kept deletions not of the top token
+                "trial_rollouts",
+                "trial_not_top",
             )
         },
         "lens/purified_accuracy": dist.Reduction("mean", "lens/purified"),  # success rate of the re-sampled groups
@@ -258,7 +263,7 @@ class Method:
         a = self.cfg.algorithm
         a_bar = purify.success_rates(batch.rewards, a.success_threshold)
         candidates = purify.needs_purification(a_bar, a.tau).nonzero().flatten().tolist()  # Algorithm 1, line 9
-        second_prompts, second_of, stats = self.rewrite(run, batch, candidates)
+        second_prompts, second_of, stats = self.rewrite(run, batch, candidates, step)
         answers = [batch.answers[b] for b in (second_of >= 0).nonzero().flatten().tolist()]
         offset = dist.rank_offset(len(second_prompts))  # collective: every rank calls it, with or without prompts
         second, rewards2 = None, torch.zeros(0, a.m)
@@ -456,7 +461,7 @@ class Rewrite:
     rewrites = True  # the second prompts differ from the originals: their successes transfer (Eq. 5)
 
     def __call__(
-        self, run: Run, batch: Batch, candidates: list[int]
+        self, run: Run, batch: Batch, candidates: list[int], step: int
     ) -> tuple[list[Prompt], torch.Tensor, dict[str, float]]:
         """-> (the K second prompts, second_of [B] int64: each batch prompt's row in them or -1, counters)."""
         raise NotImplementedError
@@ -467,7 +472,8 @@ class Identity(Rewrite):
 
     rewrites = False
 
-    def __call__(self, run, batch, candidates):
+    def __call__(self, run, batch, candidates, step):
+        del step  # the same prompts: nothing is sampled here
         second_of = torch.full((len(batch.prompts),), -1, dtype=torch.long)
         second_of[candidates] = torch.arange(len(candidates))
         return [batch.prompts[b] for b in candidates], second_of, {"lens/below_tau": float(len(candidates))}
@@ -475,7 +481,8 @@ class Identity(Rewrite):
 
 class Purify(Rewrite):
     """LENS (scorer `interference`, Eq. 1) and the pruning ablations (`random`, `grad`, `surprisal`): score the
-    candidates' prompt tokens, delete the top ceil(gamma n) of each scorable span."""
+    candidates' prompt tokens, delete the top ceil(gamma n) of each scorable span; with algorithm.trial.candidates
+    = c > 0, delete instead the one token among the top c whose deletion samples best (lens/trial.py)."""
 
     def __init__(self, cfg: Config) -> None:
         a = cfg.algorithm
@@ -483,7 +490,7 @@ class Purify(Rewrite):
         # The policy side of Eq. 1 can come from the first sampling's prefill instead of a trainer forward.
         self.uses_prompt_logprobs = a.score_logprobs == "engine" and self.scorer.engine_logprobs
 
-    def __call__(self, run, batch, candidates):
+    def __call__(self, run, batch, candidates, step):
         a, m = run.cfg.algorithm, run.cfg.algorithm.m
         with run.timer("score"):
             chosen = [batch.prompts[b] for b in candidates]
@@ -503,15 +510,35 @@ class Purify(Rewrite):
                 generator=run.rng,
                 **model.batching(run.cfg),
             )
-            result = purify.purify_batch(
+        index = torch.tensor(candidates, dtype=torch.long)
+        if a.trial.candidates > 0:
+            result = trial.purify_batch(
                 batch.prompts,
-                torch.tensor(candidates, dtype=torch.long),
+                index,
                 scores,
-                a.gamma,
+                a.trial.candidates,
+                lambda prompts, owner: sample_trial(run, step, prompts, [batch.answers[candidates[o]] for o in owner]),
                 min_score=min_score,
-                generator=run.rng,
+                success_threshold=a.success_threshold,
             )
+        else:
+            with run.timer("score"):
+                result = purify.purify_batch(
+                    batch.prompts, index, scores, a.gamma, min_score=min_score, generator=run.rng
+                )
         return result.prompts, result.second_of, _add({}, "lens/", result.counters)
+
+
+def sample_trial(run: Run, step: int, prompts: list[Prompt], answers: list[str]) -> torch.Tensor:
+    """algorithm.trial.rollouts rewarded rollouts of each trial prompt (lens/trial.py) -> rewards [len(prompts), r].
+    Collective (the rank offset): every rank calls it once per step, also without prompts."""
+    r = run.cfg.algorithm.trial.rollouts
+    offset = dist.rank_offset(len(prompts))
+    if not prompts:
+        return torch.zeros(0, r)
+    params = sampling_params(run, step, TRIAL_PHASE, offset, n=r)
+    _, rewards, _ = generate(run, prompts, answers, params, stage="trial_", n=r)
+    return rewards
 
 
 # The parts a spec names (lens.variants.SAMPLINGS / REWRITES), as classes.

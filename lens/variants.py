@@ -69,7 +69,13 @@ REWRITE_KEYS: Mapping[str | None, tuple[str, ...]] = MappingProxyType(
     {
         None: (),
         "identity": SECOND_SAMPLING_KEYS,
-        "purify": (*SECOND_SAMPLING_KEYS, "algorithm.gamma", "algorithm.min_score", "algorithm.scorer"),
+        "purify": (
+            *SECOND_SAMPLING_KEYS,
+            "algorithm.gamma",
+            "algorithm.min_score",
+            "algorithm.scorer",
+            "algorithm.trial",
+        ),
     }
 )
 WEIGHTING_KEY = "algorithm.weighting"

@@ -15,7 +15,7 @@ import pytest
 import torch
 from tiny_models import save_perturbed_reference
 
-from lens import audit
+from lens import audit, tasks
 from lens.tasks import vartrack
 
 REF = str(vartrack.ASSETS_DIR)
@@ -124,7 +124,7 @@ def test_audit_rejects_bad_flags(policy_dir: str, tmp_path: Path, capsys: pytest
     src = tmp_path / "p.jsonl"
     src.write_text(json.dumps({"problem": "a = 1 ; ? a", "answer": "1"}) + "\n")
     err = user_error([*base, "--data", str(src), "--accuracy"], capsys)
-    assert "--accuracy and --scorer grad need --data ledger|" in err and "|vartrack (got --data" in err
+    assert f"--accuracy and --scorer grad need --data {'|'.join(tasks.NAMES)} (got --data" in err
     assert "--gamma" in user_error([*base, "--data", "vartrack", "--gamma", "1.5"], capsys)
     assert "unknown ['bogus']" in user_error(["detect", *base, "--scorers", "interference,bogus"], capsys)
 
