@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from lens import verify_pool
 from lens.answers import extract_choice, extract_final, normalize_text
 from lens.reward import (
     REASONS,
@@ -362,7 +363,7 @@ MIXED = [
     (r"\boxed{\sqrt{2}/2}", r"\frac{\sqrt{2}}{2}"),
     (r"\boxed{x^2+2x+1}", "(x+1)^2"),
     (r"\boxed{(1,2]}", "[1,2)"),
-    (r"\boxed{7^{123456789}}", "2"),
+    (r"\boxed{(10^{99})!}", "2"),
     (r"\boxed{\frac{\pi}{3}}", r"60^\circ"),
     (r"\boxed{(10^{100})!}", "2"),
     (r"\boxed{2\sqrt{3}}", r"\sqrt{12}"),
@@ -394,6 +395,54 @@ def test_same_verdicts_on_a_slowed_worker() -> None:
     assert out[0].item_reasons == idle.item_reasons
     assert idle.item_reasons.count("timeout") == 2
     assert idle.item_reasons[:3] == ("correct", "correct", "wrong")
+
+
+def _subscripts(depth: int, letter: str = "a") -> str:
+    return letter + "_{" + "_{".join([letter] * depth) + "}" * depth
+
+
+# Answers whose cost once put their verdict at the mercy of load: power towers (seconds of CPU to compute,
+# near the budget: now compared by structure), subscripts nested a few levels (tenths of a second of parsing
+# each), and deeper ones (compared by structure).
+PATHOLOGICAL = [
+    (r"\boxed{9^{9^{9^{9}}}}", "9", "wrong"),
+    (r"\boxed{3^{4^{5^{6}}}}", r"3^{4^{5^{6}}}", "correct"),
+    (r"\boxed{2^{2^{2^{2}}}}", "65536", "correct"),
+    ("\\boxed{" + _subscripts(6) + "}", "a", "wrong"),
+    ("\\boxed{" + _subscripts(7, "b") + "}", _subscripts(7, "b"), "correct"),
+    (r"\boxed{x_{1_{2_{3_{4_{5_{6}}}}}}}", "x_{1}", "wrong"),
+    ("\\boxed{" + _subscripts(14) + "}", "a", "wrong"),
+    (r"\boxed{\frac{\sqrt{3}}{2}}", r"\sin(\pi/3)", "correct"),
+]
+HOG = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
+
+
+def test_same_verdicts_under_a_cpu_hog(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The wall-clock net shrunk to 1 s at a full core, so that a net blind to load would fire within this
+    # test: under the hog, a worker gets a fraction of a core and an item of 0.4 CPU seconds takes seconds.
+    monkeypatch.setattr(verify_pool, "WALL_FACTOR", 0.0)
+    monkeypatch.setattr(verify_pool, "WALL_SLACK_S", 1.0)
+    completions, golds = [c for c, _, _ in PATHOLOGICAL], [g for _, g, _ in PATHOLOGICAL]
+    with Verifier("math", num_workers=2, timeout_s=3.0, cache_size=0) as v:
+        idle = v.score(completions, golds).item_reasons
+        # Busy loops that end by themselves after 40 s, even if this test dies first.
+        hogs = [subprocess.Popen([sys.executable, "-c", HOG.format(seconds=40)]) for _ in range(6)]
+        try:
+            time.sleep(1.0)
+            loaded = v.score(completions, golds).item_reasons
+        finally:
+            for hog in hogs:
+                hog.kill()
+                hog.wait()
+    assert idle == tuple(reason for _, _, reason in PATHOLOGICAL)
+    assert loaded == idle
+
+
+def test_wall_clock_net_scales_with_the_cpu_share() -> None:
+    assert verify_pool.wall_timeout(5.0) == 80.0
+    assert verify_pool.wall_timeout(5.0, 0.25) == 320.0
+    assert verify_pool.wall_timeout(5.0, 0.0) == 80.0 / verify_pool.MIN_CPU_SHARE
+    assert 0.0 < verify_pool.cpu_share() <= 1.0
 
 
 def test_timeout_is_counted() -> None:
