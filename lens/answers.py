@@ -961,6 +961,8 @@ def normalize_text(answer: str) -> str:
     letter = re.fullmatch(r"\(([a-z])\)", s)
     if letter:
         return letter.group(1)
+    if _PERIOD_GROUPING_RE.fullmatch(s):  # `1.034.289`, `1.034,5` (R10)
+        s = s.replace(".", "").replace(",", ".")
     if _TEXT_NUMBER_RE.fullmatch(s):
         return _canonical_decimal(s)
     sci = _TEXT_SCI_RE.fullmatch(s)

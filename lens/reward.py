@@ -45,15 +45,18 @@ Deadlines are CPU time, not wall time, so verdicts do not depend on machine load
   ITIMER_PROF kills the worker `HARD_GRACE_S` CPU seconds later (the kernel's default action for SIGPROF).
   Either way the verdict is `timeout`, counted in `RewardBatch.reasons`. Waiting for a core, being paused,
   or a loaded machine costs wall time but no CPU time, so the same batch gets the same verdicts.
-- A wall-clock safety net (`wall_timeout`: 10x the budget plus 30 s) kills a worker that neither finishes
-  nor uses CPU (e.g. stopped); it never fires in normal operation.
+- A wall-clock safety net (`lens.verify_pool.wall_timeout`: 10x the budget plus 30 s at a full core, divided
+  by the CPU share a worker gets now, `cpu_share`) kills a worker that neither finishes nor uses CPU (e.g.
+  stopped). An item it stops is scored once more on a fresh worker under a net twice as wide; only a second
+  stop is `timeout`. So a loaded node stretches the net instead of deciding verdicts.
 - math-verify's own SIGALRM timeouts (whole seconds, main thread only, `timeout_s // 2` inside the old pool)
   are not used.
-- Work is bounded by structure before any deadline: an answer nested deeper than `MAX_NESTING` groups never
-  reaches math-verify (whose parse time grows steeply and erratically with nesting) and is compared
-  structurally. What can still differ between runs: `timeout` against another reason for an item whose
-  math-verify cost lies within a few tens of percent of the CPU budget (CPU time itself varies a little with
-  cache and frequency); items far above it (`7^{123456789}`) time out every time.
+- Work is bounded by structure before any deadline: an answer nested deeper than `MAX_NESTING` groups, or with
+  a power of integers of more than `MAX_POWER_DIGITS` digits, never reaches math-verify (whose parse time
+  grows steeply and erratically with nesting, and whose arithmetic on such powers costs seconds) and is
+  compared structurally. What can still differ between runs: `timeout` against another reason for an item
+  whose math-verify cost lies within a few tens of percent of the CPU budget (CPU time itself varies a little
+  with cache and frequency); items far above it (`(10^{100})!`) time out every time.
 
 Safety (model output is untrusted):
 - Nothing is executed: predictions go only through regexes and math-verify's LaTeX parser (ANTLR -> sympy).
@@ -644,7 +647,10 @@ def verify_text(completion: str, answer: str, *, max_chars: int = DEFAULT_MAX_CH
         return (0.0, "no_answer")
     if len(pred) > MAX_ANSWER_CHARS:
         return (0.0, "too_long")
-    return _CORRECT if normalize_text(pred) == normalize_text(gold) else _WRONG
+    pred, gold = normalize_text(pred), normalize_text(gold)
+    if _DECIMAL_COMMA_RE.fullmatch(pred) and as_number(gold) is not None:
+        pred = normalize_text(pred.replace(",", "."))  # `6,2` for one number is 6.2 (R10)
+    return _CORRECT if pred == gold else _WRONG
 
 
 def verify_vartrack(completion: str, answer: str, *, max_chars: int = DEFAULT_MAX_CHARS) -> Verdict:

@@ -617,3 +617,71 @@ def test_gold_guard_applies_after_nfkc() -> None:
     message = validate_gold("math", "＿＿import＿＿('os').getcwd()")
     assert message is not None and "'__'" in message
     assert validate_gold("math", "x＿1") is None  # one full-width underscore is a subscript, as `x_1`
+
+
+# ------------------------------------------------------------------------------------------------
+# families found by a fault audit: wrong answers that were rewarded, right answers that were refused
+# ------------------------------------------------------------------------------------------------
+
+AUDIT = [
+    # (kind, mode, what the model wrote after COT, gold, reward)
+    ("math", "train", r"\boxed{1⅖}", "12/5", 0.0),
+    ("math", "train", r"\boxed{1⅖}", "7/5", 1.0),
+    ("math", "train", r"\boxed{1½}", "1.5", 1.0),
+    ("math", "train", r"\boxed{4} \text{ possibly } \boxed{3}", "3", 0.0),
+    ("math", "train", r"\boxed{4} \text{ maybe } \boxed{3}", "3", 0.0),
+    ("math", "train", r"\boxed{4}, \text{or possibly } \boxed{3}", "3", 0.0),
+    ("math", "train", r"\boxed{4} \textbf{ or } \boxed{3}", "4", 0.0),
+    ("math", "train", r"\boxed{\log(0)-\log(0)}", "0", 0.0),
+    ("math", "train", r"\boxed{\ln(0)-\ln(0)+3}", "3", 0.0),
+    ("math", "train", r"\boxed{\tan(\pi/2)-\tan(\pi/2)}", "0", 0.0),
+    ("math", "train", r"\boxed{\cot(0)-\cot(0)+3}", "3", 0.0),
+    ("math", "train", r"\boxed{e^{-\infty}}", "0", 0.0),
+    ("choice", "train", "The answer is any of A-J", "A", 0.0),
+    ("choice", "train", "Answer: A–J", "A", 0.0),
+    ("math", "train", r"\boxed{0.5000000001}", "0.5", 0.0),
+    ("math", "train", r"\boxed{0.4999999}", "0.5", 0.0),
+    ("math", "train", "The answer is not $19$; it is $38$.", "19", 0.0),
+    ("math", "train", "Final answer: 7\nFinal answer: 8\nFinal answer: 9", "9", 0.0),
+    ("choice", "train", "Answer: (G); (F) also works", "G", 0.0),
+    ("choice", "train", "Answer: (A). Although (G) could also be argued.", "A", 0.0),
+    ("choice", "train", "<think>The answer is (B)</think>\nD", "B", 0.0),
+    ("math", "train", r"\boxed{\operatorname{sin} x}", r"\sin x", 1.0),
+    ("math", "train", "So my final answer is 5 tiles.", "5", 1.0),
+    ("math", "train", "<answer>\\[ x = 28 \\]</answer>", "28", 1.0),
+    ("math", "train", r"\boxed{\color{blue}{56}}", "56", 1.0),
+    ("math", "eval", "the minimum value is −1.", "-1", 1.0),
+    ("choice", "train", "Answer: g) an individual's phenotype", "G", 1.0),
+    ("choice", "train", "Answer: (C) Invalid argument", "C", 1.0),
+    ("choice", "train", "Answer: (G) False, False.", "G", 1.0),
+    ("text", "train", r"Answer: \texttt{blue}", "blue", 1.0),
+    ("text", "train", r"Answer: \underline{blue}", "blue", 1.0),
+    ("text", "train", "Answer: _disproved_", "disproved", 1.0),
+    ("text", "train", "Answer: -1.51e3", "-1510", 1.0),
+    ("text", "train", "Answer: 6,2", "6.2", 1.0),
+    ("text", "train", "Answer: 6,2", "6, 2", 1.0),
+    ("text", "train", "Answer: 1.034.289", "1034289", 1.0),
+    ("text", "train", "Answer: 1.034.289", "1034.289", 0.0),
+    ("math", "train", "答案是 42", "42", 1.0),
+    ("math", "train", "La respuesta es 42", "42", 1.0),
+    ("math", "train", "Ответ: 42", "42", 1.0),
+    ("math", "train", "Die Antwort ist 42", "42", 1.0),
+    ("math", "train", "答えは 42", "24", 0.0),
+    ("math", "train", r"\boxed{6,2}", "6.2", 1.0),
+    ("math", "train", r"\boxed{1.034.289}", "1034289", 1.0),
+]
+
+
+@pytest.fixture(scope="module")
+def audit_verifiers():
+    pairs = {(kind, mode) for kind, mode, *_ in AUDIT}
+    made = {(kind, mode): Verifier(kind, num_workers=1, fallback_last_number=mode == "eval") for kind, mode in pairs}
+    yield made
+    for v in made.values():
+        v.close()
+
+
+@pytest.mark.parametrize(("kind", "mode", "written", "gold", "reward"), AUDIT)
+def test_audited_families(audit_verifiers, kind: str, mode: str, written: str, gold: str, reward: float) -> None:
+    batch = audit_verifiers[(kind, mode)].score([COT + written], [gold])
+    assert batch.rewards.tolist() == [reward], batch.item_reasons
