@@ -47,8 +47,9 @@ each has tests of both polarities in tests/test_reward.py):
   enclosing pair of brackets, numbers by value (`-1.51e3` is -1510).
 - R14 decimals (in `lens.reward`): plain numbers compare exactly, so a near miss (`0.5000000001`) is wrong:
   "close enough" would pay for a wrong digit. A value with an endless decimal expansion (1/3) is also
-  answered by itself rounded or cut off at 2+ places, the only way to write it as a decimal. A decimal
-  never answers an irrational gold (`1.414214` for `\\sqrt{2}`): the exact value was asked for.
+  answered by itself rounded or cut off at 2+ places (2+ significant digits), the only way to write it as a
+  decimal. A decimal never answers an irrational gold (`1.414214` for `\\sqrt{2}`): the exact value was
+  asked for.
 - R15 negation and endorsement: "the answer is not 19" states no answer, unless a correction on its line
   ("; it is 38") gives one (`_NEGATION_RE`); another value or letter called right too after the final
   answer ("(F) also works", `_ALSO_RE`, `_ALSO_VALUE_RE`) is a hedge: the completion does not commit.
@@ -197,10 +198,11 @@ _ANSWER_MARKER_RE = re.compile(
 )
 # "The answer is not 19": a statement that the value is NOT the answer. What follows a correction ("but",
 # "it is", "rather") on its line is the answer; without one the statement names none.
-_NEGATION_RE = re.compile(r"[\s*]*(?i:not|never|no\s+longer)\b")
+# Only before a value (math, a number, a sign, a capital letter): "not defined" and "not entailed" are words.
+_NEGATION_RE = re.compile(r"[\s*]*(?i:not|never|no\s+longer)\s*(?=[$\d(+\-\u2212]|\\[(\[a-zA-Z]|[A-Z]\b)")
 _CORRECTION_RE = re.compile(r"(?i:\bbut\b|\bit\s+is\b|\bit's\b|\brather\b|\binstead\b)[\s:,]*")
-# Up to three words before a marker on its line ("So the final answer:"): markers that start their lines.
-_LINE_PREFIX_RE = re.compile(r"[\s#*>-]*(?:[\w']+[\s*]+){0,3}")
+# What may stand before a marker that starts its line: decoration and "Final" ("**Final Answer:** 7").
+_LINE_PREFIX_RE = re.compile(r"[\s#*>-]*(?:(?i:final)[\s*]+)?")
 _FINAL_MARKER_RE = re.compile(r"(?i:final\s+(?:answer|result))")
 # The grouped form starts only where no digit group ends (not after a comma) and its groups are possessive:
 # giving a group back always leaves a comma next, which the lookahead refuses, so backtracking could only
@@ -303,12 +305,14 @@ def _marker_answer(text: str, last: re.Match[str]) -> str | None:
 
 
 _SPACES_RE = re.compile(r"\s+")
-# A value called right too: "$7$ also works", "x = 7 is also a solution", "7 works too" (R15).
+# Words that call a value or letter right too (R15).
 _ENDORSED = (
     r"[\s*]*(?:(?:is|are|could|might|may|would|can|should|seems?)\s+){0,2}(?:also|equally)\s+(?:works?|valid|"
-    r"correct|right|possible|acceptable|an?\s+(?:valid\s+|correct\s+)?(?:answer|solution)|be\s+(?:correct|right|"
-    r"valid|argued|accepted))\b|[\s*]*(?:works?|is\s+(?:valid|correct|right))\s+(?:too|as\s+well)\b"
+    r"correct|right|true|possible|acceptable|plausible|defensible|an?\s+(?:valid\s+|correct\s+)?(?:answer|solution|"
+    r"option)|be\s+(?:correct|right|valid|true|argued|accepted|defended))\b"
+    r"|[\s*]*(?:works?|is\s+(?:valid|correct|right))\s+(?:too|as\s+well)\b"
 )
+# A value called right too: "$7$ also works", "x = 7 is also a solution", "7 works too" (R15).
 _ALSO_VALUE_RE = re.compile(
     rf"(?:\$([^$\n]{{1,80}})\$|(?<![\w.])(?:[a-z]\s*=\s*)?([-\u2212]?\d+(?:[.,/]\d+)*)(?![\w.]))(?:{_ENDORSED})",
     re.IGNORECASE,
@@ -464,10 +468,7 @@ _HEDGE_RE = re.compile(
     r"(?:\(([A-Ja-j])\)|\b([A-J])\b)"
 )
 # Another letter endorsed after the answer ("(F) also works", "(G) could also be argued", "B works too").
-_ALSO_RE = re.compile(
-    r"(?:\(([A-Ja-j])\)|\b([A-J])\b)\)?[\s*]*(?:(?:is|are|could|might|may|would|can|should|seems?)\s+){0,2}"
-    r"(?:also|equally)\b|(?:\(([A-Ja-j])\)|\b([A-J])\b)\)?[\s*]*(?:works?|is\s+(?:valid|correct|right))\s+(?:too|as\s+well)\b"
-)
+_ALSO_RE = re.compile(rf"(?:\(([A-Ja-j])\)|\b([A-J])\b)\)?(?:{_ENDORSED})")
 _BOX_LETTER_RE = re.compile(r"\(?([A-Ja-j])\)?(?:\s*$|[.:)\s]\s*\S|\.$)")
 _BARE_LETTER_RE = re.compile(r"[\s*.:()\[\]'\"`]*(?:(?:option|choice|letter)\s+)?\(?([A-Ja-j])\)?[\s*.:)'\"`]*")
 _TEXT_WRAP_RE = re.compile(
@@ -630,6 +631,12 @@ _DEGREE_RE = re.compile(r"\^\s*\{?\\circ\}?|\\circ|°|\\degree|\^\s*\{\s*\\text\
 _FRAC_SHORT_RE = re.compile(r"\\frac\s*(\d)\s*(\d)|\\frac\s*\{([^{}]*)\}\s*(\d)|\\frac\s*(\d)\s*\{")
 _SCI_RE = re.compile(r"(-?\d+(?:\.\d+)?)\s*[eE]\s*([+-]?\d+)")
 _TIMES_TEN_RE = re.compile(r"(-?\d+(?:\.\d+)?)\s*(?:\\times|\\cdot|×|\*)\s*10\s*\^\s*\{?\s*([+-]?\d+)\s*\}?")
+# Words after a number that change its value ("5 hundred", "3 halves", `2 \text{ squared}`): never phrasing.
+_SCALE_WORD_RE = re.compile(
+    r"[\s{]*(?:\\(?:text|mbox|mathrm|textrm)\s*\{\s*)?(?i:hundred|thousand|million|billion|trillion|dozen|"
+    r"squared|cubed|factorial|times|half|halves|third|quarter|fourth|fifth|sixth|seventh|eighth|ninth|tenth|"
+    r"hundredth|thousandth|over|plus|minus|divided|power|root)"
+)
 # Words that are math, never phrasing, after a number: `2 sin x`.
 _FUNCTION_WORDS = r"(?i:sin|cos|tan|cot|sec|csc|log|ln|exp|sqrt|pi|arc\w*|sinh|cosh|tanh|mod|and|or)"
 # Units a final answer may end with. Single letters (m, s, h, g) only after a space: `5m` may be an expression.
@@ -776,7 +783,7 @@ def normalize_math_unit(answer: str, *, strip_var: bool = True) -> tuple[str, st
     s = _MATRIX_ENV_RE.sub(lambda m: f"\\{m.group(1)}{{pmatrix}}", s)
     unit = _TRAILING_UNIT_RE.fullmatch(s)
     unit_name = None
-    if unit is not None and re.search(r"\d", unit.group("value")):
+    if unit is not None and re.search(r"\d", unit.group("value")) and not _SCALE_WORD_RE.match(s, unit.end("value")):
         unit_name = _canonical_unit(s[unit.end("value") :])
         s = unit.group("value").strip()
     s = _TEXT_WRAP_RE.sub(r"\1", s)

@@ -279,8 +279,9 @@ def _numeric_verdict(pred: str, gold: str) -> Verdict | None:
     """Verdict for two normalized plain numbers by exact arithmetic (R14), else None (not both plain numbers).
 
     Equal values are correct. A decimal stands for a value whose decimal expansion never ends (`1/3`) when
-    it is that value rounded or cut off at its own places, two or more (`0.33`, `0.333` for 1/3, `0.66` and
-    `0.67` for 2/3 are right, `0.3` and `0.34` are not); every other pair of different values is wrong, so
+    it is that value rounded or cut off at its own places, two or more, with two significant digits or more
+    (`0.33`, `0.333` for 1/3, `0.66` and `0.67` for 2/3 are right, `0.3`, `0.34`, and `0.00` for 1/300 are
+    not); every other pair of different values is wrong, so
     `0.5000000001` is not `0.5`.
     """
     p, g = as_number(pred), as_number(gold)
@@ -290,7 +291,9 @@ def _numeric_verdict(pred: str, gold: str) -> Verdict | None:
         return _CORRECT
     for decimal, text, exact in ((p, pred, g), (g, gold, p)):
         places = _decimal_places(text)
-        if places >= 2 and not _terminates(exact) and decimal in _roundings(exact, places):
+        # Two places and two significant digits at least: `0.00` says nothing about 1/300.
+        significant = len(text.lstrip("+-").replace(".", "").lstrip("0"))
+        if places >= 2 and significant >= 2 and not _terminates(exact) and decimal in _roundings(exact, places):
             return _CORRECT
     return _WRONG
 

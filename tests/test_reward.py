@@ -176,6 +176,9 @@ def test_numeric_shortcut_agrees_with_math_verify() -> None:
         ("0.3", "1/3", 0.0),
         ("0.34", "1/3", 0.0),
         ("0.665", r"\frac{2}{3}", 0.0),
+        ("0.0033", r"\frac{1}{300}", 1.0),
+        ("0.00", r"\frac{1}{300}", 0.0),
+        ("0.003", r"\frac{1}{300}", 0.0),
         # ... and never a value that has a finite decimal: near misses are wrong.
         ("0.1250001", r"\frac{1}{8}", 0.0),
         ("0.13", r"\frac{1}{8}", 0.0),
@@ -758,6 +761,13 @@ POLICY = [
     Rule("R15", "choice", WORK + "Answer: (C). Option (I) is not also correct.", "C", 1.0),
     Rule("R15", "choice", WORK + "$\\boxed{C}$, though B works too.", "C", 0.0),
     Rule("R15", "choice", WORK + "$\\boxed{C}$, though B does not.", "C", 1.0),
+    Rule("R15", "choice", WORK + "Answer: (C). Option (B) is also known as the Calvin cycle.", "C", 1.0),
+    Rule("R15", "text", WORK + "The answer is: not entailed", "not entailed", 1.0),
+    Rule("R15", "text", WORK + "The answer is not 'entailed'", "entailed", 0.0),
+    Rule("R6", "math", WORK + "So the answer is 12.\nHence, redoing the sum, the answer is 15.", "15", 1.0),
+    Rule("R10", "math", WORK + "Thus my final answer is 14 hundred.", "14", 0.0),
+    Rule("R10", "math", WORK + "$\\boxed{14 \\text{ thousand}}$", "14", 0.0),
+    Rule("R10", "math", WORK + "Thus my final answer is 3 halves.", "3", 0.0),
 ]
 
 
