@@ -313,8 +313,13 @@ _ENDORSED = (
     r"|[\s*]*(?:works?|is\s+(?:valid|correct|right))\s+(?:too|as\s+well)\b"
 )
 # A value called right too: "$7$ also works", "x = 7 is also a solution", "7 works too" (R15).
+# A bare number counts where a clause starts ("Of course 15 works too", ", but 15 is also valid"), not after a
+# noun ("Step 3 also works"); a value given to a variable ("x = 9 is also a solution") anywhere.
+_CLAUSE_START = (
+    r"(?:(?<=[,;:.!?(\n] )|(?<=[;:(\n])|(?<=\band )|(?<=\bbut )|(?<=\bthough )|(?<=\bcourse )|(?<=\bwhile ))"
+)
 _ALSO_VALUE_RE = re.compile(
-    rf"(?:\$([^$\n]{{1,80}})\$|(?<![\w.])(?:[a-z]\s*=\s*)?([-\u2212]?\d+(?:[.,/]\d+)*)(?![\w.]))(?:{_ENDORSED})",
+    rf"(?:\$([^$\n]{{1,80}})\$|(?:(?<![\w.\\])[a-z]\s*=\s*|{_CLAUSE_START})([-\u2212]?\d+(?:[.,/]\d+)*)(?![\w.]))(?:{_ENDORSED})",
     re.IGNORECASE,
 )
 _FOREIGN_TAIL_RE = re.compile(r"(?<=[\d})\]a-zA-Z])\s*[\u3040-\u30ff\u4e00-\u9fff]+$")

@@ -763,6 +763,8 @@ POLICY = [
     Rule("R15", "choice", WORK + "$\\boxed{C}$, though B does not.", "C", 1.0),
     Rule("R15", "choice", WORK + "Answer: (C). Option (B) is also known as the Calvin cycle.", "C", 1.0),
     Rule("R15", "text", WORK + "The answer is: not entailed", "not entailed", 1.0),
+    Rule("R15", "math", WORK + "$\\boxed{12}$. Step 3 also works the same way for the other case.", "12", 1.0),
+    Rule("R15", "math", WORK + "$\\boxed{12}$. Of course 15 works too.", "12", 0.0),
     Rule("R15", "text", WORK + "The answer is not 'entailed'", "entailed", 0.0),
     Rule("R6", "math", WORK + "So the answer is 12.\nHence, redoing the sum, the answer is 15.", "15", 1.0),
     Rule("R10", "math", WORK + "Thus my final answer is 14 hundred.", "14", 0.0),
