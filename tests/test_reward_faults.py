@@ -438,6 +438,24 @@ def test_same_verdicts_under_a_cpu_hog(monkeypatch: pytest.MonkeyPatch) -> None:
     assert loaded == idle
 
 
+def test_a_wall_clock_stop_is_scored_again_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tenths of a CPU second of parsing, on a fresh worker each time (each stop kills the worker, and with it
+    # the parser's cache, which would make a second parse of the same text fast).
+    item, gold = "\\boxed{" + _subscripts(6) + "}", "a"
+    nets: list[float] = []
+
+    def net(budget_s: float, share: float = 1.0) -> float:
+        nets.append(budget_s)
+        return 0.02 if len(nets) % 2 else 60.0  # the first attempt's net fires, the second's never
+
+    with Verifier("math", num_workers=1, timeout_s=5.0, cache_size=0) as v:
+        monkeypatch.setattr(verify_pool, "wall_timeout", lambda budget_s, share=1.0: 0.02)
+        assert v.score([item], [gold]).item_reasons == ("timeout",)  # stopped twice: a timeout
+        monkeypatch.setattr(verify_pool, "wall_timeout", net)
+        assert v.score([item], [gold]).item_reasons == ("wrong",)  # stopped once: scored again
+    assert len(nets) == 2
+
+
 def test_wall_clock_net_scales_with_the_cpu_share() -> None:
     assert verify_pool.wall_timeout(5.0) == 80.0
     assert verify_pool.wall_timeout(5.0, 0.25) == 320.0
