@@ -1,6 +1,6 @@
 """Exploratory: GRPO and DAPO with one versus several optimizer steps per rollout batch, at equal rollouts.
 
-    python bench/ppo_steps.py [--seeds 0,1,2,3,4] [--steps 20] [--mini 4] [--out bench/results]
+    python bench/ppo_steps.py [--seeds 0,1,2,3,4] [--steps 12] [--mini 4] [--out bench/results]
 
 Each (seed, method, mini-batch) runs the built-in CPU task (configs/cpu_grpo.yaml with algorithm.name set):
 `--steps` rollout steps of 16 prompts x 8 rollouts, so every arm samples the same number of rollouts, and one
@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
 METHODS = ("grpo", "dapo")
@@ -95,7 +94,7 @@ def table(results: dict[str, dict[str, list[dict[str, float]]]], args: argparse.
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seeds", default="0,1,2,3,4")
-    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--steps", type=int, default=12)
     p.add_argument("--mini", default="4", help="the several-steps arm's optim.mini_batch_size")
     p.add_argument("--out", default="runs/bench", type=Path)
     args = p.parse_args(argv)
