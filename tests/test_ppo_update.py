@@ -177,11 +177,14 @@ def _check(records: list[dict[str, Any]]) -> None:
         diff = torch.cat([(got[k].double() - want[k]).flatten() for k in want]).norm()
         assert float(diff / flat.norm()) < 1e-6, f"{method}: weights differ by {float(diff / flat.norm()):.2e}"
         assert float(diff / moved) < 2e-3, f"{method}: weights differ by {float(diff / moved):.2e} of the update"
-        mets = ranks[0]["metrics"]
+        mets = max(
+            (r["metrics"] for r in ranks), key=lambda m: m["tokens"]
+        )  # a rank with rows (DAPO may leave one bare)
         assert mets["optimizer_steps"] == len(norms) and (method == "dapo" or len(norms) == 4)
         assert math.isclose(mets["grad_norm_max"], max(norms), rel_tol=5e-4), (mets["grad_norm_max"], norms)
         assert math.isclose(mets["grad_norm"], sum(norms) / len(norms), rel_tol=5e-4), (mets["grad_norm"], norms)
-        assert mets["ppo/approx_kl"] > 0 and mets["loss/ratio_min"] < 1 < mets["loss/ratio_max"]
+        moved_away = (mets["ppo/approx_kl"], mets["loss/ratio_min"], mets["loss/ratio_max"])
+        assert moved_away[0] > 0 and moved_away[1] < 1 < moved_away[2], (method, moved_away, norms)
 
 
 def test_one_rank_several_optimizer_steps_equal_the_equations(tmp_path):
