@@ -87,7 +87,8 @@ class DataConfig:
     split: str = "train"  # split of a hub training set, or the file of a training directory
     problem_key: str = "problem"  # field of the problem text in files/hub sets (dotted for nested fields)
     answer_key: str = "answer"  # field of the gold answer (e.g. reward_model.ground_truth)
-    reward: Literal["auto", "math", "choice", "text", "vartrack", "exact"] = "auto"  # auto: the set's own verifier
+    # auto: the set's own verifier; none: no verifier, reward.functions alone score
+    reward: Literal["auto", "math", "choice", "text", "vartrack", "exact", "none"] = "auto"
     template: str = "auto"  # auto: the tokenizer's chat template, else a plain one; or a "{problem}" string
     system_prompt: str | None = None
     max_prompt_len: int = 512
@@ -208,6 +209,11 @@ class RewardConfig:
     fallback_last_number: bool = False  # training never credits a bare last number (it pays for rambling)
     eval_fallback_last_number: bool = True  # evaluation reads it, as the benchmarks' own graders do
     timeout_s: float = 5.0  # CPU seconds per math item; a timeout is its own verdict, reward 0
+    # Your own reward functions (lens/reward_fns.py), `FILE.py:NAME` or `package.module:NAME`, with TRL's
+    # signature fn(prompts, completions, **columns) -> list[float | None]: added to the verifier's reward,
+    # each within timeout_s CPU seconds per batch
+    functions: list[str] = field(default_factory=list)
+    weights: list[float] | None = None  # one per function; None: 1.0 each
 
 
 @dataclass
@@ -252,6 +258,7 @@ class Config:
         world = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
         cuda = _cuda_available() if cuda_available is None else cuda_available
         _validate_ranges(self)
+        _validate_reward_functions(self)
         _validate_paths(self)
         _validate_batches(self, world)
         _validate_device(self, cuda)
@@ -774,6 +781,7 @@ RANGES: dict[str, Range] = {
     "checkpoint.keep_last": Range(1, 10**6),
     "reward.truncated": _REWARD,
     "reward.timeout_s": Range(0.0, 3600.0, low_open=True),  # CPU seconds per item: the interval timer's range
+    "reward.weights": Range(-1e6, 1e6),
 }
 
 
@@ -860,6 +868,25 @@ def _check_path_length(key: str, path: str) -> None:
     _require(len(os.fsencode(path)) <= _PATH_MAX, key, path, f"is longer than {_PATH_MAX} bytes")
     for part in Path(path).parts:
         _require(len(os.fsencode(part)) <= _NAME_MAX, key, path, f"has a name longer than {_NAME_MAX} bytes: {part!r}")
+
+
+def _validate_reward_functions(cfg: Config) -> None:
+    """The counts of reward.functions and reward.weights agree, and `data.reward=none` has functions to score
+    with (their files and names are checked by lens.reward_fns, before the first step)."""
+    r = cfg.reward
+    _require(
+        cfg.data.reward != "none" or bool(r.functions),
+        "data.reward",
+        "none",
+        "scores with reward.functions only, and none is set: every reward would be 0",
+    )
+    if r.weights is not None:
+        _require(
+            len(r.weights) == len(r.functions),
+            "reward.weights",
+            r.weights,
+            f"needs one weight per reward.functions entry ({len(r.functions)})",
+        )
 
 
 def _validate_paths(cfg: Config) -> None:

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from lens import answers, data, errors, preflight, reward, tasks
+from lens import answers, data, errors, preflight, reward, reward_fns, tasks
 from lens.reward import REASONS, Verifier
 from lens.rollout import Engine, SamplingParams, make_engine
 
@@ -563,6 +563,42 @@ def ks_for(args: argparse.Namespace, n: int) -> list[int]:
     return [2**i for i in range(n.bit_length())]
 
 
+def _specs(text: str) -> list[str]:
+    """The entries of --reward-functions, each checked to be a function's name (`lens.reward_fns.parse_specs`)."""
+    specs = [s.strip() for s in text.split(",") if s.strip()]
+    try:
+        reward_fns.parse_specs(specs)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return specs
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def function_row(
+    functions: reward_fns.RewardFunctions, prompts: list[str], problems: list[data.Problem], result: EvalResult
+) -> dict[str, Any]:
+    """The reward functions on every sample of a set -> `reward` (the mean summed reward: the verdict's plus
+    the weighted functions', a failed row 0, as training counts it) and per function its mean and errors."""
+    n = result.n
+    scores = functions.score(
+        [p for p in prompts for _ in range(n)],
+        [t for row in result.texts for t in row],
+        [reward_fns.row_columns(p) for p in problems for _ in range(n)],
+    )
+    means = reward_fns.means({f"reward/{k}": v for k, v in scores.counts.items()})
+    per_fn = {
+        name: {"mean": means[f"reward/fn/{name}/mean"], "errors": int(means[f"reward/fn/{name}/errors"])}
+        for name in functions.names
+    }
+    return {"reward": float(scores.apply(result.rewards).mean()), "reward_functions": per_fn}
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = errors.ArgumentParser(
         prog="python -m lens.eval",
@@ -571,8 +607,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_common_args(parser, default_benchmarks=",".join(MATH_BENCHMARKS))
     parser.add_argument("--k", type=_int_list, default=None, help="pass@k sizes, e.g. 1,4,16 (default: 2^i <= n)")
     parser.add_argument("--paper-protocol", action="store_true", help="n=16 on amc23/aime24/aime25, --n elsewhere")
+    parser.add_argument(
+        "--reward-functions",
+        type=_specs,
+        default=[],
+        help="comma-separated FILE.py:NAME or package.module:NAME, the trainer's reward.functions: their means "
+        "are reported beside the accuracy (docs/rewards.md)",
+    )
+    parser.add_argument(
+        "--reward-weights", type=_floats, default=None, help="one weight per --reward-functions entry (default 1.0)"
+    )
     args = parser.parse_args(argv)
     check_common_args(parser, args)
+    if args.reward_weights is not None and len(args.reward_weights) != len(args.reward_functions):
+        parser.error(f"--reward-weights: {len(args.reward_weights)} weights for {len(args.reward_functions)} functions")
     largest_n = max(samples_per_set(args, b) for b in args.benchmarks)
     if args.k is not None and args.k[-1] > largest_n:
         parser.error(f"--k {args.k[-1]} > the largest n ({largest_n}); pass@k needs k <= n")
@@ -587,8 +635,10 @@ def evaluate_one(
     verifier: Verifier,
     args: argparse.Namespace,
     sampling: SamplingParams,
+    functions: reward_fns.RewardFunctions | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One set through `evaluate_set` -> (its report row, its samples records)."""
+    """One set through `evaluate_set` (and the reward functions, when given) -> (its report row, its samples
+    records)."""
     prompts, problems, skipped = rendered
     n = samples_per_set(args, es.name)
     ids = [r.ids for r in prompts]
@@ -597,6 +647,8 @@ def evaluate_one(
         engine, tokenizer, verifier, ids, golds, n=n, sampling=sampling, batch_size=args.batch_size, progress=es.name
     )
     row = {"kind": es.kind, **summarize(result, ks_for(args, n)), "skipped_too_long": skipped}
+    if functions is not None:  # the prompts as the trainer decodes them for its functions
+        row.update(function_row(functions, tokenizer.batch_decode(ids, skip_special_tokens=True), problems, result))
     fallback = not args.no_last_number_fallback
     return row, samples_of(es.kind, tokenizer.batch_decode(ids), problems, result, fallback_last_number=fallback)
 
@@ -628,23 +680,35 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         s for b in args.benchmarks for s in load_eval_sets(b, data_dir=args.data_dir, limit=args.limit, seed=args.seed)
     ]
     rendered = {s.name: render_set(s, tokenizer, **opts) for s in sets}
+    specs = reward_fns.parse_specs(args.reward_functions)
+    if specs:  # imported and called on two rows before the model loads: a bad one is one line
+        first_prompts, first_problems, _ = rendered[sets[0].name]
+        texts = tokenizer.batch_decode([r.ids for r in first_prompts[:2]], skip_special_tokens=True)
+        rows_of = reward_fns.columns_of([reward_fns.row_columns(p) for p in first_problems[:2]])
+        reward_fns.check(specs, (tuple(texts), tuple(p.answer for p in first_problems[:2]), rows_of))
     longest = max(len(r.ids) for prompts, _, _ in rendered.values() for r in prompts)
     sampling = eval_sampling(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
     # One engine for every set: loading the model once dominates the cost of small sets.
     engine = build_engine(args, longest)
     verifiers = Verifiers(fallback_last_number=not args.no_last_number_fallback)
+    functions = (
+        reward_fns.RewardFunctions(specs, args.reward_weights, timeout_s=reward.DEFAULT_TIMEOUT_S) if specs else None
+    )
     rows: dict[str, dict[str, Any]] = {}
     try:
         for s in sets:
             rows[s.name], records = evaluate_one(
-                s, rendered[s.name], engine, tokenizer, verifiers(s.kind), args, sampling
+                s, rendered[s.name], engine, tokenizer, verifiers(s.kind), args, sampling, functions
             )
             write_jsonl(out / "samples" / f"{s.name}.jsonl", records)
             r = rows[s.name]
-            print(f"{s.name}: avg@{r['n']} {r['pass@1']:.4f} ({r['problems']} problems, {r['seconds']:.1f} s)")
+            summed = f", reward with functions {r['reward']:.4f}" if "reward" in r else ""
+            print(f"{s.name}: avg@{r['n']} {r['pass@1']:.4f}{summed} ({r['problems']} problems, {r['seconds']:.1f} s)")
     # Closed even on error: the math verifier's worker processes and vLLM's GPU memory outlive us otherwise.
     finally:
         verifiers.close()
+        if functions is not None:
+            functions.close()
         engine.close()
     return write_report(out, args, sampling, rows)
 

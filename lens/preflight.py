@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lens import data
+from lens import data, reward_fns
 from lens.config import HELDOUT, Config, resolve_path
+from lens.problem import Problem
 
 HELDOUT_PERCENT, HELDOUT_MAX = 5, 64  # the `heldout` split: 5 % of the training problems, at most 64
 # Below this, 5 % rounds down to zero problems; warned about in load_data rather than silently empty.
@@ -245,6 +246,24 @@ def check_spans(rendered: RenderedSet, problem_set: data.ProblemSet, tokenizer: 
             raise ValueError(f"{uid}: the scorable span decodes to {text[:60]!r}, not the problem text")
 
 
+def check_reward_functions(cfg: Config, rows: list[Problem], prompts: list[str]) -> None:
+    """reward.functions imported and called here on a few training rows and their prompts, each with its gold
+    answer as the completion (`lens.reward_fns.check`): a wrong path, name, signature or return value is one
+    line before any worker starts."""
+    if not cfg.reward.functions:
+        return
+    specs = reward_fns.parse_specs(cfg.reward.functions)
+    columns = reward_fns.columns_of([reward_fns.row_columns(p) for p in rows])
+    reward_fns.check(specs, (tuple(prompts), tuple(p.answer for p in rows), columns))
+
+
+def check_rendered_functions(cfg: Config, tokenizer: Any, rendered: RenderedSet, problem_set: data.ProblemSet) -> None:
+    """`check_reward_functions` on the first two rendered training prompts, decoded as the trainer decodes them."""
+    by_uid = {p.uid: p for p in problem_set.problems}
+    prompts = tokenizer.batch_decode(rendered.ids[:2], skip_special_tokens=True)
+    check_reward_functions(cfg, [by_uid[u] for u in rendered.uids[:2]], prompts)
+
+
 def _squeeze(text: str) -> str:
     """`text` without whitespace: word-level tokenizers (the built-in tasks') decode without the spaces that
     separated their words, and a shifted span differs in its characters, not only in its spaces."""
@@ -309,6 +328,7 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
         check_spans(rendered, problem_set, tokenizer)
         sets.append(rendered)
     train = sets[0]
+    check_rendered_functions(cfg, tokenizer, train, train_set)
     longest_prompt = max(len(ids) for s in sets for ids in s.ids)
     check_context(cfg, model_config, longest_prompt)
     # Epochs are over the rendered training prompts: skipped over-long ones are never sampled.

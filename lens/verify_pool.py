@@ -42,9 +42,7 @@ def _on_virtual_alarm(signum: int, frame: Any) -> None:
         raise _OverBudget
 
 
-def within_cpu_budget(
-    fn: Callable[..., Verdict], args: tuple[str, str], budget_s: float, *, hard_kill: bool
-) -> Verdict:
+def within_cpu_budget(fn: Callable[..., Any], args: tuple[Any, ...], budget_s: float, *, hard_kill: bool) -> Any:
     """`fn(*args)` with `budget_s` seconds of this process's CPU time; `timeout` past it.
 
     hard_kill: also arm ITIMER_PROF with the default SIGPROF action, which terminates the process
@@ -116,17 +114,18 @@ class VerdictPool:
     worker, the wall safety net and worker replacement in pebble, a fresh pool when pebble's breaks.
 
     task and initializer must be module-level functions (pickled by name into the workers); `probe` is a
-    (pred, gold) item that `task` answers quickly, used to check that new workers start.
+    (pred, gold) item that `task` answers quickly, used to check that new workers start. An item may be any
+    picklable pair and a result any picklable value (lens.reward_fns sends (function, batch) pairs).
     """
 
     def __init__(
         self,
-        task: Callable[[str, str, float], Verdict],
+        task: Callable[[Any, Any, float], Any],
         *,
         initializer: Callable[..., None],
         initargs: tuple[Any, ...],
         preload: Sequence[str],
-        probe: tuple[str, str],
+        probe: tuple[Any, Any],
         num_workers: int,
         timeout_s: float,
     ) -> None:
@@ -151,10 +150,10 @@ class VerdictPool:
             raise RuntimeError("Verifier: math-verify worker processes failed to start") from error
         return pool
 
-    def run(self, tasks: list[tuple[str, str]]) -> list[Verdict]:
+    def run(self, tasks: list[tuple[Any, Any]]) -> list[Any]:
         """Verdicts for (pred, gold) tasks, in order. An item whose worker dies (not by its CPU budget) is
         retried once on a fresh worker (the death may be unrelated, e.g. an OOM kill); twice is a crash."""
-        results: list[Verdict] = [(0.0, "worker_crash")] * len(tasks)
+        results: list[Any] = [(0.0, "worker_crash")] * len(tasks)
         pending = list(range(len(tasks)))
         for _attempt in range(2):
             if not self.pool.active:
@@ -172,11 +171,11 @@ class VerdictPool:
                     results[i] = verdict
         return results
 
-    def _submit(self, pred: str, gold: str) -> pebble.ProcessFuture:
+    def _submit(self, pred: Any, gold: Any) -> pebble.ProcessFuture:
         return self.pool.schedule(self._task, (pred, gold, self._timeout_s), timeout=wall_timeout(self._timeout_s))
 
     @staticmethod
-    def _result(future: pebble.ProcessFuture) -> Verdict | None:
+    def _result(future: pebble.ProcessFuture) -> Any:
         """The verdict of a finished task, or None when its worker died for another reason than its budget."""
         from pebble import ProcessExpired
 
