@@ -391,9 +391,12 @@ def config_changes(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
     ]
 
 
-def read_preset(path: str | os.PathLike, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """A preset file as a nested dict, its `base:` chain merged underneath (cycles are errors)."""
-    file = _find_preset(path)
+def read_preset(
+    path: str | os.PathLike, _chain: tuple[Path, ...] = (), *, named_in: Path | None = None
+) -> dict[str, Any]:
+    """A preset file as a nested dict, its `base:` chain merged underneath (cycles are errors). named_in:
+    the preset whose `base:` names `path` (None: `--config`)."""
+    file = _find_preset(path, named_in)
     if file in _chain:
         raise ValueError(f"{file}: `base:` cycle: {' -> '.join(str(p) for p in (*_chain, file))}")
     try:
@@ -408,7 +411,7 @@ def read_preset(path: str | os.PathLike, _chain: tuple[Path, ...] = ()) -> dict[
         return data
     if not isinstance(base, str):
         raise ValueError(f"{file}: `base` must be a file name, got {base!r}")
-    parent = read_preset(file.parent / base if not Path(base).is_absolute() else base, (*_chain, file))
+    parent = read_preset(base, (*_chain, file), named_in=file)
     return _layer(parent, data)
 
 
@@ -424,17 +427,21 @@ def _layer(lower: dict[str, Any], upper: dict[str, Any]) -> dict[str, Any]:
     return _merge(lower, upper)
 
 
-def _find_preset(path: str | os.PathLike) -> Path:
-    candidates = [Path(path), CONFIG_DIR / Path(path), CONFIG_DIR / f"{path}.yaml"]
+def _find_preset(path: str | os.PathLike, named_in: Path | None = None) -> Path:
+    """The preset file `--config path` names (from the current directory), or the `base: path` of the preset
+    `named_in` (beside that file); with or without `.yaml`, and else a shipped preset of that name, so
+    a user's own config outside configs/ can build on `cpu_smoke`."""
+    here = Path(path) if named_in is None else named_in.parent / path  # an absolute path stays itself
+    candidates = [here, here.with_name(f"{here.name}.yaml"), CONFIG_DIR / Path(path), CONFIG_DIR / f"{path}.yaml"]
     for cand in candidates:
         if cand.is_file():
             return cand.resolve()
     names = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
     close = difflib.get_close_matches(Path(path).stem, names, n=1)
-    hint = f" (did you mean --config {close[0]}?)" if close else ""
+    what, where = ("--config", "in the current directory") if named_in is None else (f"{named_in}: base:", "beside it")
+    hint = f" (did you mean {'--config' if named_in is None else 'base:'} {close[0]}?)" if close else ""
     raise ValueError(
-        f"--config {path}: no such preset{hint} (looked in the current directory and {CONFIG_DIR}); "
-        f"presets: {', '.join(names)}"
+        f"{what} {path}: no such preset{hint} (looked {where} and in {CONFIG_DIR}); presets: {', '.join(names)}"
     )
 
 

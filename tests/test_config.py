@@ -91,6 +91,24 @@ def test_base_chain_and_dotted_keys(tmp_path):
         load_config(tmp_path / "bad.yaml", **CPU)
 
 
+def test_a_users_config_outside_configs_builds_on_a_shipped_preset(tmp_path):
+    # Was: `base: cpu_smoke` in a file of one's own failed, looking only beside that file.
+    smoke = load_config("cpu_smoke", **CPU)
+    for base in ("cpu_smoke", "cpu_smoke.yaml"):
+        (tmp_path / "mine.yaml").write_text(f"base: {base}\noptim.steps: 3\n")
+        cfg = load_config(tmp_path / "mine.yaml", **CPU)
+        assert cfg.optim.steps == 3 and cfg.data.batch_size == smoke.data.batch_size and cfg.run_dir == smoke.run_dir
+    (tmp_path / "cpu_smoke.yaml").write_text("optim.steps: 7\n")  # a file of that name beside it wins
+    (tmp_path / "mine.yaml").write_text("base: cpu_smoke\n")
+    assert load_config(tmp_path / "mine.yaml", **CPU).optim.steps == 7
+    (tmp_path / "mine.yaml").write_text("base: cpu_smok\n")
+    with pytest.raises(
+        ValueError,
+        match=r"mine\.yaml: base: cpu_smok: no such preset \(did you mean base: cpu_smoke\?\) \(looked beside it",
+    ):
+        load_config(tmp_path / "mine.yaml", **CPU)
+
+
 def test_overrides_are_yaml_typed():
     cfg = cpu(
         "algorithm.guard=false",
