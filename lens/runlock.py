@@ -169,6 +169,19 @@ def holder(run_dir: str | os.PathLike) -> Holder | None:
         return None
 
 
+def held_elsewhere(run_dir: str | os.PathLike) -> bool:
+    """Whether run_dir's lock file names a holder on another host (whose liveness this host cannot see)."""
+    try:
+        fd = os.open(lock_path(run_dir), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        found = _read_holder(fd)
+    finally:
+        os.close(fd)
+    return found is not None and found.host != socket.gethostname()
+
+
 def check_free(run_dir: str | os.PathLike) -> None:
     """RunDirInUse when a live run holds run_dir (read-only: the launcher asks before it starts workers)."""
     found = holder(run_dir)
