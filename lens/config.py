@@ -90,6 +90,10 @@ class DataConfig:
     # auto: the set's own verifier; none: no verifier, reward.functions alone score
     reward: Literal["auto", "math", "choice", "text", "vartrack", "exact", "none"] = "auto"
     template: str = "auto"  # auto: the tokenizer's chat template, else a plain one; or a "{problem}" string
+    # The training problem's text inside the template. auto: the set's own (a file scored by math, text or exact
+    # gets "{problem}\nPlease reason step by step, and put your final answer within \boxed{}.", choice its
+    # letter version, a built-in task, vartrack and none the bare problem); or a string with "{problem}"
+    prompt: str = "auto"
     system_prompt: str | None = None
     max_prompt_len: int = 512
     batch_size: int = 16  # prompts per optimizer step, over all ranks
@@ -307,9 +311,10 @@ def load_config(
     return cfg
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The trainer's command line (`lens-train --help` shows it after the launcher's own options)."""
-    parser = errors.ArgumentParser(prog="lens/train.py", description="GRPO / LENS RL post-training")
+def build_parser(prog: str = "lens/train.py") -> argparse.ArgumentParser:
+    """The trainer's command line (`lens-train --help` shows it after the launcher's own options); prog: the
+    command its errors name (`lens-train` when the launcher checks it)."""
+    parser = errors.ArgumentParser(prog=prog, description="GRPO / LENS RL post-training")
     parser.add_argument("--config", default=None, help="YAML preset (configs/*.yaml or a name); default: CPU run")
     parser.add_argument(
         "--resume",
@@ -328,13 +333,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[Config, argparse.Namespace]:
+def parse_args(argv: list[str] | None = None, *, prog: str = "lens/train.py") -> tuple[Config, argparse.Namespace]:
     """CLI of lens/train.py: `[--config FILE] [--resume auto|none|DIR] [--dry-run] [--print-config]
     [key.sub=value ...]` (options and overrides in any order). A dry run of a preset that asks for
     `device: cuda` is validated as on a CUDA machine, so GPU presets can be checked where there is none.
     A resume starts from the run's saved config (`resume_base`). `--print-config` prints the resolved tree
     and exits 0."""
-    args = build_parser().parse_intermixed_args(argv)
+    args = build_parser(prog).parse_intermixed_args(argv)
     overrides = list(args.overrides) + ([f"checkpoint.resume={args.resume}"] if args.resume is not None else [])
     overrides += ["checkpoint.allow_config_change=true"] if args.allow_config_change else []
     with warnings.catch_warnings():
@@ -860,6 +865,12 @@ def _validate_ranges(cfg: Config) -> None:
         f"needs rollout.temperature=1 and rollout.top_p=1 (got {r.temperature}, {r.top_p}): use trainer",
     )
     _require(bool(d.eval) or d.eval_every == 0, "data.eval", d.eval, "empty: set data.eval_every=0")
+    _require(
+        d.prompt == "auto" or d.prompt.count("{problem}") == 1,
+        "data.prompt",
+        d.prompt,
+        "must be auto or a string with '{problem}' exactly once",
+    )
     _require(
         d.template in TEMPLATE_MODES or d.template.count("{problem}") == 1,
         "data.template",

@@ -137,6 +137,8 @@ def load_data(cfg: Config) -> tuple[data.ProblemSet, list[data.ProblemSet]]:
         # A multi-set name (e.g. a benchmark group) would silently train on only its first member.
         raise ValueError(f"data.train={d.train!r}: expected one training set, got {[s.name for s in train_sets]}")
     train, evals = train_sets[0], []
+    if d.prompt != "auto":  # the held-out split below inherits it; named eval sets keep their own
+        train = dataclasses.replace(train, prompt=d.prompt)
     for name in d.eval or []:
         if name != HELDOUT:
             evals += data.load_sets(name, limit=d.eval_limit, seed=cfg.seed, data_dir=d.dir)
@@ -338,6 +340,7 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
         "tokenizer": f"{type(tokenizer).__name__}, {len(tokenizer)} tokens, "
         f"chat template: {'yes' if getattr(tokenizer, 'chat_template', None) else 'no'}",
         "algorithm": f"{cfg.algorithm.name} (m={cfg.algorithm.m})",
+        "training prompt": f"{train_set.prompt!r} (data.prompt) inside data.template={cfg.data.template}",
         "data": [
             f"{s.name}: {s.loaded} loaded, {len(s.ids)} rendered, {s.skipped_too_long} skipped as too long, "
             f"prompt tokens min/median/max {_lengths(s)}, verifier {s.kind}"

@@ -712,8 +712,8 @@ def load_sets(
         except BadRows as e:  # reported with the bad golds of the rows that loaded, in one line
             problems, bad = e.problems, e
         sets = [ProblemSet(_set_name(source), "math", MATH_PROMPT, problems)]
-    if kind is not None:
-        sets = [ProblemSet(s.name, kind, PROMPTS.get(kind, s.prompt), s.problems) for s in sets]
+    if kind is not None:  # a kind without an instruction of its own (vartrack, none) shows the bare problem
+        sets = [ProblemSet(s.name, kind, PROMPTS.get(kind, "{problem}"), s.problems) for s in sets]
     for s in sets:
         _check_golds(s, str(source), bad)
     return sets
