@@ -112,7 +112,7 @@ def check_before_workers(train_args: list[str], world: int | None = None) -> str
     line). The trainer checks it all again (and the lock decides a race between two launches). -> a line
     that ends the command without workers (a finished run's resume), or None to start them."""
     with _world_env(world):
-        cfg, args = parse_args(train_args)
+        cfg, args = parse_args(train_args, prog="lens-train")
     # A dry run only prints the config: it must work on a busy or used run_dir and without the data.
     if args.dry_run:
         return None

@@ -6,12 +6,14 @@ Run: `OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_config.py -q`.
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 
 import pytest
 import yaml
 
+from lens import errors
 from lens.config import CONFIG_DIR, REPO_ROOT, Config, from_dict, load_config, parse_args, resolve_path
 
 CPU = {"cuda_available": False, "world_size": 1}
@@ -107,6 +109,16 @@ def test_a_users_config_outside_configs_builds_on_a_shipped_preset(tmp_path):
         match=r"mine\.yaml: base: cpu_smok: no such preset \(did you mean base: cpu_smoke\?\) \(looked beside it",
     ):
         load_config(tmp_path / "mine.yaml", **CPU)
+
+
+def test_a_mistyped_option_gets_a_suggestion_naming_the_command_typed():
+    # Was: "lens/train.py: unrecognized arguments: --confg" under lens-train, with no suggestion.
+    with pytest.raises(
+        errors.UsageError, match=re.escape("lens/train.py: unrecognized arguments: --confg (did you mean --config?)")
+    ):
+        parse_args(["--confg", "cpu_smoke"])
+    with pytest.raises(errors.UsageError, match=r"unrecognized arguments: --zzz \(see --help\)"):
+        parse_args(["--zzz"])
 
 
 def test_overrides_are_yaml_typed():
