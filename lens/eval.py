@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from lens import answers, data, errors, preflight, reward, reward_fns, tasks
+from lens.config import load_config
 from lens.reward import REASONS, Verifier
 from lens.rollout import Engine, SamplingParams, make_engine
 
@@ -67,6 +68,8 @@ PAPER_AVG16 = ("amc23", "aime24", "aime25")  # the paper reports avg@16 on these
 VARTRACK = "vartrack"
 # The size of the task's own fixed evaluation set, so the CLI reports what training logs as eval/.
 VARTRACK_DEFAULT_SIZE = 200
+# `--benchmarks` of a trainer checkpoint when none is given: the held-out sets its run evaluated on (`trained_sets`).
+TRAINED = "trained"
 # The trainer's evaluation seed is the run seed moved by this offset, so it never equals a training seed.
 EVAL_SEED_OFFSET = 12345
 
@@ -277,6 +280,8 @@ def known_benchmarks() -> list[str]:
 def parse_benchmarks(text: str) -> list[str]:
     """A comma-separated list of sets (order kept, duplicates dropped): known names, data files or
     directories, and hub datasets `hf:ORG/NAME[:CONFIG][@SPLIT]`; ValueError on anything else."""
+    if text == TRAINED:
+        return [TRAINED]
     # dict.fromkeys keeps the first occurrence's order; a repeated set would be sampled and reported twice.
     names = list(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
     if not names:
@@ -290,16 +295,27 @@ def parse_benchmarks(text: str) -> list[str]:
 
 
 def load_eval_sets(
-    name: str, *, data_dir: str | Path | None = None, limit: int | None = None, seed: int = 0
+    name: str,
+    *,
+    data_dir: str | Path | None = None,
+    limit: int | None = None,
+    seed: int = 0,
+    problem_key: str = "problem",
+    answer_key: str = "answer",
 ) -> list[EvalSet]:
-    """The sets of one benchmark (lens.data.load_sets): a named set, a file, a hub set, or the built-in task's
-    clean and noisy sets, named `vartrack_clean`/`vartrack_noisy` and drawn from `seed` (default 200 each)."""
+    """The sets of one benchmark (lens.data.load_sets): a named set, a file or a hub set (its fields named by
+    problem_key / answer_key, as the trainer's data keys), or the built-in task's clean and noisy sets, named
+    `vartrack_clean`/`vartrack_noisy` and drawn from `seed` (default 200 each)."""
+    if name == TRAINED:
+        raise ValueError(f"--benchmarks {TRAINED}: only for a trainer checkpoint (--model a run or its checkpoint)")
     if name in tasks.NAMES:
         # The built-in task's sets get a prefix: a bare `clean`/`noisy` row would not say which task it is.
         sets = data.load_sets(name, limit=limit or VARTRACK_DEFAULT_SIZE, seed=seed)
         return [EvalSet(f"{name}_{s.name}", s.kind, s.prompt, s.problems) for s in sets]
     try:
-        return data.load_sets(name, limit=limit, seed=seed, data_dir=data_dir)
+        return data.load_sets(
+            name, limit=limit, seed=seed, data_dir=data_dir, problem_key=problem_key, answer_key=answer_key
+        )
     except FileNotFoundError as e:  # the CLI reports user errors (ValueError) as one line
         raise ValueError(str(e)) from None
 
@@ -359,6 +375,10 @@ def add_common_args(parser: argparse.ArgumentParser, *, default_benchmarks: str)
         "--data-dir", default=None, help="where named sets live (default: LENS_DATA_DIR, then ~/.cache/lens/data)"
     )
     parser.add_argument("--limit", type=_positive_int, default=None, help="problems per benchmark (smoke runs)")
+    parser.add_argument(
+        "--problem-key", default="problem", help="field of the problem text in files (data.problem_key)"
+    )
+    parser.add_argument("--answer-key", default="answer", help="field of the gold answer in files (data.answer_key)")
     parser.add_argument("--template", default="auto", help="auto | chat | plain | a string with {problem}")
     parser.add_argument("--system-prompt", default=None)
     parser.add_argument("--max-prompt-len", type=_positive_int, default=None, help="skip longer prompts (tokens)")
@@ -599,6 +619,59 @@ def function_row(
     return {"reward": float(scores.apply(result.rewards).mean()), "reward_functions": per_fn}
 
 
+def trained_checkpoint(path: str | Path) -> Path | None:
+    """The trainer checkpoint `--model` names (a step directory holding meta.json and config.yaml), from the
+    step directory, its `hf/` export, or the run directory (its newest checkpoint); None for a plain model."""
+    p = Path(os.path.abspath(path))
+    if (p / "checkpoints").is_dir():
+        steps = sorted(
+            d for d in (p / "checkpoints").glob("step_*") if (d / "hf").is_dir() and (d / "meta.json").is_file()
+        )
+        return steps[-1] if steps else None
+    for step in (p, p.parent):
+        if (step / "meta.json").is_file() and (step / "config.yaml").is_file() and step.parent.name == "checkpoints":
+            return step
+    return None
+
+
+def trained_defaults(parser: argparse.ArgumentParser, argv: list[str] | None) -> None:
+    """For a trainer checkpoint, the defaults of the flags the trainer's own evaluation fixes are its run's:
+    the held-out sets (`--benchmarks trained`), samples per problem, sampling, seed, rendering and data keys,
+    so that `lens.eval --model <checkpoint>` scores what the run logged as `eval/<set>`. Flags still win."""
+    known, _ = parser.parse_known_args(argv)
+    step = trained_checkpoint(known.model)
+    if step is None:
+        return
+    cfg = load_config(step / "config.yaml", validate=False)
+    d, r = cfg.data, cfg.rollout
+    parser.set_defaults(
+        benchmarks=TRAINED,
+        n=d.eval_n,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        max_tokens=r.max_tokens,
+        seed=cfg.seed,
+        template=d.template,
+        system_prompt=d.system_prompt,
+        max_prompt_len=d.max_prompt_len,
+        problem_key=d.problem_key,
+        answer_key=d.answer_key,
+        trained_from=str(step),
+    )
+
+
+def trained_sets(args: argparse.Namespace) -> list[EvalSet]:
+    """The held-out sets the run of `args.trained_from` evaluated on (lens.preflight.load_data on its saved
+    config: named sets, the `heldout` split of its training file, data.eval_limit or --limit)."""
+    cfg = load_config(Path(args.trained_from) / "config.yaml", validate=False)
+    if args.limit is not None:
+        cfg.data.eval_limit = args.limit
+    _, sets = preflight.load_data(cfg)
+    if not sets:
+        raise ValueError(f"{args.trained_from}: its run evaluated on no held-out set; name --benchmarks")
+    return sets
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = errors.ArgumentParser(
         prog="python -m lens.eval",
@@ -617,6 +690,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--reward-weights", type=_floats, default=None, help="one weight per --reward-functions entry (default 1.0)"
     )
+    parser.set_defaults(trained_from=None)
+    trained_defaults(parser, argv)
     args = parser.parse_args(argv)
     check_common_args(parser, args)
     if args.reward_weights is not None and len(args.reward_weights) != len(args.reward_functions):
@@ -672,13 +747,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     args = parse_args(argv)
+    if args.trained_from is not None:  # the export of a run directory or a step directory is its hf/ folder
+        args.model = str(Path(args.trained_from) / "hf")
     out = out_dir(args, "eval")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     opts = {"template": args.template, "system_prompt": args.system_prompt, "max_prompt_len": args.max_prompt_len}
     # every data file is read and rendered before the model loads, so bad data fails fast
-    sets = [
-        s for b in args.benchmarks for s in load_eval_sets(b, data_dir=args.data_dir, limit=args.limit, seed=args.seed)
-    ]
+    keys = {"problem_key": args.problem_key, "answer_key": args.answer_key}
+    sets = (
+        trained_sets(args)
+        if args.benchmarks == [TRAINED]
+        else [
+            s
+            for b in args.benchmarks
+            for s in load_eval_sets(b, data_dir=args.data_dir, limit=args.limit, seed=args.seed, **keys)
+        ]
+    )
     rendered = {s.name: render_set(s, tokenizer, **opts) for s in sets}
     specs = reward_fns.parse_specs(args.reward_functions)
     if specs:  # imported and called on two rows before the model loads: a bad one is one line
