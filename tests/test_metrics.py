@@ -262,3 +262,15 @@ def test_a_full_disk_while_logging_is_one_line_and_leaves_no_torn_row(tmp_path, 
     assert (tmp_path / "metrics.jsonl").read_bytes() == before  # whole rows only: step 3 is not half there
     log.log(3, {"loss": 0.25})  # space freed: the same logger goes on
     assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+
+
+def test_the_timer_records_cpu_seconds_and_load_of_a_step():
+    timer = mx.Timer()
+    with timer("step"):
+        sum(range(10**5))
+    logged = timer.metrics()
+    assert set(logged) >= {"time/step", "cpu/step"} and 0 < logged["cpu/step"] < 5
+    timer.reset()
+    with timer("eval"):
+        pass
+    assert set(timer.metrics()) == {"time/eval"}
