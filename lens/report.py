@@ -782,7 +782,11 @@ def _new_figure(
 
 
 def _plot_curves(ax: Any, groups: Sequence[Group], key: str, colors: Mapping[str, Any], smooth: int) -> bool:
-    """One line per label (± s.e. band when it has several seeds); False when no label logs `key`."""
+    """One line per label (± s.e. band when it has several seeds); False when no label logs `key`. Steps are
+    whole numbers: the axis never ticks at step 1.5."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     drew = False
     for g in groups:
         c = g.curve(key, smooth)

@@ -423,3 +423,11 @@ def test_step_times_come_with_cpu_time_and_load_and_a_caveat_when_loads_differ(t
     assert any("timed at machine loads 10-40" in n for n in notes), notes
     (_, headers, rows), *_ = [t for t in rp.tables({**summary, "caveats": []}) if t[0] == "Final numbers"]
     assert "CPU s/step" in headers and rows[0][headers.index("load (1 min)")] == "10"
+
+
+def test_step_axes_tick_whole_steps_only(tmp_path):
+    # Was: a short run's curves ticked at steps 1.0, 1.2, 1.4, ...
+    run = rp.load_run(write_run(tmp_path / "a", [{"step": 1, "reward/mean": 0.2}, {"step": 2, "reward/mean": 0.4}]))
+    fig = rp._curve_figure(rp.group_runs([run]), ["reward/mean"], ["reward"], smooth=1)
+    ticks = fig.axes[0].get_xticks()
+    assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), ticks
