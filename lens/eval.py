@@ -769,7 +769,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         first_prompts, first_problems, _ = rendered[sets[0].name]
         texts = tokenizer.batch_decode([r.ids for r in first_prompts[:2]], skip_special_tokens=True)
         rows_of = reward_fns.columns_of([reward_fns.row_columns(p) for p in first_problems[:2]])
-        reward_fns.check(specs, (tuple(texts), tuple(p.answer for p in first_problems[:2]), rows_of))
+        batch = (tuple(texts), tuple(p.answer for p in first_problems[:2]), rows_of)
+        reward_fns.check(specs, batch, timeout_s=reward.DEFAULT_TIMEOUT_S)
     longest = max(len(r.ids) for prompts, _, _ in rendered.values() for r in prompts)
     sampling = eval_sampling(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
     # One engine for every set: loading the model once dominates the cost of small sets.

@@ -256,7 +256,8 @@ def check_reward_functions(cfg: Config, rows: list[Problem], prompts: list[str])
         return
     specs = reward_fns.parse_specs(cfg.reward.functions)
     columns = reward_fns.columns_of([reward_fns.row_columns(p) for p in rows])
-    reward_fns.check(specs, (tuple(prompts), tuple(p.answer for p in rows), columns))
+    batch = (tuple(prompts), tuple(p.answer for p in rows), columns)
+    reward_fns.check(specs, batch, timeout_s=cfg.reward.timeout_s)
 
 
 def check_rendered_functions(cfg: Config, tokenizer: Any, rendered: RenderedSet, problem_set: data.ProblemSet) -> None:

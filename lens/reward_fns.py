@@ -179,19 +179,23 @@ def call(fn: Callable[..., Any], batch: Batch) -> list[Outcome]:
     try:
         value = fn(prompts=list(prompts), completions=list(completions), **columns)
     except Exception as e:  # the user's code on the model's output: anything may go wrong, and is a verdict
-        return [(None, "error", f"{type(e).__name__}: {e}")] * len(prompts)
+        return [(None, "error", f"raised {type(e).__name__}: {e}")] * len(prompts)
     return _outcomes(value, len(prompts))
 
 
-def check(specs: Sequence[FunctionSpec], batch: Batch) -> None:
-    """Import every function and call it on `batch` (a few rendered rows) here: ValueError in one line
-    naming the function when it cannot be loaded, cannot take the call, raises or returns a bad value."""
+def check(specs: Sequence[FunctionSpec], batch: Batch, *, timeout_s: float) -> None:
+    """Import every function and call it on `batch` (a few rendered rows) here, within `timeout_s` CPU
+    seconds: ValueError in one line naming the function when it cannot be loaded, cannot take the call,
+    raises, runs out of time or returns a bad value."""
     for spec in specs:
         fn = load(spec)
         check_signature(spec, fn, list(batch[2]))
-        failed = next((why for _, reason, why in call(fn, batch) if reason != "ok"), None)
+        outcomes = within_cpu_budget(call, (fn, batch), timeout_s, hard_kill=False)
+        if not isinstance(outcomes, list):  # the budget's (0.0, "timeout")
+            outcomes = [(None, "timeout", f"ran out of {timeout_s:g} CPU seconds (reward.timeout_s)")]
+        failed = next((why for _, reason, why in outcomes if reason != "ok"), None)
         if failed is not None:
-            raise ValueError(f"reward.functions: {spec.text}: on the first rows of the training set it {failed}")
+            raise ValueError(f"reward.functions: {spec.text}: called on two rows of the data, it {failed}")
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -77,13 +77,14 @@ def test_a_bad_function_is_one_line_naming_it(functions_file, tmp_path):
         f"{functions_file}:nope": "defines no 'nope' (it defines: flaky, has_marker, spins, two_args, wrong_length)",
         f"{functions_file}:two_args": "cannot be called as TRL calls reward functions",
         f"{functions_file}:wrong_length": "returned 1 values for 2 completions",
+        f"{functions_file}:spins": "called on two rows of the data, it ran out of 0.2 CPU seconds",
         "no_such_package.rewards:fn": "no module 'no_such_package'",
     }
     for text, message in cases.items():
         with pytest.raises((ValueError, FileNotFoundError), match=re.escape(message)) as caught:
-            reward_fns.check([reward_fns.parse_spec(text)], batch)
+            reward_fns.check([reward_fns.parse_spec(text)], batch, timeout_s=0.2)
         assert "\n" not in str(caught.value) and text in str(caught.value)
-    reward_fns.check([_spec(functions_file, "has_marker"), _spec(functions_file, "flaky")], batch)
+    reward_fns.check([_spec(functions_file, "has_marker"), _spec(functions_file, "flaky")], batch, timeout_s=0.2)
 
 
 def test_faults_are_verdicts_of_their_rows_only(functions_file):
@@ -91,7 +92,7 @@ def test_faults_are_verdicts_of_their_rows_only(functions_file):
     answers = ["9", "9", "9", "9", "9", "4"]
     rows = [{"answer": a, "uid": f"u{i}"} for i, a in enumerate(answers)]
     specs = [_spec(functions_file, "has_marker"), _spec(functions_file, "flaky")]
-    warned = pytest.warns(UserWarning, match="reward function flaky: ZeroDivisionError: one row in three")
+    warned = pytest.warns(UserWarning, match="reward function flaky: raised ZeroDivisionError: one row in three")
     with reward_fns.RewardFunctions(specs, [1.0, 2.0], timeout_s=5.0, num_workers=1) as fns, warned:
         scores = fns.score(["p"] * 6, completions, rows)
     assert scores.failed.tolist() == [False, True, False, True, False, False]
@@ -147,7 +148,7 @@ def _logged(run_dir: Path) -> list[dict]:
 
 def test_functions_train_beside_the_verifier_and_are_logged_by_name(functions_file, tmp_path):
     fns = f"reward.functions=[{functions_file}:has_marker,{functions_file}:flaky]"
-    with pytest.warns(UserWarning, match="reward function flaky: ZeroDivisionError: one row in three"):
+    with pytest.warns(UserWarning, match="reward function flaky: raised ZeroDivisionError: one row in three"):
         train.main(_train_args(tmp_path / "run", fns))
     rows = _logged(tmp_path / "run")
     assert [r["step"] for r in rows] == [1, 2]
