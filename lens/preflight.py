@@ -342,6 +342,7 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
         f"chat template: {'yes' if getattr(tokenizer, 'chat_template', None) else 'no'}",
         "algorithm": f"{cfg.algorithm.name} (m={cfg.algorithm.m})",
         "training prompt": f"{train_set.prompt!r} (data.prompt) inside data.template={cfg.data.template}",
+        "reward functions": _functions_line(cfg),
         "data": [
             f"{s.name}: {s.loaded} loaded, {len(s.ids)} rendered, {s.skipped_too_long} skipped as too long, "
             f"prompt tokens min/median/max {_lengths(s)}, verifier {s.kind}"
@@ -354,6 +355,17 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
         "sampler": sampler_config(cfg),
         "memory": memplan.memory_plan(cfg, model_config, world_size=world_size, longest_prompt=longest_prompt).lines(),
     }
+
+
+def _functions_line(cfg: Config) -> str:
+    """What the dry run says of reward.functions: each with its weight, added to which verifier."""
+    r = cfg.reward
+    if not r.functions:
+        return "none (reward.functions)"
+    weights = r.weights if r.weights is not None else [1.0] * len(r.functions)
+    listed = ", ".join(f"{w:g} x {f}" for f, w in zip(r.functions, weights, strict=True))
+    added = "alone (data.reward=none)" if cfg.data.reward == "none" else "added to the verifier's reward"
+    return f"{listed}, {added}; each imported and called on two training rows: ok"
 
 
 def clipping_note(cfg: Config, ds: dict[str, Any]) -> str:

@@ -166,6 +166,15 @@ def test_functions_alone_with_data_reward_none(functions_file, tmp_path):
         assert r["reward/mean"] == pytest.approx(r["reward/fn/has_marker/mean"])
 
 
+def test_the_dry_run_names_the_functions_it_checked(functions_file, capsys):
+    fns = f"reward.functions=[{functions_file}:has_marker]"
+    assert train.main(["--config", "cpu_smoke", "--dry-run", fns, "reward.weights=[0.5]"]) == {}
+    out = capsys.readouterr().out
+    assert f"reward functions: 0.5 x {functions_file}:has_marker, added to the verifier's reward" in out
+    with pytest.raises(ValueError, match=f"reward.functions: {functions_file}:two_args: two_args\\(a, b\\) cannot be"):
+        train.main(["--config", "cpu_smoke", "--dry-run", f"reward.functions=[{functions_file}:two_args]"])
+
+
 def test_eval_takes_the_same_functions(functions_file, tmp_path):
     argv = ["--model", str(vartrack.ASSETS_DIR), "--benchmarks", "vartrack", "--limit", "3", "--n", "2"]
     argv += [
@@ -197,9 +206,8 @@ def test_dry_run_and_launchers_refuse_a_bad_function_in_one_line(functions_file,
     base = ["--config", "cpu_smoke", f"run_dir={run_dir}", bad]
     torchrun = str(Path(sys.executable).parent / "torchrun")
     commands = [[sys.executable, "-m", "lens.launch", *base]]  # one rank
-    if name == "two_args":  # the dry run, and 2 ranks of both launchers (plain torchrun's ranks refuse it in setup)
+    if name == "two_args":  # 2 ranks of both launchers (plain torchrun's ranks refuse it in their setup)
         commands += [
-            [sys.executable, "-m", "lens.train", "--dry-run", *base],
             [sys.executable, "-m", "lens.launch", "--nproc_per_node=2", *base],
             [torchrun, "--standalone", "--nproc_per_node=2", str(REPO / "lens" / "train.py"), *base],
         ]
