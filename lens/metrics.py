@@ -367,6 +367,9 @@ class MetricsLogger:
             # TensorBoard hides the events of earlier files from purge_step on (0: every one of a run started over).
             purge = resume_step + 1 if resume_step is not None else 0
             self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=purge)
+            if config is not None:  # the TEXT tab shows what ran beside the curves (indented: a code block)
+                text = json.dumps(dict(config), indent=2, default=str)
+                self._tb.add_text("config", "\n".join(f"    {line}" for line in text.splitlines()), purge)
         if wandb_project:
             self._wandb = _init_wandb(Path(run_dir), wandb_project, wandb_run_name, config)
 

@@ -88,7 +88,8 @@ def rows(path):
 
 
 def test_logger_writes_jsonl_and_tensorboard(tmp_path):
-    with mx.MetricsLogger(tmp_path, tensorboard=True) as log:
+    # The config is in TensorBoard's TEXT tab (was: only in wandb and config.yaml).
+    with mx.MetricsLogger(tmp_path, tensorboard=True, config={"algorithm": {"name": "grpo"}}) as log:
         log.log(1, {"reward/mean": torch.tensor(0.25), "loss/pg": 1.5, "grad_norm": float("nan")})
         log.log(2, {"reward/mean": 0.5})
     assert rows(tmp_path / mx.METRICS_FILE) == [
@@ -101,6 +102,8 @@ def test_logger_writes_jsonl_and_tensorboard(tmp_path):
     acc.Reload()
     assert [(e.step, e.value) for e in acc.Scalars("reward/mean")] == [(1, 0.25), (2, 0.5)]
     assert "grad_norm" not in acc.Tags()["scalars"]  # non-finite values are not plotted
+    (config,) = acc.Tensors("config/text_summary")
+    assert '"name": "grpo"' in config.tensor_proto.string_val[0].decode()
 
 
 def test_logger_resume_drops_rows_after_the_checkpoint(tmp_path):
