@@ -9,7 +9,7 @@ gold answers of the named set math500 (read through lens.data from the data dire
 - `all_wrong`: the same batch with every rollout wrong: the most work for math-verify;
 - `pool_bound`: every rollout wrong as `gold + k`, k random (never a plain number, never equal as a string,
   all distinct): no fast path applies, every item crosses the worker pool (the pool's own throughput);
-- `adversarial`: the typical batch plus hanging items (`7^{123456789}`, `(10^{100})!`): the latency of a
+- `adversarial`: the typical batch plus hanging items (`(10^{99})!`, `(10^{100})!`): the latency of a
   whole batch is what the trainer waits for.
 
 Each mix is timed for lens (`Verifier("math")`, 2 workers, no verdict cache) and, side by side, for math-verify
@@ -46,7 +46,7 @@ from lens.reward import Verifier
 NUM_WORKERS = 2
 BATCH = 1024
 ADVERSARIAL_TIMEOUT_S = 2.0
-HANGING = [r"\boxed{7^{123456789}}", r"\boxed{(10^{100})!}", r"\boxed{10^{10^{10^{10}}}}", r"\boxed{(10^{100})!}"]
+HANGING = [r"\boxed{(10^{99})!}", r"\boxed{(10^{100})!}", r"\boxed{(10^{98})!}", r"\boxed{(10^{100})!}"]
 
 FILLER = (
     "We start by writing down what is given and what is asked. Let the unknown quantity be $x$. "

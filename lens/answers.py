@@ -3,15 +3,17 @@
 Used by `lens.reward` (the verifiers) and by evaluation reports. Everything here is a linear-time scan or
 regex over at most a few hundred kilobytes of text: it runs inline in the caller and cannot hang.
 
-The reward policy (docs/rewards.md, "The reward policy", states the same rules, R1-R13; each has tests of both
-polarities in tests/test_reward.py):
+The reward policy (docs/rewards.md, "The reward policy", states the same rules, R1-R15, with their reasons;
+each has tests of both polarities in tests/test_reward.py):
 - R1 answer region (`answer_region`): the text after the last `</think>` when it states an answer, else
   the whole completion.
 - R2 final answer (`extract_final`): the last closed `<answer>...</answer>` (a box or marker inside it,
   else its text); else the last closed `\\boxed{}`/`\\fbox{}` (a label such as `\\text{Answer: }` inside
   it dropped), unless a "Final answer"/"Final result" marker follows it; else the text after the last
-  marker ("answer is", "Answer:", a "Final Answer" heading line, "Final result:"): its math span (on the
-  next line when the marker ends its line) or the rest of its line.
+  marker ("answer is", "Answer:", a "Final Answer" heading line, "Final result:"; the same in Spanish,
+  Portuguese, Italian, French, German, Russian, Chinese, Japanese: `_FOREIGN_MARKERS`, because a model
+  answering in its prompt's language states its answer as plainly): its math span (on the next line when
+  the marker ends its line) or the rest of its line.
 - R3 cut off: a last box or answer tag that never closes is no answer, never an earlier box or a number.
 - R4 truncation (in `lens.reward`): training scores a length-cut completion `reward.truncated`;
   evaluation scores its text.
@@ -19,19 +21,38 @@ polarities in tests/test_reward.py):
   math, whichever ends later, so `$\\sqrt{130}$` gives `\\sqrt{130}` and not 130.
 - R6 hedges: boxes glued by "or"/"and"/commas/"possibly" (`_LIST_GLUE_RE`) and math spans so glued after
   a marker are ONE list answer, and so are values joined by words inside an answer (`split_items`); a
-  list never equals a single gold. Choices: two letters in the answer clause are no answer.
+  list never equals a single gold. Hedge words count inside `\\text{}`/`\\textbf{}` too (a wrapper
+  changes the look of a word, not its meaning). Final-answer lines in a row (`_line_run`) are one
+  statement: one value repeated is that value, different ones a list (a model lists candidates one per
+  line; a correction comes with words). Choices: two letters in the answer clause, or a range ("A-J"),
+  are no answer.
 - R7 lists: `split_items` splits at top-level commas, semicolons and "or"/"and"; `lens.reward` compares
   item by item normalized lists.
 - R8 units: `normalize_math_unit` returns the trailing unit it removed, in one spelling.
 - R9 words: answers in words are compared as text by `lens.reward`, never by math-verify.
 - R10 formatting (`normalize_math`): spacing, `\\left`/`\\right`/`\\bigl`, `\\dfrac`, degrees, `\\$`,
-  `\\%`, a trailing unit, a `x =` prefix, digit grouping, matrix environments (read as `pmatrix`), Unicode
-  math (`unicode_math`: `√3`, `10¹⁹`, `∞`, before NFKC), and scientific notation `1.87e6` rewritten as
-  `1.87\\times10^{6}`, which math-verify would otherwise read as 1.87·e·6.
-- R11 degenerate values and determinism: in `lens.reward` (math-verify's side).
-- R12 choices (`extract_choice`): A-J in any case or width, from the answer clause; negated letters do not
-  count; a last line that is only a letter.
-- R13 text (`normalize_text`): case, wrappers, quotes, an enclosing pair of brackets, numbers by value.
+  `\\%`, a trailing unit or plain words after a number ("5 tiles"), a `x =` prefix, digit grouping (periods
+  too: `1.034.289`), colour, `\\operatorname{sin}`, matrix environments (read as `pmatrix`), Unicode
+  math (`unicode_math`: `√3`, `10¹⁹`, `∞`, before NFKC; a mixed number `1⅖` is 7/5, as every reader takes
+  it, never NFKC's `12⁄5`), and scientific notation `1.87e6` rewritten as `1.87\\times10^{6}`, which
+  math-verify would otherwise read as 1.87·e·6. In `lens.reward`: one comma before 1-2 or 4+ digits is a
+  decimal comma when the gold is one number (`6,2`); against a list gold it separates items.
+- R11 degenerate values and determinism: in `lens.reward` (math-verify's side): an infinity anywhere in an
+  answer, or a function where it is undefined (`\\log(0)-\\log(0)`), never equals a finite gold; huge
+  integer powers are compared as written.
+- R12 choices (`extract_choice`): A-J in any case or width (`g)` too), from the answer clause; negated
+  letters do not count (a negation without a verb only in lower case: "(C) Not enough information" is an
+  option's text); a last line that is only a letter, which after `</think>` beats a marker inside it.
+- R13 text (`normalize_text`): case, wrappers (`\\texttt{}`, `\\underline{}`, `_word_`), quotes, an
+  enclosing pair of brackets, numbers by value (`-1.51e3` is -1510).
+- R14 decimals (in `lens.reward`): plain numbers compare exactly, so a near miss (`0.5000000001`) is wrong:
+  "close enough" would pay for a wrong digit. A value with an endless decimal expansion (1/3) is also
+  answered by itself rounded or cut off at 2+ places (2+ significant digits), the only way to write it as a
+  decimal. A decimal never answers an irrational gold (`1.414214` for `\\sqrt{2}`): the exact value was
+  asked for.
+- R15 negation and endorsement: "the answer is not 19" states no answer, unless a correction on its line
+  ("; it is 38") gives one (`_NEGATION_RE`); another value or letter called right too after the final
+  answer ("(F) also works", `_ALSO_RE`, `_ALSO_VALUE_RE`) is a hedge: the completion does not commit.
 """
 
 from __future__ import annotations
@@ -39,6 +60,7 @@ from __future__ import annotations
 import itertools
 import re
 import unicodedata
+from decimal import Decimal
 from fractions import Fraction
 
 __all__ = [
@@ -161,28 +183,48 @@ def math_spans(text: str) -> list[tuple[int, int, str]]:
 # Final answers
 # ----------------------------------------------------------------------------------------------------
 
+# The same statement in other languages a model may answer in: Spanish, Portuguese, Italian, French, German,
+# Russian, Chinese, Japanese ("La respuesta es", "Antwort:", "Ответ:", "答案是", "答えは").
+_FOREIGN_MARKERS = (
+    r"(?i:(?:respuesta|resposta|risposta|r[\u00e9e]ponse)(?:\s+(?:final|finale|correcta|correcte|correta|corretta))?"
+    r"\s*(?:es\b|\u00e9|\u00e8|est\b|[:\uff1a])|(?:antwort|endergebnis)\s*(?:ist|lautet|:)|\u043e\u0442\u0432\u0435\u0442\s*(?:[:\u2014-]|\u0440\u0430\u0432\u0435\u043d\b))"
+    r"|\u7b54\u6848\s*(?:\u662f|\u4e3a|\u70ba|[:\uff1a])|(?:\u7b54\u3048|\u89e3\u7b54)\s*(?:\u306f|[:\uff1a])"
+)
 _ANSWER_MARKER_RE = re.compile(
     r"(?i:answer|final\s+result)\s*(?:is\b|:)[\s:]*|(?i:answer)\s*\*\*\s*:?[\s:]*"
     # A "Final Answer" heading on its own line: the answer follows on the next line.
     r"|(?im:^[#*\s]{0,8}final\s+answer[*\s]{0,8}$)"
+    rf"|(?:{_FOREIGN_MARKERS})[\s:]*"
 )
+# "The answer is not 19": a statement that the value is NOT the answer. What follows a correction ("but",
+# "it is", "rather") on its line is the answer; without one the statement names none.
+# Only before a value (math, a number, a sign, a capital letter): "not defined" and "not entailed" are words.
+_NEGATION_RE = re.compile(r"[\s*]*(?i:not|never|no\s+longer)\s*(?=[$\d(+\-\u2212]|\\[(\[a-zA-Z]|[A-Z]\b)")
+_CORRECTION_RE = re.compile(r"(?i:\bbut\b|\bit\s+is\b|\bit's\b|\brather\b|\binstead\b)[\s:,]*")
+# What may stand before a marker that starts its line: decoration and "Final" ("**Final Answer:** 7").
+_LINE_PREFIX_RE = re.compile(r"[\s#*>-]*(?:(?i:final)[\s*]+)?")
 _FINAL_MARKER_RE = re.compile(r"(?i:final\s+(?:answer|result))")
 # The grouped form starts only where no digit group ends (not after a comma) and its groups are possessive:
 # giving a group back always leaves a comma next, which the lookahead refuses, so backtracking could only
 # waste time (quadratic on `1,000,000,...,1`); this way each character is read a bounded number of times.
-_NUMBER_RE = re.compile(r"(?<![\w.,])-?\d{1,3}(?:,\d{3})++(?:\.\d+)?(?![\d,])|(?<![\w.])-?\d+(?:\.\d+)?(?:/\d+)?")
+_NUMBER_RE = re.compile(
+    r"(?<![\w.,])[-\u2212]?\d{1,3}(?:,\d{3})++(?:\.\d+)?(?![\d,])|(?<![\w.])[-\u2212]?\d+(?:\.\d+)?(?:/\d+)?"
+)
 _LEADING_NOISE = " \t*:"
 # What may stand between the parts of ONE answer: punctuation and list or hedge words. Parts so joined
 # are one list answer ("$1$ and $-2$", "\boxed{3} or \boxed{4}"), compared as a list with the gold.
 _GLUE_SPACE = r"(?:[\s,;/&$*~]|\\[,;:! )\]]|\\q?quad(?![a-zA-Z]))"  # \) \] close an inline or display math span
-_GLUE_WORD = (
-    r"(?:\\(?:text|textrm|mathrm|mbox)\s*\{\s*(?:and/or|and|or)\s*\}|(?:and/or|and|or|either|else|possibly|perhaps|"
-    r"maybe|alternatively|also|it\s+could\s+be|could\s+be|might\s+be)\b)"
+_HEDGE_WORDS = (
+    r"and/or|and|or|either|else|possibly|perhaps|maybe|alternatively|also|it\s+could\s+be|could\s+be|might\s+be"
 )
+# LaTeX text commands a model wraps words in: `\text{ possibly }` is the word "possibly".
+_WORD_COMMANDS = r"\\(?:text|textrm|textbf|textit|textsf|texttt|textnormal|mathrm|mathbf|mathit|mbox|emph)\s*"
+_GLUE_WORD = rf"(?:{_WORD_COMMANDS}\{{[\s,]*(?:(?:{_HEDGE_WORDS})\b[\s,]*)+\}}|(?:{_HEDGE_WORDS})\b)"
 _LIST_GLUE_RE = re.compile(rf"{_GLUE_SPACE}*(?:{_GLUE_WORD}{_GLUE_SPACE}*)*", re.IGNORECASE)
 # "or" and another value right after the last box: `\\boxed{3} or 4`, `\\boxed{C} or D` (a hedge, R6).
+_OFFER_WORDS = r"or|and/or|possibly|perhaps|maybe"
 _ALTERNATIVE_AFTER_RE = re.compile(
-    rf"{_GLUE_SPACE}*(?i:or|and/or|\\(?:text|textrm|mathrm|mbox)\s*\{{\s*or\s*\}}){_GLUE_SPACE}*"
+    rf"{_GLUE_SPACE}*(?i:{_WORD_COMMANDS}\{{[\s,]*(?:(?:{_OFFER_WORDS})\b[\s,]*)+\}}|(?:{_OFFER_WORDS})\b){_GLUE_SPACE}*"
     # the second value: math in $ or \( \[, any command (`\frac`, `\sqrt`, `\pi`, `\boxed`), a number, a
     # Unicode math sign, or a single letter
     r"(?:(?i:possibly|perhaps|maybe)\s+)?(?:\$|\\[(\[]|\\[A-Za-z]+|[-+(\d\u221a\u221e\u03c0]|[A-Za-z]\b)"
@@ -193,22 +235,64 @@ _ANSWER_TAG_RE = re.compile(r"<answer>|</answer>", re.IGNORECASE)
 _BOX_LABEL_RE = re.compile(r"^(?:\\text(?:bf)?\s*\{\s*)?(?i:(?:final\s+)?answer)\s*:?\s*\}?\s*:?\s*")
 
 
+def _line_run(text: str, markers: list[re.Match[str]]) -> list[re.Match[str]]:
+    """The last marker and the markers right above it that each start a line of their own with the answer
+    on it ("Final answer: 7" / "Final answer: 9"), nothing but blank lines between them, in text order."""
+    run = [markers[-1]]
+    for m in reversed(markers[:-1]):
+        head = run[0]
+        line_start = text.rfind("\n", 0, head.start()) + 1
+        prev_start = text.rfind("\n", 0, m.start()) + 1
+        prev_end = text.find("\n", m.end())
+        if (
+            prev_end < 0
+            or prev_end >= line_start
+            or text[prev_end:line_start].strip()
+            or not text[m.end() : prev_end].strip(_LEADING_NOISE + ".")
+            or not _LINE_PREFIX_RE.fullmatch(text, prev_start, m.start())
+            or not _LINE_PREFIX_RE.fullmatch(text, line_start, head.start())
+        ):
+            break
+        run.insert(0, m)
+    return run
+
+
 def _after_answer_marker(text: str) -> str | None:
-    """The answer after the last "answer is" / "Answer:": a math span if one starts it (on this line or,
-    when the line is empty, on the next), else the rest of its line; None when nothing follows."""
-    last = None
-    for last in _ANSWER_MARKER_RE.finditer(text):  # noqa: B007 (only the last match is wanted)
-        pass
-    if last is None:
+    """The answer after the last "answer is" / "Answer:" (R2), None when nothing follows, "" when it is
+    negated. Final-answer lines in a row are one statement: one value repeated is that value, different
+    values a list (R6)."""
+    markers = list(_ANSWER_MARKER_RE.finditer(text))
+    if not markers:
         return None
+    answers = [_marker_answer(text, m) for m in _line_run(text, markers)]
+    if not answers[-1]:
+        return answers[-1]
+    return ", ".join(dict.fromkeys(a for a in answers if a))
+
+
+def _marker_answer(text: str, last: re.Match[str]) -> str | None:
+    """The answer after one marker: a math span if one starts it (on this line or, when the line is empty, on
+    the next), else the rest of its line; None when nothing follows, "" when the statement is negated (it
+    states that there is no answer here, R15)."""
     rest = text[last.end() : last.end() + 4 * MAX_ANSWER_CHARS].lstrip(_LEADING_NOISE)
+    negated = _NEGATION_RE.match(rest)
+    if negated is not None:
+        line = rest.partition("\n")[0]
+        correction = None
+        for correction in _CORRECTION_RE.finditer(line, negated.end()):  # noqa: B007 (the last one)
+            pass
+        if correction is None:
+            return ""
+        rest = rest[correction.end() :]
     line, _, after = rest.partition("\n")
     if not line.strip(_LEADING_NOISE + "."):
         rest = after.lstrip(" \t\n*")  # `The answer is:` then the answer on the next line
         line = rest.split("\n", 1)[0]
     spans = [span for span in math_spans(rest) if span[0] < len(line)]
     if not spans:
-        answer = re.split(r"\.\s", line, maxsplit=1)[0]
+        answer = re.split(r"\.\s|[\u3002\uff01\uff1f]", line, maxsplit=1)[0]
+        # A sentence ending in another script after the value (Japanese "42 desu", written in kana).
+        answer = _FOREIGN_TAIL_RE.sub("", answer)
     else:
         # Math on the answer line is the answer; several spans joined by commas, "and" or "or" are one list.
         answer = spans[0][2]
@@ -218,6 +302,27 @@ def _after_answer_marker(text: str) -> str | None:
             answer += ", " + content
     answer = answer.replace("**", "").strip().rstrip(".").strip()
     return answer or None
+
+
+_SPACES_RE = re.compile(r"\s+")
+# Words that call a value or letter right too (R15).
+_ENDORSED = (
+    r"[\s*]*(?:(?:is|are|could|might|may|would|can|should|seems?)\s+){0,2}(?:also|equally)\s+(?:works?|valid|"
+    r"correct|right|true|possible|acceptable|plausible|defensible|an?\s+(?:valid\s+|correct\s+)?(?:answer|solution|"
+    r"option)|be\s+(?:correct|right|valid|true|argued|accepted|defended))\b"
+    r"|[\s*]*(?:works?|is\s+(?:valid|correct|right))\s+(?:too|as\s+well)\b"
+)
+# A value called right too: "$7$ also works", "x = 7 is also a solution", "7 works too" (R15).
+# A bare number counts where a clause starts ("Of course 15 works too", ", but 15 is also valid"), not after a
+# noun ("Step 3 also works"); a value given to a variable ("x = 9 is also a solution") anywhere.
+_CLAUSE_START = (
+    r"(?:(?<=[,;:.!?(\n] )|(?<=[;:(\n])|(?<=\band )|(?<=\bbut )|(?<=\bthough )|(?<=\bcourse )|(?<=\bwhile ))"
+)
+_ALSO_VALUE_RE = re.compile(
+    rf"(?:\$([^$\n]{{1,80}})\$|(?:(?<![\w.\\])[a-z]\s*=\s*|{_CLAUSE_START})([-\u2212]?\d+(?:[.,/]\d+)*)(?![\w.]))(?:{_ENDORSED})",
+    re.IGNORECASE,
+)
+_FOREIGN_TAIL_RE = re.compile(r"(?<=[\d})\]a-zA-Z])\s*[\u3040-\u30ff\u4e00-\u9fff]+$")
 
 
 def _boxes(text: str) -> tuple[bool, list[tuple[int, int, str]] | None]:
@@ -267,13 +372,32 @@ def _statement(region: str) -> tuple[bool, str | None]:
         if final is not None:  # "Final Answer: 4" written after the last box overrides it
             marked = _after_answer_marker(region[final.start() :])
             if marked is not None:
-                return True, marked
+                return True, marked or None
         if _ALTERNATIVE_AFTER_RE.match(region, chain[-1][1]):
             return True, None
         contents = [_box_content(c) for _, _, c in chain]
-        return True, ", ".join(c for c in contents if c) or None
+        return True, _unless_also_value(region, chain[-1][1], ", ".join(c for c in contents if c) or None)
     marked = _after_answer_marker(region)
-    return (True, marked) if marked is not None else (False, None)
+    if marked is None:
+        return False, None
+    if not marked:
+        return True, None
+    last = None
+    for last in _ANSWER_MARKER_RE.finditer(region):  # noqa: B007 (the last one)
+        pass
+    return True, _unless_also_value(region, last.end() if last else 0, marked)
+
+
+def _unless_also_value(region: str, after: int, answer: str | None) -> str | None:
+    """`answer`, or None when the text after it calls another value right too ("$7$ also works", R15)."""
+    if answer is None:
+        return None
+    own = _SPACES_RE.sub("", answer)
+    for m in _ALSO_VALUE_RE.finditer(region, after, after + 400):
+        value = m.group(1) or m.group(2)
+        if _SPACES_RE.sub("", value.strip("$")) != own:
+            return None
+    return answer
 
 
 def answer_region(text: str) -> str:
@@ -291,7 +415,7 @@ def _last_math_or_number(text: str) -> str | None:
     for m in _NUMBER_RE.finditer(text, span[1] if span else 0):
         number = m
     if number is not None:
-        return number.group().replace(",", "")
+        return number.group().replace(",", "").replace("\u2212", "-")  # U+2212 is the minus sign
     if span is None or not span[2]:
         return None
     return span[2]
@@ -321,13 +445,15 @@ _CHOICE_MARKER_RE = re.compile(
     # "..., which is option (J)" and "Option (C) is correct": the letter follows the marker.
     r"|(?i:\b(?:is|be)\s+(?:option|choice)\s+)"
     r"|(?i:\b(?:option|choice)\s+)(?=\(?[A-Ja-j]\)?\s+is\s+(?:the\s+)?(?:correct|right|best|answer)\b)"
+    rf"|(?:{_FOREIGN_MARKERS})[\s:*]*"
 )
 _NOTHING_AFTER_RE = re.compile(r"[\s*]*(?:[.!?]|$)")
 # One candidate letter: "(C)" / "(c)", or "C" as its own token (not the article "A" or the pronoun "I").
-_CANDIDATE_RE = re.compile(r"\(([A-Ja-j])\)|\b([A-J])\b(?!['\w])")
+# A letter closed by a parenthesis only ("g) an individual's phenotype") counts as parenthesized.
+_CANDIDATE_RE = re.compile(r"\(([A-Ja-j])\)|(?:^|(?<=\s))([A-Ja-j])\)(?=\s|$)|\b([A-J])\b(?!['\w])")
 # Where the answer clause ends and its justification starts ("(B), since (A) fails").
 _CLAUSE_END_RE = re.compile(
-    r"[;:\n]|\.\s|\s[-\u2013\u2014]+\s|\b(?:because|since|as|given|which|whereas|while|than|unlike|so|hence|thus|"
+    r"[;:\n]|\.\s|\s[-\u2013\u2014]+\s(?!\(?[A-Ja-j]\)?(?:\W|$))|\b(?:because|since|as|given|which|whereas|while|than|unlike|so|hence|thus|"
     r"therefore|due|that|where|when|if)\b",
     re.IGNORECASE,
 )
@@ -336,14 +462,24 @@ _NEGATED_BEFORE_RE = re.compile(
     r"\s*(?:(?:option|choice|answer|letter)\s*)?\**\s*$",
     re.IGNORECASE,
 )
-_NEGATED_AFTER_RE = re.compile(
-    r"\)?\**\s*(?:is|are|was|seems)?\s*(?:not\b|wrong|incorrect|false|ruled\s+out|eliminated|excluded|invalid)",
-    re.IGNORECASE,
+# With a verb in any case ("(J) is wrong"); without one only in lower case: "(C) Not enough information" and
+# "(G) False, False" are the option's own words.
+_NEGATIONS = r"not\b|wrong|incorrect|false|ruled\s+out|eliminated|excluded|invalid"
+_NEGATED_AFTER_RE = re.compile(rf"\)?\**\s*(?:(?i:is|are|was|seems)\s*(?i:{_NEGATIONS})|(?:{_NEGATIONS}))")
+# A range of letters ("A-J", "A through J") names all of them: a hedge like "A or J".
+_RANGE_RE = re.compile(r"\s*(?:[-\u2013\u2014]|\bto\b|\bthrough\b|\bthru\b)\s*", re.IGNORECASE)
+_HEDGE_RE = re.compile(
+    r"\s*(?:,|/|&|\bor\b|\band/or\b|\band\b|\bvs\.?|[-\u2013\u2014]|\bto\b|\bthrough\b|\bthru\b)\s*"
+    r"(?:\(([A-Ja-j])\)|\b([A-J])\b)"
 )
-_HEDGE_RE = re.compile(r"\s*(?:,|/|&|\bor\b|\band/or\b|\band\b|\bvs\.?)\s*(?:\(([A-Ja-j])\)|\b([A-J])\b)")
+# Another letter endorsed after the answer ("(F) also works", "(G) could also be argued", "B works too").
+_ALSO_RE = re.compile(rf"(?:\(([A-Ja-j])\)|\b([A-J])\b)\)?(?:{_ENDORSED})")
 _BOX_LETTER_RE = re.compile(r"\(?([A-Ja-j])\)?(?:\s*$|[.:)\s]\s*\S|\.$)")
 _BARE_LETTER_RE = re.compile(r"[\s*.:()\[\]'\"`]*(?:(?:option|choice|letter)\s+)?\(?([A-Ja-j])\)?[\s*.:)'\"`]*")
-_TEXT_WRAP_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox|textit|mathit|emph|operatorname)\s*\{([^{}]*)\}")
+_TEXT_WRAP_RE = re.compile(
+    r"\\(?:text|textbf|mathrm|mathbf|mbox|textit|mathit|emph|operatorname|texttt|textsf|textnormal|mathtt|mathsf|"
+    r"underline|boldsymbol|bm)\s*\{([^{}]*)\}"
+)
 
 
 def _is_word(text: str, letter_at: int) -> bool:
@@ -371,21 +507,24 @@ def _clause_letters(clause: str) -> list[str]:
         return [bare.group(1).upper()]
     found: list[tuple[re.Match[str], str]] = []
     for m in _CANDIDATE_RE.finditer(clause):
-        if m.group(2) and _is_word(clause, m.start(2)):
+        if m.group(3) and _is_word(clause, m.start(3)):
             continue
         if _NEGATED_BEFORE_RE.search(clause[max(0, m.start() - 30) : m.start()]):
             continue
         if _NEGATED_AFTER_RE.match(clause, m.end()):
             continue
-        found.append((m, (m.group(1) or m.group(2)).upper()))
-    any_parenthesized = any(m.group(1) for m, _ in found)
+        found.append((m, (m.group(1) or m.group(2) or m.group(3)).upper()))
+    any_parenthesized = any(not m.group(3) for m, _ in found)
     between = [clause[a.end() : b.start()].lstrip(")") for (a, _), (b, _) in itertools.pairwise(found)]
-    # Joined by a word or a separator, not by a space alone ("4 J (B)" names one option, B).
-    glued = [_LIST_GLUE_RE.fullmatch(t) is not None and t.strip(" \t$*") != "" for t in between]
+    # Joined by a word, a separator or a range dash, not by a space alone ("4 J (B)" names one option, B).
+    glued = [
+        (_LIST_GLUE_RE.fullmatch(t) is not None and t.strip(" \t$*") != "") or _RANGE_RE.fullmatch(t) is not None
+        for t in between
+    ]
     letters = []
     for k, (m, letter) in enumerate(found):
         joined = (k > 0 and glued[k - 1]) or (k < len(glued) and glued[k])
-        if m.group(1) or joined or (k == 0 and not any_parenthesized):
+        if not m.group(3) or joined or (k == 0 and not any_parenthesized):
             letters.append(letter)
     return letters
 
@@ -401,8 +540,17 @@ def _letter_after(span: str) -> str | None:
         letters = set(_clause_letters(span[start:end]))
         start = end + 1
         if letters:
-            return letters.pop() if len(letters) == 1 else None
+            return _unless_also(span, letters.pop()) if len(letters) == 1 else None
     return None
+
+
+def _unless_also(after: str, letter: str) -> str | None:
+    """`letter`, or None when the text after the answer endorses another letter too (a hedge, R6)."""
+    for m in _ALSO_RE.finditer(after[:300]):
+        other = next(g for g in m.groups() if g).upper()
+        if other != letter and not _NEGATED_BEFORE_RE.search(after[max(0, m.start() - 30) : m.start()]):
+            return None
+    return letter
 
 
 def extract_choice(text: str) -> str | None:
@@ -416,12 +564,20 @@ def extract_choice(text: str) -> str | None:
     text = unicodedata.normalize("NFKC", text)
     region = answer_region(text)
     decided, letter = _choice_statement(region)
-    if not decided and region is not text:
-        decided, letter = _choice_statement(text)
     if decided:
         return letter
     # No statement: a last line that is only a letter ("(d)", "**C**", "Ｅ.") is the answer.
-    last_line = region.strip().rpartition("\n")[2].strip()
+    alone = _last_line_letter(region)
+    if alone is not None or region is text:
+        return alone
+    # A letter alone after the thinking beats a statement inside it (R1).
+    decided, letter = _choice_statement(text)
+    return letter if decided else _last_line_letter(text)
+
+
+def _last_line_letter(text: str) -> str | None:
+    """The letter of a last line that is only a letter ("(d)", "**C**", "Ｅ."), or None."""
+    last_line = text.strip().rpartition("\n")[2].strip()
     alone = _BARE_LETTER_RE.fullmatch(last_line)
     return alone.group(1).upper() if alone and last_line[:1] in "(*" + _LETTERS else None
 
@@ -443,12 +599,16 @@ def _choice_statement(region: str) -> tuple[bool, str | None]:
         if _ALTERNATIVE_AFTER_RE.match(region, chain[-1][1]):
             return True, None
         letters = {_box_letter(c) for _, _, c in chain}
-        return True, letters.pop() if len(letters) == 1 else None
+        if len(letters) != 1 or None in letters:
+            return True, None
+        return True, _unless_also(region[chain[-1][1] :], letters.pop())
     # The last marker that something follows: "option A is the correct choice." ends on a marker with nothing after.
     markers = [m for m in _CHOICE_MARKER_RE.finditer(region) if not _NOTHING_AFTER_RE.match(region, m.end())]
     if not markers:
         return False, None
-    return True, _letter_after(region[markers[-1].end() : markers[-1].end() + 200])
+    # Answer lines in a row naming different letters are a hedge, as in math.
+    letters = {_letter_after(region[m.end() : m.end() + 200]) for m in _line_run(region, markers)}
+    return True, letters.pop() if len(letters) == 1 else None
 
 
 def _box_letter(boxed: str) -> str | None:
@@ -476,6 +636,14 @@ _DEGREE_RE = re.compile(r"\^\s*\{?\\circ\}?|\\circ|°|\\degree|\^\s*\{\s*\\text\
 _FRAC_SHORT_RE = re.compile(r"\\frac\s*(\d)\s*(\d)|\\frac\s*\{([^{}]*)\}\s*(\d)|\\frac\s*(\d)\s*\{")
 _SCI_RE = re.compile(r"(-?\d+(?:\.\d+)?)\s*[eE]\s*([+-]?\d+)")
 _TIMES_TEN_RE = re.compile(r"(-?\d+(?:\.\d+)?)\s*(?:\\times|\\cdot|×|\*)\s*10\s*\^\s*\{?\s*([+-]?\d+)\s*\}?")
+# Words after a number that change its value ("5 hundred", "3 halves", `2 \text{ squared}`): never phrasing.
+_SCALE_WORD_RE = re.compile(
+    r"[\s{]*(?:\\(?:text|mbox|mathrm|textrm)\s*\{\s*)?(?i:hundred|thousand|million|billion|trillion|dozen|"
+    r"squared|cubed|factorial|times|half|halves|third|quarter|fourth|fifth|sixth|seventh|eighth|ninth|tenth|"
+    r"hundredth|thousandth|over|plus|minus|divided|power|root)"
+)
+# Words that are math, never phrasing, after a number: `2 sin x`.
+_FUNCTION_WORDS = r"(?i:sin|cos|tan|cot|sec|csc|log|ln|exp|sqrt|pi|arc\w*|sinh|cosh|tanh|mod|and|or)"
 # Units a final answer may end with. Single letters (m, s, h, g) only after a space: `5m` may be an expression.
 _UNIT_WORDS = (
     "km/h|km/hr|m/s|mph|kmh|cm|mm|km|kg|mg|sec|ms|hrs?|hours?|minutes?|mins?|seconds?|days?|weeks?|years?|"
@@ -485,7 +653,9 @@ _UNIT_WORDS = (
 )
 _TRAILING_UNIT_RE = re.compile(
     r"(?P<value>.*?[\d}])\s*(?:\\(?:text|mbox|mathrm|textrm)\s*\{\s*[A-Za-z][^{}]*\}"
-    rf"|(?:{_UNIT_WORDS})|\s(?:[mgsh]|in|mi|l))(?:\^\{{?[23]\}}?)?"
+    rf"|(?:{_UNIT_WORDS})|\s(?:[mgsh]|in|mi|l)"
+    # plain words after a number ("5 tiles", "12 red apples"): phrasing, as inside `\text{}` (R8)
+    rf"|(?<=[\d}}])\s(?!{_FUNCTION_WORDS}\b)[A-Za-z]{{3,}}(?:\s[A-Za-z]+)*)(?:\^\{{?[23]\}}?)?"
 )
 # Unicode math a model may write instead of LaTeX. Superscripts and roots are rewritten BEFORE NFKC, which
 # would turn `10¹⁹` into `1019`; the symbols after it (NFKC turns `½` into `1⁄2`).
@@ -495,6 +665,9 @@ _SCRIPT_DIGITS = str.maketrans(
     "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207a\u207b\u2080\u2081\u2082\u2083\u2084\u2085\u2086\u2087\u2088\u2089",
     "0123456789+-0123456789",
 )
+# A whole number then a vulgar fraction (`1½`, `3 ⅞`): one mixed number. The digits may not follow a letter,
+# a digit group or a decimal point (`x1½`, `1,2½`).
+_MIXED_NUMBER_RE = re.compile(r"(?<![\w.,])(\d{1,9})[ \u2009\u202f]?([\u00bc-\u00be\u2150-\u215e])")
 _ROOT_RE = re.compile(r"([\u221a\u221b\u221c])\s*(\d+(?:\.\d+)?|[A-Za-z]|\([^()]{0,200}\)|\{[^{}]{0,200}\})")
 _ROOT_INDEX = {"\u221a": "", "\u221b": "[3]", "\u221c": "[4]"}
 _UNICODE_SYMBOLS = {
@@ -522,6 +695,13 @@ _VAR_EQ_RE = re.compile(r"^[a-zA-Z](?:_\{?[a-zA-Z0-9]+\}?)?(?:\([a-z]\))?\s*=\s*
 _INNER_SPACE_RE = re.compile(r"(?<![A-Za-z]) | (?![A-Za-z])")
 _BARE_SCRIPT_RE = re.compile(r"([_^]|\\sqrt)([A-Za-z0-9])")
 _THOUSANDS_RE = re.compile(r"-?\d{1,3}(?:(?:,|\{,\})\d{3})+(?:\.\d+)?")
+# Two or more periods each before three digits can only group digits (one period is a decimal point).
+_PERIOD_GROUPING_RE = re.compile(r"-?\d{1,3}(?:\.\d{3}){2,}(?:(?:,|\{,\})\d+)?|-?\d{1,3}\.\d{3}(?:,|\{,\})\d+")
+_COLOR_RE = re.compile(r"\\(?:textcolor|color)\s*\{[a-zA-Z!0-9]*\}")
+_OPERATOR_NAME_RE = re.compile(
+    r"\\operatorname\s*\{\s*(sin|cos|tan|cot|sec|csc|arcsin|arccos|arctan|sinh|cosh|tanh|log|ln|exp|lg|"
+    r"min|max|gcd|lcm|det|deg)\s*\}"
+)
 
 
 def _expand_short_fracs(s: str) -> str:
@@ -537,10 +717,19 @@ def _expand_short_fracs(s: str) -> str:
     return _FRAC_SHORT_RE.sub(fix, s)
 
 
+def _mixed_number(m: re.Match[str]) -> str:
+    """`1⅖` -> `\\frac{7}{5}`: a whole number and a vulgar fraction are their sum (NFKC would write `12⁄5`)."""
+    num, _, den = unicodedata.normalize("NFKC", m.group(2)).partition("\u2044")
+    value = int(m.group(1)) + Fraction(int(num), int(den))
+    return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
 def unicode_math(text: str) -> str:
-    """Unicode math as LaTeX, then NFKC: `√3` -> `\\sqrt{3}`, `10¹⁹` -> `10^{19}`, `∞` -> `\\infty`, `π` -> `\\pi`."""
+    """Unicode math as LaTeX, then NFKC: `√3` -> `\\sqrt{3}`, `10¹⁹` -> `10^{19}`, `∞` -> `\\infty`, `π` -> `\\pi`,
+    a mixed number `2¾` -> `\\frac{11}{4}`."""
     if text.isascii():
         return text
+    text = _MIXED_NUMBER_RE.sub(_mixed_number, text)
     text = _SUPERSCRIPT_RUN_RE.sub(lambda m: "^{" + m.group().translate(_SCRIPT_DIGITS) + "}", text)
     text = _SUBSCRIPT_RUN_RE.sub(lambda m: "_{" + m.group().translate(_SCRIPT_DIGITS) + "}", text)
     text = _ROOT_RE.sub(lambda m: f"\\sqrt{_ROOT_INDEX[m.group(1)]}{{{m.group(2).strip('{}')}}}", text)
@@ -586,6 +775,10 @@ def normalize_math_unit(answer: str, *, strip_var: bool = True) -> tuple[str, st
     if s.startswith(("\\[", "\\(")) and s.endswith(("\\]", "\\)")):
         s = s[2:-2]
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\displaystyle", "")
+    # Colour is presentation: `\color{blue}{56}`, `\textcolor{red}{56}` are 56.
+    s = _COLOR_RE.sub("", s)
+    # `\operatorname{sin}` is `\sin` (math-verify knows the command, not the operator name).
+    s = _OPERATOR_NAME_RE.sub(r"\\\1", s)
     # `\$` is currency; a bare `$` left inside is a math delimiter (`$a$,$b$` golds): both are formatting.
     s = s.replace("−", "-").replace("\\$", "").replace("$", "").replace("\\%", "").replace("%", "")
     s = _LEFT_RIGHT_RE.sub("", s)
@@ -595,7 +788,7 @@ def normalize_math_unit(answer: str, *, strip_var: bool = True) -> tuple[str, st
     s = _MATRIX_ENV_RE.sub(lambda m: f"\\{m.group(1)}{{pmatrix}}", s)
     unit = _TRAILING_UNIT_RE.fullmatch(s)
     unit_name = None
-    if unit is not None and re.search(r"\d", unit.group("value")):
+    if unit is not None and re.search(r"\d", unit.group("value")) and not _SCALE_WORD_RE.match(s, unit.end("value")):
         unit_name = _canonical_unit(s[unit.end("value") :])
         s = unit.group("value").strip()
     s = _TEXT_WRAP_RE.sub(r"\1", s)
@@ -606,6 +799,8 @@ def normalize_math_unit(answer: str, *, strip_var: bool = True) -> tuple[str, st
     s = _expand_short_fracs(s)
     if _THOUSANDS_RE.fullmatch(s):
         s = s.replace("{,}", "").replace(",", "")
+    elif _PERIOD_GROUPING_RE.fullmatch(s):  # `1.034.289`, `1.034,5`: periods group digits, a comma is the point
+        s = s.replace(".", "").replace("{,}", ".").replace(",", ".")
     # Before the script rule below: a whole answer `4.46\cdot10^19` means 10^{19}, as its writer meant.
     sci = _SCI_RE.fullmatch(s) or _TIMES_TEN_RE.fullmatch(s)
     if sci is not None:
@@ -752,6 +947,8 @@ def additive_terms(normalized: str) -> list[str] | None:
     return sorted(terms) if len(terms) > 1 else None
 
 
+_UNDERSCORE_EMPHASIS_RE = re.compile(r"^(_{1,2})(?!_)(.+?)\1$")
+_TEXT_SCI_RE = re.compile(r"([-+]?\d+(?:\.\d+)?)(?:e|\\times\s*10\^|\\cdot\s*10\^|\s*\*\s*10\^)\{?([-+]?\d+)\}?")
 _TEXT_NOISE = " .'\"`*\u2018\u2019\u201c\u201d\u00ab\u00bb"
 _TEXT_NUMBER_RE = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
 # Digit grouping a model may write in LaTeX: `1{,}075`, `1\,217`, `1\ 217`, `1~217`.
@@ -769,14 +966,20 @@ def normalize_text(answer: str) -> str:
     s = _LATEX_GROUPING_RE.sub(lambda m: "," if m.group() == "{,}" else "", s)
     s = s.replace("**", "").replace("\\%", "%")
     s = " ".join(s.lower().split()).strip(_TEXT_NOISE)
+    s = _UNDERSCORE_EMPHASIS_RE.sub(r"\2", s).strip(_TEXT_NOISE)  # markdown `_word_`, `__word__`
     if len(s) > 2 and (s[0], s[-1]) in (("[", "]"), ("(", ")")) and _encloses(s):
         s = s[1:-1].strip()
     s = re.sub(r"\s*([,;])\s*", r"\1", s)
     letter = re.fullmatch(r"\(([a-z])\)", s)
     if letter:
         return letter.group(1)
+    if _PERIOD_GROUPING_RE.fullmatch(s):  # `1.034.289`, `1.034,5` (R10)
+        s = s.replace(".", "").replace(",", ".")
     if _TEXT_NUMBER_RE.fullmatch(s):
         return _canonical_decimal(s)
+    sci = _TEXT_SCI_RE.fullmatch(s)
+    if sci is not None and abs(int(sci.group(2))) <= 100:  # `-1.51e3` is -1510; the bound keeps it short
+        return _canonical_decimal(format(Decimal(sci.group(1)).scaleb(int(sci.group(2))), "f"))
     return s
 
 

@@ -67,6 +67,8 @@ def summarize(rows: list[dict[str, Any]], batch_size: int) -> dict[str, Any]:
         # A share of the batch, not a count, so runs with different batch sizes compare.
         "purified_share": statistics.median(r.get("lens/purified", 0.0) / batch_size for r in rows),
         "steps_measured": len(rows),
+        # Optimizer steps per rollout step (optim.mini_batch_size, optim.epochs): the update's time scales with it.
+        "optimizer_steps": statistics.median(r.get("optimizer_steps", 1.0) for r in rows),
     }
 
 
@@ -115,6 +117,8 @@ def markdown(summaries: dict[str, dict[str, Any]], comparison: dict[str, Any] | 
     lines.append("| tokens/s | " + " | ".join(f"{summaries[a]['tokens_per_s']:.1f}" for a in algos) + " |")
     lines.append("| purified share | " + " | ".join(f"{summaries[a]['purified_share']:.3f}" for a in algos) + " |")
     lines.append("| steps measured | " + " | ".join(str(summaries[a]["steps_measured"]) for a in algos) + " |")
+    opt = " | ".join(f"{summaries[a].get('optimizer_steps', 1.0):g}" for a in algos)
+    lines.append(f"| optimizer steps per step | {opt} |")
     if comparison is not None:
         lines += [
             "",

@@ -350,6 +350,7 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
         ],
         "steps": f"{cfg.optim.steps} x {cfg.data.batch_size} prompts x {cfg.algorithm.m} rollouts = "
         f"{prompts_seen / len(train.ids):.2f} epochs of {len(train.ids)} prompts",
+        "optimizer steps": optimizer_steps_note(cfg),
         "deepspeed": deepspeed_config(cfg, world_size),
         "gradient clipping": clipping_note(cfg, deepspeed_config(cfg, world_size)),
         "sampler": sampler_config(cfg),
@@ -366,6 +367,18 @@ def _functions_line(cfg: Config) -> str:
     listed = ", ".join(f"{w:g} x {f}" for f, w in zip(r.functions, weights, strict=True))
     added = "alone (data.reward=none)" if cfg.data.reward == "none" else "added to the verifier's reward"
     return f"{listed}, {added}; each imported and called on two training rows: ok"
+
+
+def optimizer_steps_note(cfg: Config) -> str:
+    """How many optimizer steps each rollout step takes (docs/algorithm.md, optimizer steps per rollout batch)."""
+    o, b = cfg.optim, cfg.data.batch_size
+    per = o.optimizer_steps(b)
+    if per == 1:
+        return f"1 per rollout step (the whole batch of {b} prompts; own-prompt ratios are 1 at the update)"
+    return (
+        f"{per} per rollout step ({o.mini_batches(b)} mini-batches of {o.mini_batch_size or b} prompts x "
+        f"{o.epochs} epochs), {per * o.steps} in the run; the LR schedule counts them"
+    )
 
 
 def clipping_note(cfg: Config, ds: dict[str, Any]) -> str:

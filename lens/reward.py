@@ -45,15 +45,18 @@ Deadlines are CPU time, not wall time, so verdicts do not depend on machine load
   ITIMER_PROF kills the worker `HARD_GRACE_S` CPU seconds later (the kernel's default action for SIGPROF).
   Either way the verdict is `timeout`, counted in `RewardBatch.reasons`. Waiting for a core, being paused,
   or a loaded machine costs wall time but no CPU time, so the same batch gets the same verdicts.
-- A wall-clock safety net (`wall_timeout`: 10x the budget plus 30 s) kills a worker that neither finishes
-  nor uses CPU (e.g. stopped); it never fires in normal operation.
+- A wall-clock safety net (`lens.verify_pool.wall_timeout`: 10x the budget plus 30 s at a full core, divided
+  by the CPU share a worker gets now, `cpu_share`) kills a worker that neither finishes nor uses CPU (e.g.
+  stopped). An item it stops is scored once more on a fresh worker under a net twice as wide; only a second
+  stop is `timeout`. So a loaded node stretches the net instead of deciding verdicts.
 - math-verify's own SIGALRM timeouts (whole seconds, main thread only, `timeout_s // 2` inside the old pool)
   are not used.
-- Work is bounded by structure before any deadline: an answer nested deeper than `MAX_NESTING` groups never
-  reaches math-verify (whose parse time grows steeply and erratically with nesting) and is compared
-  structurally. What can still differ between runs: `timeout` against another reason for an item whose
-  math-verify cost lies within a few tens of percent of the CPU budget (CPU time itself varies a little with
-  cache and frequency); items far above it (`7^{123456789}`) time out every time.
+- Work is bounded by structure before any deadline: an answer nested deeper than `MAX_NESTING` groups, or with
+  a power of integers of more than `MAX_POWER_DIGITS` digits, never reaches math-verify (whose parse time
+  grows steeply and erratically with nesting, and whose arithmetic on such powers costs seconds) and is
+  compared structurally. What can still differ between runs: `timeout` against another reason for an item
+  whose math-verify cost lies within a few tens of percent of the CPU budget (CPU time itself varies a little
+  with cache and frequency); items far above it (`(10^{100})!`) time out every time.
 
 Safety (model output is untrusted):
 - Nothing is executed: predictions go only through regexes and math-verify's LaTeX parser (ANTLR -> sympy).
@@ -81,12 +84,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import re
 import unicodedata
 import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from lens.answers import (
@@ -136,9 +141,16 @@ DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_MAX_CHARS = 65_536
 DEFAULT_MAX_MEMORY_MB = 4_096
 DEFAULT_CACHE_SIZE = 65_536
+# Decimals math-verify compares a float at (its default, 6, credited `1.414214` for `\sqrt{2}` and
+# `0.5000000001` for `\frac{\sqrt{4}}{4}`): far past any decimal a model writes, far above float noise (R14).
+FLOAT_DIGITS = 12
 # Deeper answers skip math-verify for the structural comparison (see `_stage_math`); real answers rarely nest
 # more than 4 levels (`\frac{\sqrt{\frac{1}{2}}}{2}` is 3).
 MAX_NESTING = 8
+# Powers of integers with more digits than this (`9^{9^{9^{9}}}`, `7^{123456789}`) are compared structurally:
+# computing them took seconds of CPU, near the budget, so the same answer was `timeout` in one run and
+# `wrong` in another. No gold is such a number written out.
+MAX_POWER_DIGITS = 100_000
 
 # math-verify warns on each call that its own (SIGALRM) timeouts are off: ours are CPU-time deadlines.
 logging.getLogger("math_verify").setLevel(logging.CRITICAL)
@@ -264,19 +276,50 @@ def extract_math_answer(text: str, *, fallback_last_number: bool = False) -> str
 
 
 def _numeric_verdict(pred: str, gold: str) -> Verdict | None:
-    """Verdict for two normalized plain numbers where exact arithmetic settles it, else None (ask math-verify).
+    """Verdict for two normalized plain numbers by exact arithmetic (R14), else None (not both plain numbers).
 
-    Equal values are correct; unequal integers, and values more than 1% apart (no rounding of the gold
-    accepts those), are wrong. Close non-integers are left to math-verify's rounding rules (0.333 vs 1/3).
+    Equal values are correct. A decimal stands for a value whose decimal expansion never ends (`1/3`) when
+    it is that value rounded or cut off at its own places, two or more, with two significant digits or more
+    (`0.33`, `0.333` for 1/3, `0.66` and `0.67` for 2/3 are right, `0.3`, `0.34`, and `0.00` for 1/300 are
+    not); every other pair of different values is wrong, so
+    `0.5000000001` is not `0.5`.
     """
     p, g = as_number(pred), as_number(gold)
     if p is None or g is None:
         return None
     if p == g:
         return _CORRECT
-    if p.denominator == 1 and g.denominator == 1:
-        return _WRONG
-    return _WRONG if abs(p - g) > abs(g) / 100 else None
+    for decimal, text, exact in ((p, pred, g), (g, gold, p)):
+        places = _decimal_places(text)
+        # Two places and two significant digits at least: `0.00` says nothing about 1/300.
+        significant = len(text.lstrip("+-").replace(".", "").lstrip("0"))
+        if places >= 2 and significant >= 2 and not _terminates(exact) and decimal in _roundings(exact, places):
+            return _CORRECT
+    return _WRONG
+
+
+def _decimal_places(number: str) -> int:
+    """Digits after the point of a plain decimal (`0.333` -> 3); 0 for anything else (fractions, integers)."""
+    if "\\" in number or "/" in number:
+        return 0
+    return len(number.partition(".")[2])
+
+
+def _terminates(value: Fraction) -> bool:
+    """True when `value` has a finite decimal expansion (its denominator has no prime but 2 and 5)."""
+    den = value.denominator
+    for prime in (2, 5):
+        while den % prime == 0:
+            den //= prime
+    return den == 1
+
+
+def _roundings(value: Fraction, places: int) -> tuple[Fraction, Fraction]:
+    """`value` cut off and rounded (half away from zero) at `places` decimals."""
+    scale = 10**places
+    cut = Fraction(int(value * scale), scale)  # int() truncates toward zero
+    step = Fraction(1 if value >= 0 else -1, scale)
+    return cut, cut + step if abs(value - cut) * 2 >= Fraction(1, scale) else cut
 
 
 def _stage_math(completion: Any, gold: str, max_chars: int, fallback_last_number: bool) -> Verdict | tuple[str, str]:
@@ -302,10 +345,16 @@ def _stage_math(completion: Any, gold: str, max_chars: int, fallback_last_number
         return _WRONG  # `50 m` is not `50 cm`; a unit on one side only is formatting
     if norm_pred == norm_gold:
         return _CORRECT
+    if _DECIMAL_COMMA_RE.fullmatch(norm_pred) and as_number(norm_gold) is not None:
+        norm_pred = norm_pred.replace("{,}", ".").replace(",", ".")  # `6,2` for one number is 6.2 (R10)
+    if _INFINITY_RE.search(norm_pred) and not _INFINITY_RE.search(norm_gold):
+        return _WRONG  # an infinity is never a finite value, not even inside arithmetic (`e^{-\infty}`, R11)
     numeric = _numeric_verdict(norm_pred, norm_gold)
     if numeric is not None:
         return numeric
-    if max(_nesting_depth(norm_pred), _nesting_depth(norm_gold)) > MAX_NESTING:
+    if max(_nesting_depth(norm_pred), _nesting_depth(norm_gold)) > MAX_NESTING or any(
+        _power_digits(s) > MAX_POWER_DIGITS for s in (norm_pred, norm_gold)
+    ):
         # math-verify's parse time grows steeply with nesting (8 levels: ~0.4 s of CPU, 40: over 5 s, and not
         # monotonically), so near the budget the same item was `wrong` or `timeout` by chance. Bounding the
         # work by the input's structure makes the verdict the same on any machine.
@@ -314,6 +363,11 @@ def _stage_math(completion: Any, gold: str, max_chars: int, fallback_last_number
 
 
 _THIN_SPACE_RE = re.compile(r"(?<!\\)\\[,;:!]")
+# One comma before one, two, or four and more digits: a decimal comma (three digits group thousands).
+_DECIMAL_COMMA_RE = re.compile(r"-?\d+(?:,|\{,\})(?:\d{1,2}|\d{4,})")
+_INFINITY_RE = re.compile(r"\\infty|\\infin\b|\boo\b")
+# A whole answer in math delimiters: `\[ x = 28 \]` is `x = 28`.
+_DELIMITED_RE = re.compile(r"\s*(?:\$\$?|\\\[|\\\()(.*?)(?:\$\$?|\\\]|\\\))\s*", re.DOTALL)
 _LIST_HINT_RE = re.compile(r"[,;]|\b(?:or|and)\b")
 _PROSE_RE = re.compile(r"[A-Za-z]{2,} [A-Za-z]{2,}|^[A-Za-z]{4,}$")
 _ARTICLES_RE = re.compile(r"\b(?:a|an|the)\b")
@@ -333,6 +387,9 @@ def _normalize_answer(answer: str, strip_var: bool) -> tuple[str, list[str | Non
         items = split_items(answer)
     parts, units = [], []
     for item in items:
+        delimited = _DELIMITED_RE.fullmatch(item)
+        if delimited is not None:
+            item = delimited.group(1)
         if strip_var and "=" in item:
             item = item.rsplit("=", 1)[1]
         norm, unit = normalize_math_unit(item, strip_var=strip_var)
@@ -341,7 +398,8 @@ def _normalize_answer(answer: str, strip_var: bool) -> tuple[str, list[str | Non
     return ",".join(parts), units
 
 
-_THOUSANDS_ONLY_RE = re.compile(r"-?\d{1,3}(?:(?:,|\{,\})\d{3})+(?:\.\d+)?")
+# One number grouped by commas (`1,234.5`) or by periods with a decimal comma (`12.345,5`): never a list.
+_THOUSANDS_ONLY_RE = re.compile(r"-?\d{1,3}(?:(?:,|\{,\})\d{3})+(?:\.\d+)?|-?\d{1,3}(?:\.\d{3})+(?:,|\{,\})\d+")
 
 
 def _is_prose(normalized: str) -> bool:
@@ -353,6 +411,25 @@ def _is_prose(normalized: str) -> bool:
 def _prose_key(answer: str) -> str:
     """What two prose answers must share: `normalize_text` without articles."""
     return " ".join(_ARTICLES_RE.sub(" ", normalize_text(answer)).split())
+
+
+_POWER_TOWER_RE = re.compile(r"(?<![\d.])\d+(?:\^\{?\d+)+")
+
+
+def _power_digits(latex: str) -> float:
+    """Decimal digits of the largest tower of integer powers in `latex` (`9^{9^{9}}`), inf when astronomical."""
+    largest = 0.0
+    for m in _POWER_TOWER_RE.finditer(latex):
+        numbers = re.findall(r"\d+", m.group())
+        exponent = float(numbers[-1]) if len(numbers[-1]) < 300 else math.inf
+        for base in map(int, reversed(numbers[:-1])):
+            if base < 2:  # 0 and 1 to any power are 0 and 1: the tower below starts again
+                exponent = float(base)
+                continue
+            digits = exponent * math.log10(base)
+            exponent = 10**digits if digits < 300 else math.inf
+            largest = max(largest, digits)  # every level is computed on the way up
+    return largest
 
 
 def _nesting_depth(latex: str) -> int:
@@ -430,12 +507,32 @@ def _degenerate(expr: Any) -> bool:
 
     infinite = (S.Infinity, S.NegativeInfinity, S.ComplexInfinity)
     for node in preorder_traversal(expr):
+        if isinstance(node, Function) and _undefined_at(node):
+            return True
         if not isinstance(node, (Add, Mul, Pow, Function)) or not any(a in infinite for a in node.args):
             continue
         if isinstance(node, Mul) and len(node.args) == 2 and S.NegativeOne in node.args:
             continue  # `-\\infty` parsed as -1 * oo
         return True
     return False
+
+
+def _undefined_at(node: Any) -> bool:
+    """True when a function of constants is undefined there (`\\log(0)`, `\\tan(\\pi/2)`, `\\cot(0)`).
+
+    math-verify keeps such calls unevaluated, so `\\log(0)-\\log(0)` simplified to 0: undefined terms that
+    cancel (R11). Only functions of plain numbers and constants are evaluated: cheap, and bounded by the
+    worker's CPU budget like everything here.
+    """
+    from sympy import S
+
+    if node.free_symbols or not node.args:
+        return False
+    try:
+        value = node.func(*node.args)
+    except (ArithmeticError, ValueError, TypeError):
+        return True
+    return bool(value.has(S.ComplexInfinity, S.NaN, S.Infinity, S.NegativeInfinity))
 
 
 def _structural_verdict(pred: str, gold: str) -> Verdict:
@@ -498,7 +595,8 @@ def _math_verify(pred: str, gold: str) -> Verdict:
         pred_parsed = _parse(pred)
         if not _trusted(gold_parsed, gold) or not _trusted(pred_parsed, pred):
             return _structural_verdict(pred, gold)
-        return _CORRECT if verify(gold_parsed, pred_parsed, timeout_seconds=None) else _WRONG
+        equal = verify(gold_parsed, pred_parsed, float_rounding=FLOAT_DIGITS, timeout_seconds=None)
+        return _CORRECT if equal else _WRONG
     except Exception:  # sympy and ANTLR raise anything on hostile input: that is a verdict
         return (0.0, "parse_error")
 
@@ -552,7 +650,10 @@ def verify_text(completion: str, answer: str, *, max_chars: int = DEFAULT_MAX_CH
         return (0.0, "no_answer")
     if len(pred) > MAX_ANSWER_CHARS:
         return (0.0, "too_long")
-    return _CORRECT if normalize_text(pred) == normalize_text(gold) else _WRONG
+    pred, gold = normalize_text(pred), normalize_text(gold)
+    if _DECIMAL_COMMA_RE.fullmatch(pred) and as_number(gold) is not None:
+        pred = normalize_text(pred.replace(",", "."))  # `6,2` for one number is 6.2 (R10)
+    return _CORRECT if pred == gold else _WRONG
 
 
 def verify_vartrack(completion: str, answer: str, *, max_chars: int = DEFAULT_MAX_CHARS) -> Verdict:

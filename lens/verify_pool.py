@@ -9,6 +9,7 @@ sections of lens/reward.py's docstring. Run the tests with `.venv/bin/python -m 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeoutError
@@ -25,6 +26,11 @@ Verdict = tuple[float, str]
 HARD_GRACE_S = 0.5
 # The first round trip includes the worker's imports and warm-up, which no CPU budget covers.
 STARTUP_TIMEOUT_S = 60.0
+# The wall-clock safety net of an item at a full core: WALL_FACTOR times its CPU budget plus WALL_SLACK_S, divided
+# by the share of a core a worker gets now (`cpu_share`, at least MIN_CPU_SHARE), doubled when re-scored.
+WALL_FACTOR = 10.0
+WALL_SLACK_S = 30.0
+MIN_CPU_SHARE = 0.01
 # How a worker killed by its own CPU limit exits: SIGPROF (our ITIMER_PROF) or SIGXCPU (an RLIMIT_CPU).
 _TIMEOUT_EXIT_CODES = frozenset({-signal.SIGPROF, -signal.SIGXCPU})
 
@@ -104,9 +110,26 @@ def _mp_context(preload: Sequence[str]) -> multiprocessing.context.BaseContext:
     return ctx
 
 
-def wall_timeout(budget_s: float) -> float:
-    """The wall-clock safety net per item: only for a worker that neither finishes nor uses CPU."""
-    return 10 * budget_s + 30
+def cpu_share() -> float:
+    """The share of one core a busy process can expect now: usable cores over runnable tasks, at most 1.
+
+    Runnable tasks are the larger of the 1-minute load average and the count running right now (both from
+    /proc/loadavg: the average lags a load that just started, the count is noisy). 1.0 where neither exists.
+    """
+    try:
+        with open("/proc/loadavg") as f:
+            fields = f.read().split()
+        runnable = max(float(fields[0]), float(fields[3].partition("/")[0]))
+    except (OSError, ValueError, IndexError):
+        return 1.0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(1.0, cores / max(runnable, 1.0))
+
+
+def wall_timeout(budget_s: float, share: float = 1.0) -> float:
+    """The wall-clock safety net per item, for a worker that neither finishes nor uses CPU (e.g. stopped):
+    what a CPU budget of `budget_s` takes at `share` of a core, with a wide margin."""
+    return (WALL_FACTOR * budget_s + WALL_SLACK_S) / max(share, MIN_CPU_SHARE)
 
 
 class VerdictPool:
@@ -152,43 +175,50 @@ class VerdictPool:
 
     def run(self, tasks: list[tuple[Any, Any]]) -> list[Any]:
         """Verdicts for (pred, gold) tasks, in order. An item whose worker dies (not by its CPU budget) is
-        retried once on a fresh worker (the death may be unrelated, e.g. an OOM kill); twice is a crash."""
+        retried once on a fresh worker (the death may be unrelated, e.g. an OOM kill); twice is a crash. An
+        item the wall-clock net stopped is re-scored once the same way, under a net twice as wide and sized
+        by the CPU share seen then: only a second net makes it `timeout`, so load alone never decides."""
         results: list[Any] = [(0.0, "worker_crash")] * len(tasks)
         pending = list(range(len(tasks)))
-        for _attempt in range(2):
+        for attempt in range(2):
+            if not pending:
+                break
             if not self.pool.active:
                 # pebble gives up on the whole pool when a worker dies while idle (its "All workers
                 # expired"): start a fresh one rather than fail every later batch.
                 self.pool.stop()
                 self.pool = self._start()
-            futures = {i: self._submit(*tasks[i]) for i in pending}
+            net = wall_timeout(self._timeout_s, cpu_share()) * (1 + attempt)
+            futures = {i: self._submit(*tasks[i], net) for i in pending}
             pending = []
             for i, future in futures.items():
-                verdict = self._result(future)
-                if verdict is None:
+                outcome = self._result(future)
+                if isinstance(outcome, str):  # scored again on a fresh worker; this is its verdict if not
                     pending.append(i)
+                    results[i] = (0.0, "timeout") if outcome == "wall" else (0.0, "worker_crash")
                 else:
-                    results[i] = verdict
+                    results[i] = outcome
         return results
 
-    def _submit(self, pred: Any, gold: Any) -> pebble.ProcessFuture:
-        return self.pool.schedule(self._task, (pred, gold, self._timeout_s), timeout=wall_timeout(self._timeout_s))
+    def _submit(self, pred: Any, gold: Any, net_s: float) -> pebble.ProcessFuture:
+        return self.pool.schedule(self._task, (pred, gold, self._timeout_s), timeout=net_s)
 
     @staticmethod
     def _result(future: pebble.ProcessFuture) -> Any:
-        """The verdict of a finished task, or None when its worker died for another reason than its budget."""
+        """The verdict of a finished task, or why to score it again: "wall" when the wall-clock net stopped
+        it, "crash" when its worker died for another reason than its CPU budget."""
         from pebble import ProcessExpired
 
         try:
             return future.result()
         except FutureTimeoutError:
-            return (0.0, "timeout")
+            return "wall"
         except ProcessExpired as error:
-            return (0.0, "timeout") if error.exitcode in _TIMEOUT_EXIT_CODES else None
+            return (0.0, "timeout") if error.exitcode in _TIMEOUT_EXIT_CODES else "crash"
         except MemoryError:
             return (0.0, "parse_error")
         except Exception:  # the pool itself broke (see `run`): retry the item on a fresh one
-            return None
+            return "crash"
 
     def close(self) -> None:
         self.pool.stop()

@@ -31,6 +31,10 @@ def test_summarize_medians_and_purified_share():
     assert "purify_generate" not in s["stages"]
     assert s["purified_share"] == 0.5  # median of 2/4, 4/4, 1/4
     assert s["tokens_per_s"] == 10.0 and s["steps_measured"] == 3
+    assert s["optimizer_steps"] == 1.0  # rows from before optim.mini_batch_size: one step each
+    several = bench_step.summarize([_row(5.0, 2.0, 0.6, optimizer_steps=4.0)], batch_size=4)
+    assert several["optimizer_steps"] == 4.0
+    assert "| optimizer steps per step | 4 |" in bench_step.markdown({"dapo": several}, None)
 
 
 def test_compare_hand_computed():

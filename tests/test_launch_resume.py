@@ -256,3 +256,12 @@ def test_a_step_without_signal_is_said_above_the_bar(capsys):
         bar.update(2, {"zero_variance_share": 1.0})
     out = capsys.readouterr().out
     assert "step 2: no group carries signal" in out and "step 1:" not in out
+
+
+def test_the_dry_run_counts_the_optimizer_steps():
+    one = preflight.dry_run(parse_args(["--dry-run"])[0])["optimizer steps"]
+    assert one.startswith("1 per rollout step (the whole batch of 16 prompts")
+    cfg, _ = parse_args(["--dry-run", "optim.mini_batch_size=4", "optim.epochs=2", "optim.steps=10"])
+    assert preflight.dry_run(cfg)["optimizer steps"] == (
+        "8 per rollout step (4 mini-batches of 4 prompts x 2 epochs), 80 in the run; the LR schedule counts them"
+    )

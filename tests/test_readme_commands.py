@@ -38,6 +38,8 @@ CHEAP = (
 NOT_RUN = {
     "bash scripts/setup.sh": "installs torch and builds the native library (minutes, network)",
     ".venv/bin/lens-train --config configs/cpu_grpo.yaml": "40 steps with evaluations (minutes)",
+    ".venv/bin/lens-train --config cpu_dapo": "40 DAPO steps of 4 optimizer steps each (minutes); a shorter run is "
+    "tests/test_train.py's clip-higher test",
     ".venv/bin/lens-train algorithm.name=resample": "80 steps (minutes)",
     ".venv/bin/lens-train --resume auto": "continues the main job, which this test does not run",
     ".venv/bin/lens-train --config paper_qwen3-4b_lens --dry-run": "needs Qwen3-4B-Base's tokenizer from the hub",

@@ -150,21 +150,44 @@ NUMERIC_PAIRS = [
     ("-5", "5"),
     ("123456789012345678901234567890", "123456789012345678901234567891"),
     ("0.5", "0.4"),
-    ("0.333333", r"\frac{1}{3}"),
     (".5", r"\frac{1}{2}"),
+    ("0.5000000001", "0.5"),
+    ("0.4999999", r"\frac{1}{2}"),
 ]
 
 
 def test_numeric_shortcut_agrees_with_math_verify() -> None:
-    decided = 0
     for pred, gold in NUMERIC_PAIRS:
         shortcut = _numeric_verdict(normalize_math(pred), normalize_math(gold))
-        if shortcut is not None:
-            decided += 1
-            assert shortcut == _math_verify(normalize_math(pred), normalize_math(gold)), (pred, gold)
-    # Close unequal non-integers (0.333333 vs 1/3) are left to math-verify's rounding rules.
-    assert decided == len(NUMERIC_PAIRS) - 1
-    assert _numeric_verdict("0.333333", normalize_math(r"\frac{1}{3}")) is None
+        assert shortcut is not None, (pred, gold)
+        assert shortcut == _math_verify(normalize_math(pred), normalize_math(gold)), (pred, gold)
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "reward"),
+    [
+        # A decimal answers a value whose expansion never ends when rounded or cut off at 2+ places.
+        ("0.333333", r"\frac{1}{3}", 1.0),
+        ("0.33", "1/3", 1.0),
+        ("-0.67", r"-\frac{2}{3}", 1.0),
+        ("-0.666", r"-\frac{2}{3}", 1.0),
+        ("0.142857", r"\frac{1}{7}", 1.0),
+        (r"\frac{5}{9}", "0.56", 1.0),
+        ("0.3", "1/3", 0.0),
+        ("0.34", "1/3", 0.0),
+        ("0.665", r"\frac{2}{3}", 0.0),
+        ("0.0033", r"\frac{1}{300}", 1.0),
+        ("0.00", r"\frac{1}{300}", 0.0),
+        ("0.003", r"\frac{1}{300}", 0.0),
+        # ... and never a value that has a finite decimal: near misses are wrong.
+        ("0.1250001", r"\frac{1}{8}", 0.0),
+        ("0.13", r"\frac{1}{8}", 0.0),
+        ("2.0000000003", "2", 0.0),
+        ("7.49", "7.5", 0.0),
+    ],
+)
+def test_decimals_are_exact_except_for_endless_expansions(pred: str, gold: str, reward: float) -> None:
+    assert _numeric_verdict(normalize_math(pred), normalize_math(gold)) == (reward, "correct" if reward else "wrong")
 
 
 def test_verify_math_off_main_thread_does_not_raise() -> None:
@@ -333,7 +356,7 @@ def _adversarial(pwned: Path) -> list[str]:
         "10^10^10^10",
         r"\boxed{10^10^10^10}",
         r"\boxed{10^{10^{10^{10}}}}",
-        r"\boxed{7^{123456789}}",
+        r"\boxed{(10^{99})!}",
         r"\boxed{(10^{100})!}",
         r"\boxed{10^{10^{10}}}",
         _garbage(100_000, 0),
@@ -377,7 +400,7 @@ def test_adversarial_items_each_within_deadline(math_verifier: Verifier, tmp_pat
 
 
 def test_hanging_inputs_time_out(math_verifier: Verifier) -> None:
-    batch = math_verifier.score([r"\boxed{7^{123456789}}", r"\boxed{(10^{100})!}"], ["2", "2"])
+    batch = math_verifier.score([r"\boxed{(10^{99})!}", r"\boxed{(10^{100})!}"], ["2", "2"])
     assert batch.item_reasons == ("timeout", "timeout")
     assert batch.reasons["timeout"] == 2
 
@@ -442,7 +465,7 @@ def test_worker_crash_is_a_verdict_and_the_pool_recovers() -> None:
         # The worker dies in the middle of an item twice (the item is retried once on a fresh worker): the
         # item is a worker_crash, long before its 30 s deadline.
         out: list = []
-        thread = threading.Thread(target=lambda: out.append(v.score([r"\boxed{7^{123456789}}"], ["2"])))
+        thread = threading.Thread(target=lambda: out.append(v.score([r"\boxed{(10^{99})!}"], ["2"])))
         start = time.monotonic()
         thread.start()
         first = _kill_busy_worker(v, None, start)
@@ -455,7 +478,7 @@ def test_worker_crash_is_a_verdict_and_the_pool_recovers() -> None:
 
 def test_verdict_cache_keeps_only_deterministic_verdicts() -> None:
     with Verifier("math", num_workers=1, timeout_s=DEADLINE_S, cache_size=2) as v:
-        v.score([r"\boxed{\sqrt{2}}", r"\boxed{(1,2]}", r"\boxed{7^{123456789}}"], [r"\frac13", "[1,2)", "2"])
+        v.score([r"\boxed{\sqrt{2}}", r"\boxed{(1,2]}", r"\boxed{(10^{99})!}"], [r"\frac13", "[1,2)", "2"])
         assert list(v._cache) == [(r"\sqrt{2}", r"\frac{1}{3}"), ("(1,2]", "[1,2)")]  # the timeout is not cached
         assert v.score([r"\boxed{(1,2]}"], ["[1,2)"]).item_reasons == ("wrong",)
         v.score([r"\boxed{x^2}"], ["y"])
@@ -483,7 +506,7 @@ WORK = "Let me set up the quantities. Squaring both sides and cancelling gives a
 
 @dataclass(frozen=True)
 class Rule:
-    """One policy case: `rule` (R1-R13), the verifier kind, what the model wrote, the gold, the reward it must
+    """One policy case: `rule` (R1-R15), the verifier kind, what the model wrote, the gold, the reward it must
     get, and how it is scored ("train": no fallback, the finish reason passed; "eval": as lens.eval does)."""
 
     rule: str
@@ -639,6 +662,114 @@ POLICY = [
     Rule("R13", "text", WORK + "The answer is: $3\\,402$", "3042", 0.0),
     Rule("R13", "text", WORK + "The answer is: (4, 0, 2)", "[4, 0, 2]", 1.0),
     Rule("R13", "text", WORK + "The answer is: (4, 2, 0)", "[4, 0, 2]", 0.0),
+    # R1: a letter alone after the thinking beats a marker inside it
+    Rule("R1", "choice", "<think>So the answer is (E), I guess.</think>\n\n**H**", "H", 1.0),
+    Rule("R1", "choice", "<think>So the answer is (E), I guess.</think>\n\n**H**", "E", 0.0),
+    # R2: markers in other languages
+    Rule("R2", "math", WORK + "Por lo tanto, la respuesta es 64.", "64", 1.0),
+    Rule("R2", "math", WORK + "Por lo tanto, la respuesta es 64.", "46", 0.0),
+    Rule("R2", "math", WORK + "Also lautet die Antwort: $\\frac{3}{8}$", r"\frac38", 1.0),
+    Rule("R2", "math", WORK + "Итак, ответ: 17", "17", 1.0),
+    Rule("R2", "math", WORK + "Итак, ответ: 17", "71", 0.0),
+    Rule("R2", "math", WORK + "所以答案为 250。", "250", 1.0),
+    Rule("R2", "math", WORK + "よって、答えは 12 です。", "12", 1.0),
+    Rule("R2", "math", WORK + "Donc la réponse est $-2$.", "-2", 1.0),
+    Rule("R2", "choice", WORK + "因此，答案是 (D)。", "D", 1.0),
+    Rule("R2", "choice", WORK + "因此，答案是 (D)。", "B", 0.0),
+    Rule("R2", "math", WORK + "<answer>\n\\( q = 41 \\)\n</answer>", "41", 1.0),
+    Rule("R2", "math", WORK + "<answer>\n\\( q = 41 \\)\n</answer>", "q", 0.0),
+    # R6: hedge words in wrappers, letter ranges, answer lines in a row
+    Rule("R6", "math", WORK + "$\\boxed{12}\\ \\textit{perhaps}\\ \\boxed{15}$", "15", 0.0),
+    Rule("R6", "math", WORK + "$\\boxed{12} \\mathrm{ or } \\boxed{15}$", "12", 0.0),
+    Rule("R6", "math", WORK + "\\boxed{12}, \\text{ or maybe } \\boxed{15}", "15", 0.0),
+    Rule("R6", "math", WORK + "\\boxed{12} \\text{ possibly } 15", "12", 0.0),
+    Rule("R6", "math", WORK + "\\boxed{12} \\text{ (checked twice)}", "12", 1.0),
+    Rule("R6", "choice", WORK + "Since every option fits, the answer is one of B through F.", "B", 0.0),
+    Rule("R6", "choice", WORK + "Answer: C—H", "C", 0.0),
+    Rule("R6", "choice", WORK + "Answer: (C) - the reaction runs faster", "C", 1.0),
+    Rule("R6", "math", WORK + "\nFinal answer: 40\nFinal answer: 44\n", "44", 0.0),
+    Rule("R6", "math", WORK + "\n**Answer:** 40\n\n**Answer:** 44\n", "40", 0.0),
+    Rule("R6", "math", WORK + "\nFinal answer: 44\nFinal answer: 44\n", "44", 1.0),
+    Rule("R6", "math", WORK + "\nAnswer: 40\nHmm, checking again the base case, so the answer is 44.", "44", 1.0),
+    Rule("R6", "choice", WORK + "\nAnswer: (B)\nAnswer: (J)", "J", 0.0),
+    # R10: mixed numbers, colour, operator names, delimiters, words after a number, decimal commas
+    Rule("R10", "math", WORK + "The answer is 3¾ cups.", r"\frac{15}{4}", 1.0),
+    Rule("R10", "math", WORK + "The answer is 3¾ cups.", r"\frac{34}{4}", 0.0),
+    Rule("R10", "math", WORK + "$\\boxed{2⅓}$", r"\frac{23}{3}", 0.0),
+    Rule("R10", "math", WORK + "$\\boxed{-2 ⅓}$", r"-\frac{7}{3}", 1.0),
+    Rule("R10", "math", WORK + "$\\boxed{\\textcolor{red}{-9}}$", "-9", 1.0),
+    Rule("R10", "math", WORK + "$\\boxed{\\color{green} 9}$", "-9", 0.0),
+    Rule("R10", "math", WORK + "$\\boxed{\\operatorname{cos} 2\\theta}$", r"\cos 2\theta", 1.0),
+    Rule("R10", "math", WORK + "$\\boxed{\\operatorname{tan} 2\\theta}$", r"\cos 2\theta", 0.0),
+    Rule("R10", "math", WORK + "Thus my final answer is 14 marbles.", "14", 1.0),
+    Rule("R10", "math", WORK + "Thus my final answer is 14 marbles.", "41", 0.0),
+    Rule("R10", "math", WORK + "$\\boxed{3,75}$", "3.75", 1.0),
+    Rule("R10", "math", WORK + "$\\boxed{3,75}$", "3, 75", 1.0),
+    Rule("R10", "math", WORK + "$\\boxed{3,75}$", "375", 0.0),
+    Rule("R10", "math", WORK + "$\\boxed{2.500.000}$", "2500000", 1.0),
+    Rule("R10", "math", WORK + "$\\boxed{2.500.001}$", "2500000", 0.0),
+    Rule("R10", "math", WORK + "The answer is 12.345,5", "12345.5", 1.0),
+    Rule("R5", "math", WORK + "so the smallest value it reaches is \u22127.", "-7", 1.0, "eval"),
+    Rule("R5", "math", WORK + "so the smallest value it reaches is \u22127.", "7", 0.0, "eval"),
+    # R11: infinities and undefined terms never give a finite value
+    Rule("R11", "math", WORK + "$\\boxed{10^{-\\infty}}$", "0", 0.0),
+    Rule("R11", "math", WORK + "$\\boxed{\\exp(-\\infty)}$", "0", 0.0),
+    Rule("R11", "math", WORK + "$\\boxed{\\log_{2}(0) - \\log_{2}(0) + 5}$", "5", 0.0),
+    Rule("R11", "math", WORK + "$\\boxed{\\sec(\\frac{\\pi}{2})-\\sec(\\frac{\\pi}{2})}$", "0", 0.0),
+    Rule("R11", "math", WORK + "$\\boxed{\\csc(0)+1-\\csc(0)}$", "1", 0.0),
+    Rule("R11", "math", WORK + "$\\boxed{\\log_{2}(8) + 5}$", "8", 1.0),
+    Rule("R11", "math", WORK + "$\\boxed{8^{8^{8^{8}}}}$", "8", 0.0),
+    Rule("R11", "math", WORK + "$\\boxed{8^{8^{8^{8}}}}$", "8^{8^{8^{8}}}", 1.0),
+    # R12: option texts that start with a negation, `g)` letters
+    Rule("R12", "choice", WORK + "Answer: (B) None of the above", "B", 1.0),
+    Rule("R12", "choice", WORK + "Answer: (F) Incorrect, Correct", "F", 1.0),
+    Rule("R12", "choice", WORK + "Answer: (F) is incorrect, so (A)", "F", 0.0),
+    Rule("R12", "choice", WORK + "Answer: (E) Not determinable from the data", "E", 1.0),
+    Rule("R12", "choice", WORK + "Answer: (E) not determinable, hence (I)", "E", 0.0),
+    Rule("R12", "choice", WORK + "The correct option is d) the mitochondrial membrane", "D", 1.0),
+    Rule("R12", "choice", WORK + "The correct option is d) the mitochondrial membrane", "A", 0.0),
+    # R13: text wrappers and scientific notation
+    Rule("R13", "text", WORK + "Answer: \\textsf{Wednesday}", "wednesday", 1.0),
+    Rule("R13", "text", WORK + "Answer: __valid__", "valid", 1.0),
+    Rule("R13", "text", WORK + "Answer: __invalid__", "valid", 0.0),
+    Rule("R13", "text", WORK + "Answer: 2.4E2", "240", 1.0),
+    Rule("R13", "text", WORK + "Answer: 2.4e-2", "0.024", 1.0),
+    Rule("R13", "text", WORK + "Answer: 2.4E2", "24", 0.0),
+    # R14: decimals compare exactly, except for values without a finite decimal
+    Rule("R14", "math", WORK + "$\\boxed{0.2500001}$", "0.25", 0.0),
+    Rule("R14", "math", WORK + "$\\boxed{0.2499999999}$", r"\frac{1}{4}", 0.0),
+    Rule("R14", "math", WORK + "$\\boxed{7.0000000002}$", "7", 0.0),
+    Rule("R14", "math", WORK + "$\\boxed{0.25}$", r"\frac{1}{4}", 1.0),
+    Rule("R14", "math", WORK + "$\\boxed{0.4286}$", r"\frac{3}{7}", 1.0),
+    Rule("R14", "math", WORK + "$\\boxed{0.4285}$", r"\frac{3}{7}", 1.0),
+    Rule("R14", "math", WORK + "$\\boxed{0.4287}$", r"\frac{3}{7}", 0.0),
+    Rule("R14", "math", WORK + "$\\boxed{0.4}$", r"\frac{3}{7}", 0.0),
+    Rule("R14", "math", WORK + "$\\boxed{1.7320508}$", r"\sqrt{3}", 0.0),
+    Rule("R14", "math", WORK + "$\\boxed{6.283185}$", r"2\pi", 0.0),
+    Rule("R14", "math", WORK + "$\\boxed{\\sqrt{3}}$", r"\sqrt{3}", 1.0),
+    # R15: negated statements, values and letters endorsed after the answer
+    Rule("R15", "math", WORK + "So the answer is not $21$, but $42$.", "21", 0.0),
+    Rule("R15", "math", WORK + "So the answer is not $21$, but $42$.", "42", 1.0),
+    Rule("R15", "math", WORK + "Careful: the answer is not 21.", "21", 0.0),
+    Rule("R15", "math", WORK + "Careful: the answer is not 21.", "21", 0.0, "eval"),
+    Rule("R15", "math", WORK + "The answer is $\\boxed{6}$, and $9$ also works.", "6", 0.0),
+    Rule("R15", "math", WORK + "The answer is $\\boxed{6}$, and $9$ also works.", "9", 0.0),
+    Rule("R15", "math", WORK + "Answer: 6. Note that x = 9 is also a solution.", "6", 0.0),
+    Rule("R15", "math", WORK + "The answer is $\\boxed{6}$; indeed 6 also works for the second case.", "6", 1.0),
+    Rule("R15", "choice", WORK + "Answer: (C); (I) would also be accepted by some.", "C", 0.0),
+    Rule("R15", "choice", WORK + "Answer: (C). Option (I) is also correct.", "C", 0.0),
+    Rule("R15", "choice", WORK + "Answer: (C). Option (I) is not also correct.", "C", 1.0),
+    Rule("R15", "choice", WORK + "$\\boxed{C}$, though B works too.", "C", 0.0),
+    Rule("R15", "choice", WORK + "$\\boxed{C}$, though B does not.", "C", 1.0),
+    Rule("R15", "choice", WORK + "Answer: (C). Option (B) is also known as the Calvin cycle.", "C", 1.0),
+    Rule("R15", "text", WORK + "The answer is: not entailed", "not entailed", 1.0),
+    Rule("R15", "math", WORK + "$\\boxed{12}$. Step 3 also works the same way for the other case.", "12", 1.0),
+    Rule("R15", "math", WORK + "$\\boxed{12}$. Of course 15 works too.", "12", 0.0),
+    Rule("R15", "text", WORK + "The answer is not 'entailed'", "entailed", 0.0),
+    Rule("R6", "math", WORK + "So the answer is 12.\nHence, redoing the sum, the answer is 15.", "15", 1.0),
+    Rule("R10", "math", WORK + "Thus my final answer is 14 hundred.", "14", 0.0),
+    Rule("R10", "math", WORK + "$\\boxed{14 \\text{ thousand}}$", "14", 0.0),
+    Rule("R10", "math", WORK + "Thus my final answer is 3 halves.", "3", 0.0),
 ]
 
 
@@ -668,6 +799,6 @@ def test_every_written_rule_has_tests_of_both_polarities() -> None:
     section = chapter.split("\n## The reward policy\n", 1)[1].split("\n## ", 1)[0]
     written = set(re.findall(r"\*\*(R\d+) ", section))
     docstring = set(re.findall(r"^- (R\d+) ", answers.__doc__ or "", re.MULTILINE))
-    assert written == docstring == {f"R{i}" for i in range(1, 14)}
+    assert written == docstring == {f"R{i}" for i in range(1, 16)}
     for rule in written:
         assert {c.reward for c in POLICY if c.rule == rule} == {0.0, 1.0}, rule

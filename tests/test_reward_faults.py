@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from lens import verify_pool
 from lens.answers import extract_choice, extract_final, normalize_text
 from lens.reward import (
     REASONS,
@@ -362,7 +363,7 @@ MIXED = [
     (r"\boxed{\sqrt{2}/2}", r"\frac{\sqrt{2}}{2}"),
     (r"\boxed{x^2+2x+1}", "(x+1)^2"),
     (r"\boxed{(1,2]}", "[1,2)"),
-    (r"\boxed{7^{123456789}}", "2"),
+    (r"\boxed{(10^{99})!}", "2"),
     (r"\boxed{\frac{\pi}{3}}", r"60^\circ"),
     (r"\boxed{(10^{100})!}", "2"),
     (r"\boxed{2\sqrt{3}}", r"\sqrt{12}"),
@@ -394,6 +395,72 @@ def test_same_verdicts_on_a_slowed_worker() -> None:
     assert out[0].item_reasons == idle.item_reasons
     assert idle.item_reasons.count("timeout") == 2
     assert idle.item_reasons[:3] == ("correct", "correct", "wrong")
+
+
+def _subscripts(depth: int, letter: str = "a") -> str:
+    return letter + "_{" + "_{".join([letter] * depth) + "}" * depth
+
+
+# Answers whose cost once put their verdict at the mercy of load: power towers (seconds of CPU to compute,
+# near the budget: now compared by structure), subscripts nested a few levels (tenths of a second of parsing
+# each), and deeper ones (compared by structure).
+PATHOLOGICAL = [
+    (r"\boxed{9^{9^{9^{9}}}}", "9", "wrong"),
+    (r"\boxed{3^{4^{5^{6}}}}", r"3^{4^{5^{6}}}", "correct"),
+    (r"\boxed{2^{2^{2^{2}}}}", "65536", "correct"),
+    ("\\boxed{" + _subscripts(6) + "}", "a", "wrong"),
+    ("\\boxed{" + _subscripts(7, "b") + "}", _subscripts(7, "b"), "correct"),
+    (r"\boxed{x_{1_{2_{3_{4_{5_{6}}}}}}}", "x_{1}", "wrong"),
+    ("\\boxed{" + _subscripts(14) + "}", "a", "wrong"),
+    (r"\boxed{\frac{\sqrt{3}}{2}}", r"\sin(\pi/3)", "correct"),
+]
+HOG = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
+
+
+def test_same_verdicts_under_a_cpu_hog(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The wall-clock net shrunk to 1 s at a full core, so that a net blind to load would fire within this
+    # test: under the hog, a worker gets a fraction of a core and an item of 0.4 CPU seconds takes seconds.
+    monkeypatch.setattr(verify_pool, "WALL_FACTOR", 0.0)
+    monkeypatch.setattr(verify_pool, "WALL_SLACK_S", 1.0)
+    completions, golds = [c for c, _, _ in PATHOLOGICAL], [g for _, g, _ in PATHOLOGICAL]
+    with Verifier("math", num_workers=2, timeout_s=3.0, cache_size=0) as v:
+        idle = v.score(completions, golds).item_reasons
+        # Busy loops that end by themselves after 40 s, even if this test dies first.
+        hogs = [subprocess.Popen([sys.executable, "-c", HOG.format(seconds=40)]) for _ in range(6)]
+        try:
+            time.sleep(1.0)
+            loaded = v.score(completions, golds).item_reasons
+        finally:
+            for hog in hogs:
+                hog.kill()
+                hog.wait()
+    assert idle == tuple(reason for _, _, reason in PATHOLOGICAL)
+    assert loaded == idle
+
+
+def test_a_wall_clock_stop_is_scored_again_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tenths of a CPU second of parsing, on a fresh worker each time (each stop kills the worker, and with it
+    # the parser's cache, which would make a second parse of the same text fast).
+    item, gold = "\\boxed{" + _subscripts(6) + "}", "a"
+    nets: list[float] = []
+
+    def net(budget_s: float, share: float = 1.0) -> float:
+        nets.append(budget_s)
+        return 0.02 if len(nets) % 2 else 60.0  # the first attempt's net fires, the second's never
+
+    with Verifier("math", num_workers=1, timeout_s=5.0, cache_size=0) as v:
+        monkeypatch.setattr(verify_pool, "wall_timeout", lambda budget_s, share=1.0: 0.02)
+        assert v.score([item], [gold]).item_reasons == ("timeout",)  # stopped twice: a timeout
+        monkeypatch.setattr(verify_pool, "wall_timeout", net)
+        assert v.score([item], [gold]).item_reasons == ("wrong",)  # stopped once: scored again
+    assert len(nets) == 2
+
+
+def test_wall_clock_net_scales_with_the_cpu_share() -> None:
+    assert verify_pool.wall_timeout(5.0) == 80.0
+    assert verify_pool.wall_timeout(5.0, 0.25) == 320.0
+    assert verify_pool.wall_timeout(5.0, 0.0) == 80.0 / verify_pool.MIN_CPU_SHARE
+    assert 0.0 < verify_pool.cpu_share() <= 1.0
 
 
 def test_timeout_is_counted() -> None:
@@ -568,3 +635,71 @@ def test_gold_guard_applies_after_nfkc() -> None:
     message = validate_gold("math", "＿＿import＿＿('os').getcwd()")
     assert message is not None and "'__'" in message
     assert validate_gold("math", "x＿1") is None  # one full-width underscore is a subscript, as `x_1`
+
+
+# ------------------------------------------------------------------------------------------------
+# families found by a fault audit: wrong answers that were rewarded, right answers that were refused
+# ------------------------------------------------------------------------------------------------
+
+AUDIT = [
+    # (kind, mode, what the model wrote after COT, gold, reward)
+    ("math", "train", r"\boxed{1⅖}", "12/5", 0.0),
+    ("math", "train", r"\boxed{1⅖}", "7/5", 1.0),
+    ("math", "train", r"\boxed{1½}", "1.5", 1.0),
+    ("math", "train", r"\boxed{4} \text{ possibly } \boxed{3}", "3", 0.0),
+    ("math", "train", r"\boxed{4} \text{ maybe } \boxed{3}", "3", 0.0),
+    ("math", "train", r"\boxed{4}, \text{or possibly } \boxed{3}", "3", 0.0),
+    ("math", "train", r"\boxed{4} \textbf{ or } \boxed{3}", "4", 0.0),
+    ("math", "train", r"\boxed{\log(0)-\log(0)}", "0", 0.0),
+    ("math", "train", r"\boxed{\ln(0)-\ln(0)+3}", "3", 0.0),
+    ("math", "train", r"\boxed{\tan(\pi/2)-\tan(\pi/2)}", "0", 0.0),
+    ("math", "train", r"\boxed{\cot(0)-\cot(0)+3}", "3", 0.0),
+    ("math", "train", r"\boxed{e^{-\infty}}", "0", 0.0),
+    ("choice", "train", "The answer is any of A-J", "A", 0.0),
+    ("choice", "train", "Answer: A–J", "A", 0.0),
+    ("math", "train", r"\boxed{0.5000000001}", "0.5", 0.0),
+    ("math", "train", r"\boxed{0.4999999}", "0.5", 0.0),
+    ("math", "train", "The answer is not $19$; it is $38$.", "19", 0.0),
+    ("math", "train", "Final answer: 7\nFinal answer: 8\nFinal answer: 9", "9", 0.0),
+    ("choice", "train", "Answer: (G); (F) also works", "G", 0.0),
+    ("choice", "train", "Answer: (A). Although (G) could also be argued.", "A", 0.0),
+    ("choice", "train", "<think>The answer is (B)</think>\nD", "B", 0.0),
+    ("math", "train", r"\boxed{\operatorname{sin} x}", r"\sin x", 1.0),
+    ("math", "train", "So my final answer is 5 tiles.", "5", 1.0),
+    ("math", "train", "<answer>\\[ x = 28 \\]</answer>", "28", 1.0),
+    ("math", "train", r"\boxed{\color{blue}{56}}", "56", 1.0),
+    ("math", "eval", "the minimum value is −1.", "-1", 1.0),
+    ("choice", "train", "Answer: g) an individual's phenotype", "G", 1.0),
+    ("choice", "train", "Answer: (C) Invalid argument", "C", 1.0),
+    ("choice", "train", "Answer: (G) False, False.", "G", 1.0),
+    ("text", "train", r"Answer: \texttt{blue}", "blue", 1.0),
+    ("text", "train", r"Answer: \underline{blue}", "blue", 1.0),
+    ("text", "train", "Answer: _disproved_", "disproved", 1.0),
+    ("text", "train", "Answer: -1.51e3", "-1510", 1.0),
+    ("text", "train", "Answer: 6,2", "6.2", 1.0),
+    ("text", "train", "Answer: 6,2", "6, 2", 1.0),
+    ("text", "train", "Answer: 1.034.289", "1034289", 1.0),
+    ("text", "train", "Answer: 1.034.289", "1034.289", 0.0),
+    ("math", "train", "答案是 42", "42", 1.0),
+    ("math", "train", "La respuesta es 42", "42", 1.0),
+    ("math", "train", "Ответ: 42", "42", 1.0),
+    ("math", "train", "Die Antwort ist 42", "42", 1.0),
+    ("math", "train", "答えは 42", "24", 0.0),
+    ("math", "train", r"\boxed{6,2}", "6.2", 1.0),
+    ("math", "train", r"\boxed{1.034.289}", "1034289", 1.0),
+]
+
+
+@pytest.fixture(scope="module")
+def audit_verifiers():
+    pairs = {(kind, mode) for kind, mode, *_ in AUDIT}
+    made = {(kind, mode): Verifier(kind, num_workers=1, fallback_last_number=mode == "eval") for kind, mode in pairs}
+    yield made
+    for v in made.values():
+        v.close()
+
+
+@pytest.mark.parametrize(("kind", "mode", "written", "gold", "reward"), AUDIT)
+def test_audited_families(audit_verifiers, kind: str, mode: str, written: str, gold: str, reward: float) -> None:
+    batch = audit_verifiers[(kind, mode)].score([COT + written], [gold])
+    assert batch.rewards.tolist() == [reward], batch.item_reasons
