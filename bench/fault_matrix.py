@@ -297,7 +297,10 @@ def rows(run_dir: Path) -> list[dict]:
     """metrics.jsonl without the time keys, which differ between any two runs."""
     text = (run_dir / "metrics.jsonl").read_text() if (run_dir / "metrics.jsonl").exists() else ""
     out = [json.loads(line) for line in text.splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "tokens_per_s"} for r in out]
+    return [
+        {k: v for k, v in r.items() if not k.startswith(("time/", "cpu/", "load/")) and k != "tokens_per_s"}
+        for r in out
+    ]
 
 
 def saved_steps(run_dir: Path) -> list[int]:

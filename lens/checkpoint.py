@@ -62,7 +62,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
-from lens.config import default_run_dir  # noqa: F401  (re-exported: the rule lives with the config)
+from lens.config import (
+    Config,
+    default_run_dir,  # noqa: F401  (re-exported: the rule lives with the config)
+)
 from lens.dist import rank as _rank
 from lens.dist import world as _world
 from lens.errors import one_line
@@ -760,8 +763,12 @@ _ABSENT = "(absent)"
 
 
 def _diff(saved: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(dotted key, "key: old -> new") for every key whose value differs, sorted by key."""
+    """(dotted key, "key: old -> new") for every key whose value differs, sorted by key. A config key the
+    saved config lacks, at its default in the new one, was added to lens after the run was saved (e.g.
+    reward.functions): the run ran without it, which is what its default does, so it is no change."""
     old, cur = _flat(saved), _flat(new)
+    defaults = _flat(Config().to_dict())
+    old.update({k: cur[k] for k in cur.keys() - old.keys() if k in defaults and cur[k] == defaults[k]})
     return [
         (key, f"{key}: {old.get(key, _ABSENT)} -> {cur.get(key, _ABSENT)}")
         for key in sorted(old.keys() | cur.keys())

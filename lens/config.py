@@ -89,8 +89,13 @@ class DataConfig:
     split: str = "train"  # split of a hub training set, or the file of a training directory
     problem_key: str = "problem"  # field of the problem text in files/hub sets (dotted for nested fields)
     answer_key: str = "answer"  # field of the gold answer (e.g. reward_model.ground_truth)
-    reward: Literal["auto", "math", "choice", "text", "vartrack", "exact"] = "auto"  # auto: the set's own verifier
+    # auto: the set's own verifier; none: no verifier, reward.functions alone score
+    reward: Literal["auto", "math", "choice", "text", "vartrack", "exact", "none"] = "auto"
     template: str = "auto"  # auto: the tokenizer's chat template, else a plain one; or a "{problem}" string
+    # The training problem's text inside the template. auto: the set's own (a file scored by math, text or exact
+    # gets "{problem}\nPlease reason step by step, and put your final answer within \boxed{}.", choice its
+    # letter version, a built-in task, vartrack and none the bare problem); or a string with "{problem}"
+    prompt: str = "auto"
     system_prompt: str | None = None
     max_prompt_len: int = 512
     batch_size: int = 16  # prompts per optimizer step, over all ranks
@@ -235,6 +240,11 @@ class RewardConfig:
     fallback_last_number: bool = False  # training never credits a bare last number (it pays for rambling)
     eval_fallback_last_number: bool = True  # evaluation reads it, as the benchmarks' own graders do
     timeout_s: float = 5.0  # CPU seconds per math item; a timeout is its own verdict, reward 0
+    # Your own reward functions (lens/reward_fns.py), `FILE.py:NAME` or `package.module:NAME`, with TRL's
+    # signature fn(prompts, completions, **columns) -> list[float | None]: added to the verifier's reward,
+    # each within timeout_s CPU seconds per batch
+    functions: list[str] = field(default_factory=list)
+    weights: list[float] | None = None  # one per function; None: 1.0 each
 
 
 @dataclass
@@ -279,6 +289,7 @@ class Config:
         world = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
         cuda = _cuda_available() if cuda_available is None else cuda_available
         _validate_ranges(self)
+        _validate_reward_functions(self)
         _validate_paths(self)
         _validate_batches(self, world)
         _validate_device(self, cuda)
@@ -327,9 +338,10 @@ def load_config(
     return cfg
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The trainer's command line (`lens-train --help` shows it after the launcher's own options)."""
-    parser = errors.ArgumentParser(prog="lens/train.py", description="GRPO / LENS RL post-training")
+def build_parser(prog: str = "lens/train.py") -> argparse.ArgumentParser:
+    """The trainer's command line (`lens-train --help` shows it after the launcher's own options); prog: the
+    command its errors name (`lens-train` when the launcher checks it)."""
+    parser = errors.ArgumentParser(prog=prog, description="GRPO / LENS RL post-training")
     parser.add_argument("--config", default=None, help="YAML preset (configs/*.yaml or a name); default: CPU run")
     parser.add_argument(
         "--resume",
@@ -348,13 +360,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[Config, argparse.Namespace]:
+def parse_args(argv: list[str] | None = None, *, prog: str = "lens/train.py") -> tuple[Config, argparse.Namespace]:
     """CLI of lens/train.py: `[--config FILE] [--resume auto|none|DIR] [--dry-run] [--print-config]
     [key.sub=value ...]` (options and overrides in any order). A dry run of a preset that asks for
     `device: cuda` is validated as on a CUDA machine, so GPU presets can be checked where there is none.
     A resume starts from the run's saved config (`resume_base`). `--print-config` prints the resolved tree
     and exits 0."""
-    args = build_parser().parse_intermixed_args(argv)
+    args = build_parser(prog).parse_intermixed_args(argv)
     overrides = list(args.overrides) + ([f"checkpoint.resume={args.resume}"] if args.resume is not None else [])
     overrides += ["checkpoint.allow_config_change=true"] if args.allow_config_change else []
     with warnings.catch_warnings():
@@ -411,9 +423,12 @@ def config_changes(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
     ]
 
 
-def read_preset(path: str | os.PathLike, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """A preset file as a nested dict, its `base:` chain merged underneath (cycles are errors)."""
-    file = _find_preset(path)
+def read_preset(
+    path: str | os.PathLike, _chain: tuple[Path, ...] = (), *, named_in: Path | None = None
+) -> dict[str, Any]:
+    """A preset file as a nested dict, its `base:` chain merged underneath (cycles are errors). named_in:
+    the preset whose `base:` names `path` (None: `--config`)."""
+    file = _find_preset(path, named_in)
     if file in _chain:
         raise ValueError(f"{file}: `base:` cycle: {' -> '.join(str(p) for p in (*_chain, file))}")
     try:
@@ -428,7 +443,7 @@ def read_preset(path: str | os.PathLike, _chain: tuple[Path, ...] = ()) -> dict[
         return data
     if not isinstance(base, str):
         raise ValueError(f"{file}: `base` must be a file name, got {base!r}")
-    parent = read_preset(file.parent / base if not Path(base).is_absolute() else base, (*_chain, file))
+    parent = read_preset(base, (*_chain, file), named_in=file)
     return _layer(parent, data)
 
 
@@ -444,17 +459,21 @@ def _layer(lower: dict[str, Any], upper: dict[str, Any]) -> dict[str, Any]:
     return _merge(lower, upper)
 
 
-def _find_preset(path: str | os.PathLike) -> Path:
-    candidates = [Path(path), CONFIG_DIR / Path(path), CONFIG_DIR / f"{path}.yaml"]
+def _find_preset(path: str | os.PathLike, named_in: Path | None = None) -> Path:
+    """The preset file `--config path` names (from the current directory), or the `base: path` of the preset
+    `named_in` (beside that file); with or without `.yaml`, and else a shipped preset of that name, so
+    a user's own config outside configs/ can build on `cpu_smoke`."""
+    here = Path(path) if named_in is None else named_in.parent / path  # an absolute path stays itself
+    candidates = [here, here.with_name(f"{here.name}.yaml"), CONFIG_DIR / Path(path), CONFIG_DIR / f"{path}.yaml"]
     for cand in candidates:
         if cand.is_file():
             return cand.resolve()
     names = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
     close = difflib.get_close_matches(Path(path).stem, names, n=1)
-    hint = f" (did you mean --config {close[0]}?)" if close else ""
+    what, where = ("--config", "in the current directory") if named_in is None else (f"{named_in}: base:", "beside it")
+    hint = f" (did you mean {'--config' if named_in is None else 'base:'} {close[0]}?)" if close else ""
     raise ValueError(
-        f"--config {path}: no such preset{hint} (looked in the current directory and {CONFIG_DIR}); "
-        f"presets: {', '.join(names)}"
+        f"{what} {path}: no such preset{hint} (looked {where} and in {CONFIG_DIR}); presets: {', '.join(names)}"
     )
 
 
@@ -806,6 +825,7 @@ RANGES: dict[str, Range] = {
     "checkpoint.keep_last": Range(1, 10**6),
     "reward.truncated": _REWARD,
     "reward.timeout_s": Range(0.0, 3600.0, low_open=True),  # CPU seconds per item: the interval timer's range
+    "reward.weights": Range(-1e6, 1e6),
 }
 
 
@@ -878,6 +898,12 @@ def _validate_ranges(cfg: Config) -> None:
     )
     _require(bool(d.eval) or d.eval_every == 0, "data.eval", d.eval, "empty: set data.eval_every=0")
     _require(
+        d.prompt == "auto" or d.prompt.count("{problem}") == 1,
+        "data.prompt",
+        d.prompt,
+        "must be auto or a string with '{problem}' exactly once",
+    )
+    _require(
         d.template in TEMPLATE_MODES or d.template.count("{problem}") == 1,
         "data.template",
         d.template,
@@ -892,6 +918,25 @@ def _check_path_length(key: str, path: str) -> None:
     _require(len(os.fsencode(path)) <= _PATH_MAX, key, path, f"is longer than {_PATH_MAX} bytes")
     for part in Path(path).parts:
         _require(len(os.fsencode(part)) <= _NAME_MAX, key, path, f"has a name longer than {_NAME_MAX} bytes: {part!r}")
+
+
+def _validate_reward_functions(cfg: Config) -> None:
+    """The counts of reward.functions and reward.weights agree, and `data.reward=none` has functions to score
+    with (their files and names are checked by lens.reward_fns, before the first step)."""
+    r = cfg.reward
+    _require(
+        cfg.data.reward != "none" or bool(r.functions),
+        "data.reward",
+        "none",
+        "scores with reward.functions only, and none is set: every reward would be 0",
+    )
+    if r.weights is not None:
+        _require(
+            len(r.weights) == len(r.functions),
+            "reward.weights",
+            r.weights,
+            f"needs one weight per reward.functions entry ({len(r.functions)})",
+        )
 
 
 def _validate_paths(cfg: Config) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import functools
 import json
 import logging
@@ -148,7 +149,15 @@ class ArgumentParser(argparse.ArgumentParser):
     `lens: error: <prog>: <message>` with exit 2, instead of the usage block. Subparsers inherit it."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message} (see --help)")
+        raise UsageError(f"{self.prog}: {message}{self._did_you_mean(message)} (see --help)")
+
+    def _did_you_mean(self, message: str) -> str:
+        """` (did you mean --config?)` for an unrecognized option close to one of this parser's (`--confg`)."""
+        _, found, unknown = message.partition("unrecognized arguments: ")
+        flags = [a.split("=", 1)[0] for a in unknown.split() if a.startswith("--")] if found else []
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        close = [m for f in flags for m in difflib.get_close_matches(f, known, n=1, cutoff=0.75)]
+        return f" (did you mean {', '.join(close)}?)" if close else ""
 
 
 def console_script(main: Callable[[list[str] | None], object]) -> Callable[[], int]:

@@ -40,7 +40,8 @@ from typing import Any
 
 import torch
 
-from lens import answers, data, errors, preflight, reward, tasks
+from lens import answers, data, errors, preflight, reward, reward_fns, tasks
+from lens.config import load_config
 from lens.reward import REASONS, Verifier
 from lens.rollout import Engine, SamplingParams, make_engine
 
@@ -67,6 +68,8 @@ PAPER_AVG16 = ("amc23", "aime24", "aime25")  # the paper reports avg@16 on these
 VARTRACK = "vartrack"
 # The size of the task's own fixed evaluation set, so the CLI reports what training logs as eval/.
 VARTRACK_DEFAULT_SIZE = 200
+# `--benchmarks` of a trainer checkpoint when none is given: the held-out sets its run evaluated on (`trained_sets`).
+TRAINED = "trained"
 # The trainer's evaluation seed is the run seed moved by this offset, so it never equals a training seed.
 EVAL_SEED_OFFSET = 12345
 
@@ -277,6 +280,8 @@ def known_benchmarks() -> list[str]:
 def parse_benchmarks(text: str) -> list[str]:
     """A comma-separated list of sets (order kept, duplicates dropped): known names, data files or
     directories, and hub datasets `hf:ORG/NAME[:CONFIG][@SPLIT]`; ValueError on anything else."""
+    if text == TRAINED:
+        return [TRAINED]
     # dict.fromkeys keeps the first occurrence's order; a repeated set would be sampled and reported twice.
     names = list(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
     if not names:
@@ -290,16 +295,27 @@ def parse_benchmarks(text: str) -> list[str]:
 
 
 def load_eval_sets(
-    name: str, *, data_dir: str | Path | None = None, limit: int | None = None, seed: int = 0
+    name: str,
+    *,
+    data_dir: str | Path | None = None,
+    limit: int | None = None,
+    seed: int = 0,
+    problem_key: str = "problem",
+    answer_key: str = "answer",
 ) -> list[EvalSet]:
-    """The sets of one benchmark (lens.data.load_sets): a named set, a file, a hub set, or the built-in task's
-    clean and noisy sets, named `vartrack_clean`/`vartrack_noisy` and drawn from `seed` (default 200 each)."""
+    """The sets of one benchmark (lens.data.load_sets): a named set, a file or a hub set (its fields named by
+    problem_key / answer_key, as the trainer's data keys), or the built-in task's clean and noisy sets, named
+    `vartrack_clean`/`vartrack_noisy` and drawn from `seed` (default 200 each)."""
+    if name == TRAINED:
+        raise ValueError(f"--benchmarks {TRAINED}: only for a trainer checkpoint (--model a run or its checkpoint)")
     if name in tasks.NAMES:
         # The built-in task's sets get a prefix: a bare `clean`/`noisy` row would not say which task it is.
         sets = data.load_sets(name, limit=limit or VARTRACK_DEFAULT_SIZE, seed=seed)
         return [EvalSet(f"{name}_{s.name}", s.kind, s.prompt, s.problems) for s in sets]
     try:
-        return data.load_sets(name, limit=limit, seed=seed, data_dir=data_dir)
+        return data.load_sets(
+            name, limit=limit, seed=seed, data_dir=data_dir, problem_key=problem_key, answer_key=answer_key
+        )
     except FileNotFoundError as e:  # the CLI reports user errors (ValueError) as one line
         raise ValueError(str(e)) from None
 
@@ -359,6 +375,10 @@ def add_common_args(parser: argparse.ArgumentParser, *, default_benchmarks: str)
         "--data-dir", default=None, help="where named sets live (default: LENS_DATA_DIR, then ~/.cache/lens/data)"
     )
     parser.add_argument("--limit", type=_positive_int, default=None, help="problems per benchmark (smoke runs)")
+    parser.add_argument(
+        "--problem-key", default="problem", help="field of the problem text in files (data.problem_key)"
+    )
+    parser.add_argument("--answer-key", default="answer", help="field of the gold answer in files (data.answer_key)")
     parser.add_argument("--template", default="auto", help="auto | chat | plain | a string with {problem}")
     parser.add_argument("--system-prompt", default=None)
     parser.add_argument("--max-prompt-len", type=_positive_int, default=None, help="skip longer prompts (tokens)")
@@ -563,6 +583,95 @@ def ks_for(args: argparse.Namespace, n: int) -> list[int]:
     return [2**i for i in range(n.bit_length())]
 
 
+def _specs(text: str) -> list[str]:
+    """The entries of --reward-functions, each checked to be a function's name (`lens.reward_fns.parse_specs`)."""
+    specs = [s.strip() for s in text.split(",") if s.strip()]
+    try:
+        reward_fns.parse_specs(specs)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return specs
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def function_row(
+    functions: reward_fns.RewardFunctions, prompts: list[str], problems: list[data.Problem], result: EvalResult
+) -> dict[str, Any]:
+    """The reward functions on every sample of a set -> `reward` (the mean summed reward: the verdict's plus
+    the weighted functions', a failed row 0, as training counts it) and per function its mean and errors."""
+    n = result.n
+    scores = functions.score(
+        [p for p in prompts for _ in range(n)],
+        [t for row in result.texts for t in row],
+        [reward_fns.row_columns(p) for p in problems for _ in range(n)],
+    )
+    means = reward_fns.means({f"reward/{k}": v for k, v in scores.counts.items()})
+    per_fn = {
+        name: {"mean": means[f"reward/fn/{name}/mean"], "errors": int(means[f"reward/fn/{name}/errors"])}
+        for name in functions.names
+    }
+    return {"reward": float(scores.apply(result.rewards).mean()), "reward_functions": per_fn}
+
+
+def trained_checkpoint(path: str | Path) -> Path | None:
+    """The trainer checkpoint `--model` names (a step directory holding meta.json and config.yaml), from the
+    step directory, its `hf/` export, or the run directory (its newest checkpoint); None for a plain model."""
+    p = Path(os.path.abspath(path))
+    if (p / "checkpoints").is_dir():
+        steps = sorted(
+            d for d in (p / "checkpoints").glob("step_*") if (d / "hf").is_dir() and (d / "meta.json").is_file()
+        )
+        return steps[-1] if steps else None
+    for step in (p, p.parent):
+        if (step / "meta.json").is_file() and (step / "config.yaml").is_file() and step.parent.name == "checkpoints":
+            return step
+    return None
+
+
+def trained_defaults(parser: argparse.ArgumentParser, argv: list[str] | None) -> None:
+    """For a trainer checkpoint, the defaults of the flags the trainer's own evaluation fixes are its run's:
+    the held-out sets (`--benchmarks trained`), samples per problem, sampling, seed, rendering and data keys,
+    so that `lens.eval --model <checkpoint>` scores what the run logged as `eval/<set>`. Flags still win."""
+    known, _ = parser.parse_known_args(argv)
+    step = trained_checkpoint(known.model)
+    if step is None:
+        return
+    cfg = load_config(step / "config.yaml", validate=False)
+    d, r = cfg.data, cfg.rollout
+    parser.set_defaults(
+        benchmarks=TRAINED,
+        n=d.eval_n,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        max_tokens=r.max_tokens,
+        seed=cfg.seed,
+        template=d.template,
+        system_prompt=d.system_prompt,
+        max_prompt_len=d.max_prompt_len,
+        problem_key=d.problem_key,
+        answer_key=d.answer_key,
+        trained_from=str(step),
+    )
+
+
+def trained_sets(args: argparse.Namespace) -> list[EvalSet]:
+    """The held-out sets the run of `args.trained_from` evaluated on (lens.preflight.load_data on its saved
+    config: named sets, the `heldout` split of its training file, data.eval_limit or --limit)."""
+    cfg = load_config(Path(args.trained_from) / "config.yaml", validate=False)
+    if args.limit is not None:
+        cfg.data.eval_limit = args.limit
+    _, sets = preflight.load_data(cfg)
+    if not sets:
+        raise ValueError(f"{args.trained_from}: its run evaluated on no held-out set; name --benchmarks")
+    return sets
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = errors.ArgumentParser(
         prog="python -m lens.eval",
@@ -571,8 +680,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_common_args(parser, default_benchmarks=",".join(MATH_BENCHMARKS))
     parser.add_argument("--k", type=_int_list, default=None, help="pass@k sizes, e.g. 1,4,16 (default: 2^i <= n)")
     parser.add_argument("--paper-protocol", action="store_true", help="n=16 on amc23/aime24/aime25, --n elsewhere")
+    parser.add_argument(
+        "--reward-functions",
+        type=_specs,
+        default=[],
+        help="comma-separated FILE.py:NAME or package.module:NAME, the trainer's reward.functions: their means "
+        "are reported beside the accuracy (docs/rewards.md)",
+    )
+    parser.add_argument(
+        "--reward-weights", type=_floats, default=None, help="one weight per --reward-functions entry (default 1.0)"
+    )
+    parser.set_defaults(trained_from=None)
+    trained_defaults(parser, argv)
     args = parser.parse_args(argv)
     check_common_args(parser, args)
+    if args.reward_weights is not None and len(args.reward_weights) != len(args.reward_functions):
+        parser.error(f"--reward-weights: {len(args.reward_weights)} weights for {len(args.reward_functions)} functions")
     largest_n = max(samples_per_set(args, b) for b in args.benchmarks)
     if args.k is not None and args.k[-1] > largest_n:
         parser.error(f"--k {args.k[-1]} > the largest n ({largest_n}); pass@k needs k <= n")
@@ -587,8 +710,10 @@ def evaluate_one(
     verifier: Verifier,
     args: argparse.Namespace,
     sampling: SamplingParams,
+    functions: reward_fns.RewardFunctions | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One set through `evaluate_set` -> (its report row, its samples records)."""
+    """One set through `evaluate_set` (and the reward functions, when given) -> (its report row, its samples
+    records)."""
     prompts, problems, skipped = rendered
     n = samples_per_set(args, es.name)
     ids = [r.ids for r in prompts]
@@ -597,6 +722,8 @@ def evaluate_one(
         engine, tokenizer, verifier, ids, golds, n=n, sampling=sampling, batch_size=args.batch_size, progress=es.name
     )
     row = {"kind": es.kind, **summarize(result, ks_for(args, n)), "skipped_too_long": skipped}
+    if functions is not None:  # the prompts as the trainer decodes them for its functions
+        row.update(function_row(functions, tokenizer.batch_decode(ids, skip_special_tokens=True), problems, result))
     fallback = not args.no_last_number_fallback
     return row, samples_of(es.kind, tokenizer.batch_decode(ids), problems, result, fallback_last_number=fallback)
 
@@ -620,31 +747,53 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     args = parse_args(argv)
+    if args.trained_from is not None:  # the export of a run directory or a step directory is its hf/ folder
+        args.model = str(Path(args.trained_from) / "hf")
     out = out_dir(args, "eval")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     opts = {"template": args.template, "system_prompt": args.system_prompt, "max_prompt_len": args.max_prompt_len}
     # every data file is read and rendered before the model loads, so bad data fails fast
-    sets = [
-        s for b in args.benchmarks for s in load_eval_sets(b, data_dir=args.data_dir, limit=args.limit, seed=args.seed)
-    ]
+    keys = {"problem_key": args.problem_key, "answer_key": args.answer_key}
+    sets = (
+        trained_sets(args)
+        if args.benchmarks == [TRAINED]
+        else [
+            s
+            for b in args.benchmarks
+            for s in load_eval_sets(b, data_dir=args.data_dir, limit=args.limit, seed=args.seed, **keys)
+        ]
+    )
     rendered = {s.name: render_set(s, tokenizer, **opts) for s in sets}
+    specs = reward_fns.parse_specs(args.reward_functions)
+    if specs:  # imported and called on two rows before the model loads: a bad one is one line
+        first_prompts, first_problems, _ = rendered[sets[0].name]
+        texts = tokenizer.batch_decode([r.ids for r in first_prompts[:2]], skip_special_tokens=True)
+        rows_of = reward_fns.columns_of([reward_fns.row_columns(p) for p in first_problems[:2]])
+        batch = (tuple(texts), tuple(p.answer for p in first_problems[:2]), rows_of)
+        reward_fns.check(specs, batch, timeout_s=reward.DEFAULT_TIMEOUT_S)
     longest = max(len(r.ids) for prompts, _, _ in rendered.values() for r in prompts)
     sampling = eval_sampling(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
     # One engine for every set: loading the model once dominates the cost of small sets.
     engine = build_engine(args, longest)
     verifiers = Verifiers(fallback_last_number=not args.no_last_number_fallback)
+    functions = (
+        reward_fns.RewardFunctions(specs, args.reward_weights, timeout_s=reward.DEFAULT_TIMEOUT_S) if specs else None
+    )
     rows: dict[str, dict[str, Any]] = {}
     try:
         for s in sets:
             rows[s.name], records = evaluate_one(
-                s, rendered[s.name], engine, tokenizer, verifiers(s.kind), args, sampling
+                s, rendered[s.name], engine, tokenizer, verifiers(s.kind), args, sampling, functions
             )
             write_jsonl(out / "samples" / f"{s.name}.jsonl", records)
             r = rows[s.name]
-            print(f"{s.name}: avg@{r['n']} {r['pass@1']:.4f} ({r['problems']} problems, {r['seconds']:.1f} s)")
+            summed = f", reward with functions {r['reward']:.4f}" if "reward" in r else ""
+            print(f"{s.name}: avg@{r['n']} {r['pass@1']:.4f}{summed} ({r['problems']} problems, {r['seconds']:.1f} s)")
     # Closed even on error: the math verifier's worker processes and vLLM's GPU memory outlive us otherwise.
     finally:
         verifiers.close()
+        if functions is not None:
+            functions.close()
         engine.close()
     return write_report(out, args, sampling, rows)
 

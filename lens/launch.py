@@ -112,7 +112,7 @@ def check_before_workers(train_args: list[str], world: int | None = None) -> str
     line). The trainer checks it all again (and the lock decides a race between two launches). -> a line
     that ends the command without workers (a finished run's resume), or None to start them."""
     with _world_env(world):
-        cfg, args = parse_args(train_args)
+        cfg, args = parse_args(train_args, prog="lens-train")
     # A dry run only prints the config: it must work on a busy or used run_dir and without the data.
     if args.dry_run:
         return None
@@ -125,7 +125,10 @@ def check_before_workers(train_args: list[str], world: int | None = None) -> str
             return finished
     # Cheapest first: paths are a stat each, while loading the data can take seconds.
     preflight.check_model_paths(cfg)
-    preflight.load_data(cfg)
+    train_set, _ = preflight.load_data(cfg)
+    # The reward functions on two rows, their problem text as the prompt (the tokenizer is the workers' to load).
+    rows = train_set.problems[:2]
+    preflight.check_reward_functions(cfg, rows, [p.problem for p in rows])
     return None
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from lens import algos, dist, groups, model, purify, scoring, trial, variants
+from lens import algos, dist, groups, model, purify, reward_fns, scoring, trial, variants
 from lens.config import Config
 from lens.purify import Prompt
 from lens.reward import REASONS
@@ -101,10 +101,27 @@ def generate(
         texts = run.tokenizer.batch_decode(out.tokens, skip_special_tokens=True)
         scored = run.verifier.score(texts, [a for a in answers for _ in range(m)], finish_reasons=out.finish_reasons)
         rewards, counts = scored.rewards.view(len(prompts), m), dict(scored.reasons)
+        if run.functions is not None:
+            rewards, extra = add_functions(run, prompts, texts, rewards)
+            counts.update(extra)
         if shaping is not None:
             rewards, extra = shaping(out, rewards)
             counts.update(extra)
     return out, rewards, counts
+
+
+def add_functions(
+    run: Run, prompts: list[Prompt], completions: list[str], rewards: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The verifier's rewards [B, m] plus reward.functions' (lens.reward_fns) -> (rewards [B, m], their counts)."""
+    m = rewards.shape[1]
+    texts = run.tokenizer.batch_decode([p.ids for p in prompts], skip_special_tokens=True)
+    rows = [reward_fns.row_columns(p.problem) for p in prompts]
+    assert run.functions is not None  # `generate` calls this only with functions
+    scores = run.functions.score(
+        [t for t in texts for _ in range(m)], completions, [row for row in rows for _ in range(m)]
+    )
+    return scores.apply(rewards), scores.counts
 
 
 # The counters a method returns with its rows (`Method.sample`), and how each combines over ranks.

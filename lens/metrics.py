@@ -63,6 +63,8 @@ REDUCTIONS = dist.declare(
         # Computed from every rank's gathered values (TransferMeter): the same number on every rank.
         "transfer/*": dist.MAX,
         "time/*": dist.MAX,  # stage times (Timer): the step waits for the slowest rank
+        "cpu/step": dist.MAX,  # CPU seconds of the busiest rank's process in the step (Timer)
+        "load/avg1": dist.MAX,  # the machine's load while it ran (the busiest node)
     }
 )
 
@@ -261,31 +263,43 @@ def throughput(num_tokens: int, seconds: float) -> float:
 
 
 class Timer:
-    """Wall-clock seconds per named stage, summed over repeated entries until `reset`.
+    """Wall-clock seconds per named stage, summed over repeated entries until `reset`; for the whole `step`
+    also this process's CPU seconds and the machine's load, so that step times of runs made on a busy and
+    an idle machine are not read as a difference between methods.
 
     On CUDA the device is synchronized at both ends so asynchronous kernels count to their stage.
     """
 
     def __init__(self) -> None:
         self.totals: dict[str, float] = {}
+        self.cpu_step: float | None = None
 
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         _sync()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         try:
             yield
         finally:
             _sync()
             self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - start
+            if name == "step":
+                self.cpu_step = time.process_time() - cpu_start
 
     def metrics(self, prefix: str = "time/") -> dict[str, float]:
-        """{prefix + stage: seconds}."""
-        return {f"{prefix}{k}": v for k, v in self.totals.items()}
+        """{prefix + stage: seconds}, and after a `step`: `cpu/step` (CPU seconds of this process, all its
+        threads) and `load/avg1` (the 1-minute load average, where the platform has one)."""
+        out = {f"{prefix}{k}": v for k, v in self.totals.items()}
+        if self.cpu_step is not None:
+            out["cpu/step"] = self.cpu_step
+            with contextlib.suppress(OSError, AttributeError):  # no load average on this platform
+                out["load/avg1"] = os.getloadavg()[0]
+        return out
 
     def reset(self) -> None:
         """Forget all totals (call at the start of a step)."""
         self.totals.clear()
+        self.cpu_step = None
 
 
 def _sync() -> None:
@@ -393,6 +407,9 @@ class MetricsLogger:
             # TensorBoard hides the events of earlier files from purge_step on (0: every one of a run started over).
             purge = resume_step + 1 if resume_step is not None else 0
             self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=purge)
+            if config is not None:  # the TEXT tab shows what ran beside the curves (indented: a code block)
+                text = json.dumps(dict(config), indent=2, default=str)
+                self._tb.add_text("config", "\n".join(f"    {line}" for line in text.splitlines()), purge)
         if wandb_project:
             self._wandb = _init_wandb(Path(run_dir), wandb_project, wandb_run_name, config)
 

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lens import data
+from lens import data, reward_fns
 from lens.config import HELDOUT, Config, resolve_path
+from lens.problem import Problem
 
 HELDOUT_PERCENT, HELDOUT_MAX = 5, 64  # the `heldout` split: 5 % of the training problems, at most 64
 # Below this, 5 % rounds down to zero problems; warned about in load_data rather than silently empty.
@@ -136,6 +137,8 @@ def load_data(cfg: Config) -> tuple[data.ProblemSet, list[data.ProblemSet]]:
         # A multi-set name (e.g. a benchmark group) would silently train on only its first member.
         raise ValueError(f"data.train={d.train!r}: expected one training set, got {[s.name for s in train_sets]}")
     train, evals = train_sets[0], []
+    if d.prompt != "auto":  # the held-out split below inherits it; named eval sets keep their own
+        train = dataclasses.replace(train, prompt=d.prompt)
     for name in d.eval or []:
         if name != HELDOUT:
             evals += data.load_sets(name, limit=d.eval_limit, seed=cfg.seed, data_dir=d.dir)
@@ -245,6 +248,25 @@ def check_spans(rendered: RenderedSet, problem_set: data.ProblemSet, tokenizer: 
             raise ValueError(f"{uid}: the scorable span decodes to {text[:60]!r}, not the problem text")
 
 
+def check_reward_functions(cfg: Config, rows: list[Problem], prompts: list[str]) -> None:
+    """reward.functions imported and called here on a few training rows and their prompts, each with its gold
+    answer as the completion (`lens.reward_fns.check`): a wrong path, name, signature or return value is one
+    line before any worker starts."""
+    if not cfg.reward.functions:
+        return
+    specs = reward_fns.parse_specs(cfg.reward.functions)
+    columns = reward_fns.columns_of([reward_fns.row_columns(p) for p in rows])
+    batch = (tuple(prompts), tuple(p.answer for p in rows), columns)
+    reward_fns.check(specs, batch, timeout_s=cfg.reward.timeout_s)
+
+
+def check_rendered_functions(cfg: Config, tokenizer: Any, rendered: RenderedSet, problem_set: data.ProblemSet) -> None:
+    """`check_reward_functions` on the first two rendered training prompts, decoded as the trainer decodes them."""
+    by_uid = {p.uid: p for p in problem_set.problems}
+    prompts = tokenizer.batch_decode(rendered.ids[:2], skip_special_tokens=True)
+    check_reward_functions(cfg, [by_uid[u] for u in rendered.uids[:2]], prompts)
+
+
 def _squeeze(text: str) -> str:
     """`text` without whitespace: word-level tokenizers (the built-in tasks') decode without the spaces that
     separated their words, and a shifted span differs in its characters, not only in its spaces."""
@@ -309,6 +331,7 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
         check_spans(rendered, problem_set, tokenizer)
         sets.append(rendered)
     train = sets[0]
+    check_rendered_functions(cfg, tokenizer, train, train_set)
     longest_prompt = max(len(ids) for s in sets for ids in s.ids)
     check_context(cfg, model_config, longest_prompt)
     # Epochs are over the rendered training prompts: skipped over-long ones are never sampled.
@@ -318,6 +341,8 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
         "tokenizer": f"{type(tokenizer).__name__}, {len(tokenizer)} tokens, "
         f"chat template: {'yes' if getattr(tokenizer, 'chat_template', None) else 'no'}",
         "algorithm": f"{cfg.algorithm.name} (m={cfg.algorithm.m})",
+        "training prompt": f"{train_set.prompt!r} (data.prompt) inside data.template={cfg.data.template}",
+        "reward functions": _functions_line(cfg),
         "data": [
             f"{s.name}: {s.loaded} loaded, {len(s.ids)} rendered, {s.skipped_too_long} skipped as too long, "
             f"prompt tokens min/median/max {_lengths(s)}, verifier {s.kind}"
@@ -331,6 +356,17 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> dict[str, Any]:
         "sampler": sampler_config(cfg),
         "memory": memplan.memory_plan(cfg, model_config, world_size=world_size, longest_prompt=longest_prompt).lines(),
     }
+
+
+def _functions_line(cfg: Config) -> str:
+    """What the dry run says of reward.functions: each with its weight, added to which verifier."""
+    r = cfg.reward
+    if not r.functions:
+        return "none (reward.functions)"
+    weights = r.weights if r.weights is not None else [1.0] * len(r.functions)
+    listed = ", ".join(f"{w:g} x {f}" for f, w in zip(r.functions, weights, strict=True))
+    added = "alone (data.reward=none)" if cfg.data.reward == "none" else "added to the verifier's reward"
+    return f"{listed}, {added}; each imported and called on two training rows: ok"
 
 
 def optimizer_steps_note(cfg: Config) -> str:

@@ -14,7 +14,7 @@ Decisions where the paper is silent (docs/algorithm.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -33,11 +33,13 @@ ROLES = ("distractor", "answer", "other", "unlabeled")
 @dataclass(frozen=True)
 class Prompt:
     """Prompt token ids with the half-open span [start, end) of its scorable (problem) tokens, and the role of
-    each span token (ROLES, [end - start]) where the task knows them (None: it does not)."""
+    each span token (ROLES, [end - start]) where the task knows them (None: it does not). `problem`: the data
+    row it was rendered from (what reward functions read as columns), kept through purification."""
 
     ids: list[int]
     span: tuple[int, int]
     roles: tuple[str, ...] | None = None
+    problem: Problem | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.roles is not None and len(self.roles) != self.span[1] - self.span[0]:
@@ -50,7 +52,7 @@ def rendered_prompts(
     """The trainer's prompts: rendered ids and spans, with the roles their problems record (by uid)."""
     by_uid = {p.uid: p for p in problems}
     return [
-        Prompt(i, span, tasks.token_roles(by_uid[u], span[1] - span[0]))
+        Prompt(i, span, tasks.token_roles(by_uid[u], span[1] - span[0]), by_uid[u])
         for i, span, u in zip(ids, spans, uids, strict=True)
     ]
 
@@ -147,7 +149,7 @@ def purify_prompts(prompts: list[Prompt], delete_mask: torch.Tensor) -> list[Pro
         ids = [t for t, k in zip(p.ids, keep, strict=True) if k]
         # Deletions happen only inside the span, so its start stays and its end moves left by the count.
         roles = None if p.roles is None else tuple(r for r, k in zip(p.roles, keep[start:end], strict=True) if k)
-        out.append(Prompt(ids, (start, end - int(drop.sum())), roles))
+        out.append(Prompt(ids, (start, end - int(drop.sum())), roles, p.problem))
     return out
 
 

@@ -266,20 +266,59 @@ def _parse_row(line: str, path: Path, lineno: int) -> tuple[int, dict[str, float
     return step, row
 
 
+# Config keys in which the runs of one label may differ and still be seeds of one experiment (prefixes end in
+# "."): where they run and how they log, how long (the report says so separately), how a step is split in memory.
+SEED_FREE = ("seed", "run_dir", "checkpoint.", "logging.", "optim.steps", "optim.micro_batch_size")
+
+
+def _flat_config(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        out.update(_flat_config(v, f"{prefix}{k}.") if isinstance(v, Mapping) else {f"{prefix}{k}": v})
+    return out
+
+
+def _unlike_keys(runs: Sequence[Run]) -> list[str]:
+    """The config keys (outside SEED_FREE) in which the runs differ, sorted."""
+    flat = [_flat_config(r.config) for r in runs]
+    keys = {k for f in flat for k in f if not any(k == s or (s.endswith(".") and k.startswith(s)) for s in SEED_FREE)}
+    return sorted(k for k in keys if len({repr(f.get(k)) for f in flat}) > 1)
+
+
 def group_runs(runs: Sequence[Run], by: Mapping[str | Path, str] | Callable[[Run], str] | None = None) -> list[Group]:
     """Runs -> groups in order of first appearance. by: None (each run's own label), a mapping
-    run dir -> label (runs not in it keep their own label) or a function run -> label."""
+    run dir -> label (runs not in it keep their own label) or a function run -> label.
+
+    Runs that share a label of their own (their method's name) but differ in their config beyond SEED_FREE
+    are not seeds of one experiment: each gets the differing values in its label (`grpo [optim.lr=0.001]`),
+    with a warning. A label given explicitly (the mapping, a function) groups as told."""
     if by is None:
         key: Callable[[Run], str] = lambda r: r.label  # noqa: E731
+        explicit: Callable[[Run], bool] = lambda r: False  # noqa: E731
     elif isinstance(by, Mapping):
         # compared resolved: `runs/x` and `./runs/x/` name the same run
         resolved = {Path(d).resolve(): name for d, name in by.items()}
         key = lambda r: resolved.get(r.path.resolve(), r.label)  # noqa: E731
+        explicit = lambda r: r.path.resolve() in resolved  # noqa: E731
     else:
-        key = by
+        key, explicit = by, lambda r: True
+    labels = {id(run): key(run) for run in runs}
+    for label in dict.fromkeys(labels.values()):
+        own = [r for r in runs if labels[id(r)] == label and not explicit(r)]
+        unlike = _unlike_keys(own)
+        if not unlike:
+            continue
+        warnings.warn(
+            f"label {label!r}: its runs differ in {', '.join(unlike)}: reported apart, not as seeds "
+            "(--label NAME=DIR,DIR groups them on purpose)",
+            stacklevel=2,
+        )
+        for r in own:
+            flat = _flat_config(r.config)
+            labels[id(r)] = f"{label} [{', '.join(f'{k}={flat.get(k)}' for k in unlike)}]"
     groups: dict[str, Group] = {}
     for run in runs:
-        groups.setdefault(key(run), Group(key(run), [])).runs.append(run)
+        groups.setdefault(labels[id(run)], Group(labels[id(run)], [])).runs.append(run)
     # Two runs of one label with one seed are usually one run listed twice: it would count double in the
     # standard errors, so it warns (a deliberate repeat still groups).
     for g in groups.values():
@@ -488,6 +527,8 @@ def summarize(groups: Sequence[Group], baseline: str, metric: str | None, phases
             "best": {},
             "reward_last10": _stat([_last_tenth_mean(r, "reward/mean") for r in g.runs]),
             "step_time": _stat([_steady_step_time(r) for r in g.runs]),
+            "cpu_time": _stat([_steady_mean(r, "cpu/step") for r in g.runs]),
+            "load": _stat([_steady_mean(r, "load/avg1") for r in g.runs]),
             "warmup_time": _stat([_warmup_time(r) for r in g.runs]),
             "purified_share": _stat([_purified_share(r) for r in g.runs]),
             "stage_times": _stage_stats(g),
@@ -532,6 +573,12 @@ def caveats(groups: Sequence[Group], labels: Mapping[str, Mapping[str, Any]]) ->
     if len(lengths) > 1:
         listed = ", ".join(f"{g.label} {'/'.join(str(max(r.rows, default=0)) for r in g.runs)}" for g in groups)
         notes.append(f"the runs have different lengths (steps: {listed}): final and best values are not like for like")
+    loads = [v for v in (_steady_mean(r, "load/avg1") for g in groups for r in g.runs) if v is not None]
+    if loads and max(loads) > TIME_SPREAD * max(min(loads), 1.0):
+        notes.append(
+            f"the runs were timed at machine loads {min(loads):.3g}-{max(loads):.3g} (load/avg1): their step "
+            "times are not like for like; compare CPU s/step, or times from interleaved runs (lens.bench_step)"
+        )
     for g in groups:
         times = [t for t in (_steady_step_time(r) for r in g.runs) if t]
         if len(times) > 1 and max(times) > TIME_SPREAD * min(times):
@@ -544,6 +591,11 @@ def caveats(groups: Sequence[Group], labels: Mapping[str, Mapping[str, Any]]) ->
 
 def _mean_or_none(values: np.ndarray) -> float | None:
     return float(values.mean()) if values.size else None
+
+
+def _steady_mean(run: Run, key: str) -> float | None:
+    """Mean `key` over the steady-state steps that log it (None for logs from before it was logged)."""
+    return _mean_or_none(np.array([row[key] for row in steady_rows(run) if key in row], dtype=np.float64))
 
 
 def _steady_step_time(run: Run) -> float | None:
@@ -614,13 +666,15 @@ def tables(summary: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
     evals = summary["eval_sets"]
     headers = ["label", "seeds", "steps"]
     headers += [f"final {k}" for k in evals] + [f"best {k} (step)" for k in evals]
-    headers += ["reward (last 10%)", "step time (s, steady: warm-up step left out)", "purified share"]
+    headers += ["reward (last 10%)", "step time (s, steady: warm-up step left out)", "CPU s/step", "load (1 min)"]
+    headers += ["purified share"]
     final = []
     for label, e in summary["labels"].items():
         # the step of the best value says whether a run peaked early and then degraded
         best = [f"{e['best'][k]['value']:.4g} ({e['best'][k]['step']})" if k in e["best"] else "—" for k in evals]
         row = [label, str(len(e["runs"])), str(e["last_step"])] + [_pm(e["final"][k]) for k in evals] + best
-        final.append([*row, _pm(e["reward_last10"]), _pm(e["step_time"]), _pm(e["purified_share"])])
+        times = [_pm(e["step_time"]), _pm(e.get("cpu_time")), _pm(e.get("load"))]
+        final.append([*row, _pm(e["reward_last10"]), *times, _pm(e["purified_share"])])
     out = [("Caveats", ["caveat"], [[c] for c in summary.get("caveats", [])])] if summary.get("caveats") else []
     out.append(("Final numbers", headers, final))
     if summary["efficiency"]:
@@ -732,7 +786,11 @@ def _new_figure(
 
 
 def _plot_curves(ax: Any, groups: Sequence[Group], key: str, colors: Mapping[str, Any], smooth: int) -> bool:
-    """One line per label (± s.e. band when it has several seeds); False when no label logs `key`."""
+    """One line per label (± s.e. band when it has several seeds); False when no label logs `key`. Steps are
+    whole numbers: the axis never ticks at step 1.5."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     drew = False
     for g in groups:
         c = g.curve(key, smooth)

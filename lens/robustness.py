@@ -153,7 +153,8 @@ def load_pairs(args: argparse.Namespace) -> list[Pair]:
     """The (clean, injected) sets of every --benchmarks name."""
     pairs = []
     for name in args.benchmarks:
-        sets = ev.load_eval_sets(name, data_dir=args.data_dir, limit=args.limit, seed=args.seed)
+        keys = {"problem_key": args.problem_key, "answer_key": args.answer_key}
+        sets = ev.load_eval_sets(name, data_dir=args.data_dir, limit=args.limit, seed=args.seed, **keys)
         clean = sets[0]
         # By default vartrack keeps its own noisy set, the one its training and gates measure (eval/noisy),
         # so this drop is comparable with the training curves.

@@ -152,14 +152,7 @@ def holder(run_dir: str | os.PathLike) -> Holder | None:
     """The live process on this host that holds run_dir's lock, or None (no lock file, a stale one, or a
     holder on another host, which this host cannot see: the trainer's `acquire` still decides). Read-only: a
     probe with flock could make a run that takes the lock at that moment fail."""
-    try:
-        fd = os.open(lock_path(run_dir), os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        found = _read_holder(fd)
-    finally:
-        os.close(fd)
+    found = _recorded(run_dir)
     if found is None or found.host != socket.gethostname():
         return None
     try:
@@ -167,6 +160,24 @@ def holder(run_dir: str | os.PathLike) -> Holder | None:
         return found if process_start(found.pid) <= found.since else None
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _recorded(run_dir: str | os.PathLike) -> Holder | None:
+    """The holder run_dir's lock file names, live or not (None: no lock file, or no name in it)."""
+    try:
+        fd = os.open(lock_path(run_dir), os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        return _read_holder(fd)
+    finally:
+        os.close(fd)
+
+
+def held_elsewhere(run_dir: str | os.PathLike) -> bool:
+    """Whether run_dir's lock file names a holder on another host (whose liveness this host cannot see)."""
+    found = _recorded(run_dir)
+    return found is not None and found.host != socket.gethostname()
 
 
 def check_free(run_dir: str | os.PathLike) -> None:

@@ -15,6 +15,7 @@ from lens import data, metrics
 from lens.config import Config
 from lens.purify import Prompt
 from lens.reward import Verifier
+from lens.reward_fns import NoVerifier, RewardFunctions
 
 
 @dataclass
@@ -28,7 +29,7 @@ class Run:
     ref: torch.nn.Module  # pi_ref, frozen
     sampler: Any  # the rollout engine (HF or vLLM) that samples from pi_theta
     tokenizer: Any
-    verifier: Verifier  # the training set's
+    verifier: Verifier | NoVerifier  # the training set's (NoVerifier: data.reward=none)
     prompts: list[Prompt]  # the training set, rendered
     answers: list[str]
     uids: list[str]
@@ -36,3 +37,4 @@ class Run:
     method: Any  # lens.methods.Method (typed loosely: this module sits below lens.methods)
     rng: torch.Generator  # the `groups` seed stream (checkpointed)
     timer: metrics.Timer = field(default_factory=metrics.Timer)
+    functions: RewardFunctions | None = None  # reward.functions, added to the verifier's rewards

@@ -12,8 +12,10 @@ scheduler or a script reads a failure; signalling the workers instead needs thei
 The file needs only the run directory, which every rank already shares.
 
 A request is accepted from the moment the run is launched, before the run has created its directory:
-it is written into the directory (created if need be: in an existing parent, or wherever a process on this
-host was launched with `run_dir=` that directory), where the starting run looks.
+it is written into the directory (created if need be, where a process on this host was launched with
+`run_dir=` that directory), where the starting run looks. A request for nothing is refused, with exit 2
+and no file written: a path that does not exist and that no process names (a typo), or the directory of a
+run that is no longer running (its lock free, no process launched into it).
 
 The trainer removes the file when it honours it, so `--resume auto` afterwards trains on. A file
 written before the run was launched (`lens.lifeline.launch_time`: torchrun's start) was left by a run
@@ -35,7 +37,7 @@ from pathlib import Path
 
 from lens import errors
 from lens.errors import cli_errors
-from lens.runlock import lock_path
+from lens.runlock import held_elsewhere, holder, lock_path
 
 STOP_REQUEST = "STOP"
 # lens.checkpoint.CONFIG, which claim_run_dir writes before a run's first step: spelled out here because
@@ -73,14 +75,13 @@ def launched_into(run_dir: str | os.PathLike) -> bool:
 def request_stop(run_dir: str | os.PathLike) -> Path:
     """Ask the run in run_dir to stop after its current step -> the request file written.
 
-    Accepted from the moment the run is launched: into a run's directory (config.yaml, or the lock of a run
-    that is setting up), and into a directory that does not exist yet (created here: in an existing parent,
-    or wherever a process was launched with this run_dir, `launched_into`) or is empty, which is where a run
-    that is still starting will look; it keeps a request written after its
-    launch and removes one written before (`discard_stale_request`). ValueError when run_dir is a file or a
-    directory holding something else than a run, FileNotFoundError when its parent does not exist either and
-    no process names it (a wrong path: the person would wait for a stop that never comes). A pending request is
-    simply written again.
+    Accepted from the moment the run is launched: into the directory of a running run (its lock held, on this
+    host or another), and into a directory that is empty or does not exist yet (created here where a process
+    was launched with this run_dir, `launched_into`), which is where a run that is still starting will look;
+    it keeps a request written after its launch and removes one written before (`discard_stale_request`).
+    ValueError when run_dir is a file, a directory holding something else than a run, or a run that is not
+    running; FileNotFoundError when it does not exist and no process names it (a wrong path: the person would
+    wait for a stop that never comes). A pending request is simply written again.
     """
     root = Path(run_dir)
     try:
@@ -94,13 +95,18 @@ def request_stop(run_dir: str | os.PathLike) -> Path:
             )
         if root.parent.exists() and not root.parent.is_dir():
             raise ValueError(f"run_dir {root} lies under {root.parent}, which is not a directory")
-        # One level is created, never a tree (a typo must not build directories), unless a process on this
-        # host was launched with this run_dir on its command line: the launch's own record of where it runs.
+        # A missing directory is created only where a process on this host was launched with this run_dir on
+        # its command line (the launch's own record of where it runs): a typo must not build directories.
         launching = launched_into(root)
-        if not root.parent.is_dir() and not launching:
+        if not root.exists() and not launching:
             raise FileNotFoundError(
-                f"run_dir {root} does not exist, nor its parent {root.parent}; check the path (a run that is "
-                "starting creates its run_dir within seconds)"
+                f"run_dir {root} does not exist and no process on this host was launched with run_dir={root}; "
+                "check the path (nothing was written)"
+            )
+        if run_found(root) and not launching and holder(root) is None and not held_elsewhere(root):
+            raise ValueError(
+                f"run_dir {root}: no run is running there (its lock is free): it finished or ended; nothing to "
+                "stop, nothing was written (`--resume auto` continues a run that ended early)"
             )
         root.mkdir(parents=launching, exist_ok=True)
         request = request_path(root)

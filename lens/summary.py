@@ -101,8 +101,7 @@ def next_commands(cfg: Config) -> list[str]:
     if (root / "tensorboard").is_dir():
         lines.append(f"TensorBoard  .venv/bin/tensorboard --logdir {root / 'tensorboard'}")
     lines.append(f"report       .venv/bin/lens-report {root}")
-    # The held-out split is the run's own; lens.eval takes named sets, files and built-in tasks.
-    sets = ",".join(s for s in cfg.data.eval or [] if s != "heldout") or "SETS"
+    # lens.eval on a trainer checkpoint scores the run's own held-out sets as the run did (no placeholder to fill).
     if latest is not None:
-        lines.append(f"evaluate     .venv/bin/lens-eval --model {latest / 'hf'} --benchmarks {sets}")
+        lines.append(f"evaluate     .venv/bin/lens-eval --model {latest / 'hf'}   # the run's held-out sets, as logged")
     return lines

@@ -33,7 +33,7 @@ lifeline.die_with_launcher()
 import torch
 import torch.distributed
 
-from lens import algos, checkpoint, data, dist, groups, methods, metrics, model, ops, preflight, runlock
+from lens import algos, checkpoint, data, dist, groups, methods, metrics, model, ops, preflight, reward_fns, runlock
 from lens.config import Config, parse_args
 from lens.errors import cli_errors
 from lens.eval import eval_sampling, evaluate_set
@@ -133,7 +133,7 @@ def train(cfg: Config, stop: dist.StopFlag) -> dict[str, float]:
                 progress.write(f"stopped by {stop.cause} after step {done}; resume with --resume auto")
                 break
     log.close()
-    for verifier in (run.verifier, *eval_verifiers.values()):
+    for verifier in (run.verifier, *eval_verifiers.values(), *([run.functions] if run.functions else [])):
         verifier.close()
     run.sampler.close()  # before the process group goes: vLLM's teardown still talks to it
     if rank0:
@@ -170,6 +170,10 @@ def setup(cfg: Config) -> tuple[Run, dict[str, preflight.RenderedSet], dict[str,
         checkpoint.check_resume_data(cfg.run_dir, resume_from, sources, allow_change=cfg.checkpoint.allow_config_change)
     rendered = preflight.render_set(cfg, tokenizer, train_set)
     eval_sets = {es.name: preflight.render_set(cfg, tokenizer, es) for es in eval_problem_sets}
+    # What the dry run refuses, refused here too: a span off its problem text would purify the template.
+    for rendered_set, problem_set in ((rendered, train_set), *zip(eval_sets.values(), eval_problem_sets, strict=True)):
+        preflight.check_spans(rendered_set, problem_set, tokenizer)
+    preflight.check_rendered_functions(cfg, tokenizer, rendered, train_set)
     policy, ref = model.load_models(cfg, device)
     preflight.check_context(cfg, policy.config, max(len(ids) for s in (rendered, *eval_sets.values()) for ids in s.ids))
     trainer = model.build_engine(policy, cfg)
@@ -191,6 +195,7 @@ def setup(cfg: Config) -> tuple[Run, dict[str, preflight.RenderedSet], dict[str,
         order=data.PromptSampler(len(rendered.ids), seed=cfg.seed),
         method=methods.build(cfg),
         rng=torch.Generator().manual_seed(methods.derive_seed("groups", cfg.seed, rank)),
+        functions=make_functions(cfg),
     )
     eval_verifiers = {k: make_verifier(cfg, k, evaluation=True) for k in sorted({s.kind for s in eval_sets.values()})}
     start = resume(run, resume_from) if resume_from is not None else 0
@@ -219,12 +224,22 @@ def build_sampler(cfg: Config, policy: torch.nn.Module, tokenizer) -> object:
     return HFEngine(policy, eos_token_ids=eos, pad_token_id=tokenizer.pad_token_id or 0, seed=cfg.seed)
 
 
-def make_verifier(cfg: Config, kind: str, *, evaluation: bool) -> Verifier:
+def make_verifier(cfg: Config, kind: str, *, evaluation: bool) -> Verifier | reward_fns.NoVerifier:
     """Training never credits a bare last number and gives truncated completions `reward.truncated`;
-    evaluation scores as the benchmarks' graders do (last-number fallback on)."""
+    evaluation scores as the benchmarks' graders do (last-number fallback on). `none`: no verifier."""
     r = cfg.reward
+    if kind == reward_fns.NO_VERIFIER:
+        return reward_fns.NoVerifier()
     fallback = r.eval_fallback_last_number if evaluation else r.fallback_last_number
     return Verifier(kind, timeout_s=r.timeout_s, truncated_reward=r.truncated, fallback_last_number=fallback)
+
+
+def make_functions(cfg: Config) -> reward_fns.RewardFunctions | None:
+    """reward.functions in their worker pool, each batch within reward.timeout_s CPU seconds (None: none set)."""
+    r = cfg.reward
+    if not r.functions:
+        return None
+    return reward_fns.RewardFunctions(reward_fns.parse_specs(r.functions), r.weights, timeout_s=r.timeout_s)
 
 
 def default_cpu_threads(device: torch.device, environ: Mapping[str, str] = os.environ) -> int | None:
@@ -394,7 +409,7 @@ def step_metrics(run: Run, sg: groups.StepGroups, stats: dict[str, float], upd: 
     out["zero_variance_share"] = metrics.zero_variance_share(sg.first_rewards)
     out.update(metrics.response_length_stats(sg.first_lengths, run.cfg.rollout.max_tokens, sg.first_finish))
     out.update(run.timer.metrics())
-    out = dist.reduce_metrics(out, run.world)
+    out = reward_fns.means(dist.reduce_metrics(out, run.world))
     out["tokens_per_s"] = metrics.throughput(int(out["tokens"]), out.get("time/step", 0.0))
     return out
 

@@ -48,9 +48,7 @@ def _on_virtual_alarm(signum: int, frame: Any) -> None:
         raise _OverBudget
 
 
-def within_cpu_budget(
-    fn: Callable[..., Verdict], args: tuple[str, str], budget_s: float, *, hard_kill: bool
-) -> Verdict:
+def within_cpu_budget(fn: Callable[..., Any], args: tuple[Any, ...], budget_s: float, *, hard_kill: bool) -> Any:
     """`fn(*args)` with `budget_s` seconds of this process's CPU time; `timeout` past it.
 
     hard_kill: also arm ITIMER_PROF with the default SIGPROF action, which terminates the process
@@ -139,17 +137,18 @@ class VerdictPool:
     worker, the wall safety net and worker replacement in pebble, a fresh pool when pebble's breaks.
 
     task and initializer must be module-level functions (pickled by name into the workers); `probe` is a
-    (pred, gold) item that `task` answers quickly, used to check that new workers start.
+    (pred, gold) item that `task` answers quickly, used to check that new workers start. An item may be any
+    picklable pair and a result any picklable value (lens.reward_fns sends (function, batch) pairs).
     """
 
     def __init__(
         self,
-        task: Callable[[str, str, float], Verdict],
+        task: Callable[[Any, Any, float], Any],
         *,
         initializer: Callable[..., None],
         initargs: tuple[Any, ...],
         preload: Sequence[str],
-        probe: tuple[str, str],
+        probe: tuple[Any, Any],
         num_workers: int,
         timeout_s: float,
     ) -> None:
@@ -174,12 +173,12 @@ class VerdictPool:
             raise RuntimeError("Verifier: math-verify worker processes failed to start") from error
         return pool
 
-    def run(self, tasks: list[tuple[str, str]]) -> list[Verdict]:
+    def run(self, tasks: list[tuple[Any, Any]]) -> list[Any]:
         """Verdicts for (pred, gold) tasks, in order. An item whose worker dies (not by its CPU budget) is
         retried once on a fresh worker (the death may be unrelated, e.g. an OOM kill); twice is a crash. An
         item the wall-clock net stopped is re-scored once the same way, under a net twice as wide and sized
         by the CPU share seen then: only a second net makes it `timeout`, so load alone never decides."""
-        results: list[Verdict] = [(0.0, "worker_crash")] * len(tasks)
+        results: list[Any] = [(0.0, "worker_crash")] * len(tasks)
         pending = list(range(len(tasks)))
         for attempt in range(2):
             if not pending:
@@ -201,11 +200,11 @@ class VerdictPool:
                     results[i] = outcome
         return results
 
-    def _submit(self, pred: str, gold: str, net_s: float) -> pebble.ProcessFuture:
+    def _submit(self, pred: Any, gold: Any, net_s: float) -> pebble.ProcessFuture:
         return self.pool.schedule(self._task, (pred, gold, self._timeout_s), timeout=net_s)
 
     @staticmethod
-    def _result(future: pebble.ProcessFuture) -> Verdict | str:
+    def _result(future: pebble.ProcessFuture) -> Any:
         """The verdict of a finished task, or why to score it again: "wall" when the wall-clock net stopped
         it, "crash" when its worker died for another reason than its CPU budget."""
         from pebble import ProcessExpired

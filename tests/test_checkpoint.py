@@ -499,6 +499,14 @@ def test_resume_config_lists_changes_and_guards_the_rule():
     ]
     assert ck.check_resume_config(saved, saved, allow_change=False) == []
     base = load_config(None, [], cuda_available=False).to_dict()
+    # A run saved before reward.functions and data.prompt existed resumes; setting them later is a change.
+    older = {**base, "reward": {k: v for k, v in base["reward"].items() if k not in ("functions", "weights")}}
+    older["data"] = {k: v for k, v in base["data"].items() if k != "prompt"}
+    assert ck.check_resume_config(older, base, allow_change=False) == []
+    with pytest.raises(ValueError, match=re.escape("reward.functions: (absent) -> ['f.py:g']")):
+        ck.check_resume_config(
+            older, load_config(None, ["reward.functions=[f.py:g]"], cuda_available=False).to_dict(), allow_change=False
+        )
     for override in ["seed=1", "data.batch_size=32", "model.path=x", "rollout.temperature=0.7", "optim.lr=0.1"]:
         new = load_config(None, [override], cuda_available=False).to_dict()
         with pytest.raises(ValueError, match=re.escape(override.split("=")[0])):

@@ -6,12 +6,14 @@ Run: `OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_config.py -q`.
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 
 import pytest
 import yaml
 
+from lens import errors
 from lens.config import CONFIG_DIR, REPO_ROOT, Config, from_dict, load_config, parse_args, resolve_path
 
 CPU = {"cuda_available": False, "world_size": 1}
@@ -90,6 +92,34 @@ def test_base_chain_and_dotted_keys(tmp_path):
     (tmp_path / "bad.yaml").write_text("algorithm: [1, 2\n")
     with pytest.raises(ValueError, match=r"bad\.yaml: invalid YAML"):
         load_config(tmp_path / "bad.yaml", **CPU)
+
+
+def test_a_users_config_outside_configs_builds_on_a_shipped_preset(tmp_path):
+    # Was: `base: cpu_smoke` in a file of one's own failed, looking only beside that file.
+    smoke = load_config("cpu_smoke", **CPU)
+    for base in ("cpu_smoke", "cpu_smoke.yaml"):
+        (tmp_path / "mine.yaml").write_text(f"base: {base}\noptim.steps: 3\n")
+        cfg = load_config(tmp_path / "mine.yaml", **CPU)
+        assert cfg.optim.steps == 3 and cfg.data.batch_size == smoke.data.batch_size and cfg.run_dir == smoke.run_dir
+    (tmp_path / "cpu_smoke.yaml").write_text("optim.steps: 7\n")  # a file of that name beside it wins
+    (tmp_path / "mine.yaml").write_text("base: cpu_smoke\n")
+    assert load_config(tmp_path / "mine.yaml", **CPU).optim.steps == 7
+    (tmp_path / "mine.yaml").write_text("base: cpu_smok\n")
+    with pytest.raises(
+        ValueError,
+        match=r"mine\.yaml: base: cpu_smok: no such preset \(did you mean base: cpu_smoke\?\) \(looked beside it",
+    ):
+        load_config(tmp_path / "mine.yaml", **CPU)
+
+
+def test_a_mistyped_option_gets_a_suggestion_naming_the_command_typed():
+    # Was: "lens/train.py: unrecognized arguments: --confg" under lens-train, with no suggestion.
+    with pytest.raises(
+        errors.UsageError, match=re.escape("lens/train.py: unrecognized arguments: --confg (did you mean --config?)")
+    ):
+        parse_args(["--confg", "cpu_smoke"])
+    with pytest.raises(errors.UsageError, match=r"unrecognized arguments: --zzz \(see --help\)"):
+        parse_args(["--zzz"])
 
 
 def test_overrides_are_yaml_typed():

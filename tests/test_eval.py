@@ -369,3 +369,31 @@ def test_evaluating_step_20_after_step_40_keeps_both_results(tmp_path: Path) -> 
     assert again.returncode == 2 and again.stderr.count("\n") == 1
     assert "lens_s0_step40 already holds results" in again.stderr and "--overwrite" in again.stderr
     assert results[40].read_text() == step_40
+
+
+def test_a_run_is_evaluated_as_its_trainer_evaluated_it(tmp_path: Path) -> None:
+    # Was: `lens.eval --model <run's checkpoint>` scored 200 problems per set with its own n, seed and length,
+    # other numbers than the run logged for the same checkpoint; a run directory as --model failed in transformers.
+    from lens import train  # the trainer, only for this test's run
+
+    run = tmp_path / "run"
+    flags = ["data.train_size=32", "data.batch_size=4", "algorithm.m=4", "optim.steps=1", "data.eval_limit=6"]
+    flags += ["data.eval_n=2", "data.eval_every=1", "rollout.max_tokens=44", "logging.tensorboard=false", "seed=3"]
+    train.main([f"run_dir={run}", *flags])
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][-1]
+    results = ev.main(["--model", str(run), "--out", str(tmp_path / "eval")])
+    assert results["config"]["model"].endswith("step_00000001/hf")
+    for name in ("clean", "noisy"):
+        row = results["benchmarks"][name]
+        assert (row["problems"], row["n"]) == (6, 2)
+        assert row["pass@1"] == pytest.approx(logged[f"eval/{name}"])
+
+
+def test_eval_reads_the_trainers_data_keys(tmp_path: Path) -> None:
+    # Was: a file training read with data.problem_key=question had no problem field for lens.eval.
+    file = tmp_path / "mine.jsonl"
+    file.write_text("".join(json.dumps({"question": f"{i} + {i} ?", "solution": str(2 * i)}) + "\n" for i in range(3)))
+    sets = ev.load_eval_sets(str(file), problem_key="question", answer_key="solution")
+    assert [p.answer for p in sets[0].problems] == ["0", "2", "4"]
+    args = ev.parse_args(["--model", str(vartrack.ASSETS_DIR), "--benchmarks", str(file), "--problem-key", "question"])
+    assert (args.problem_key, args.answer_key) == ("question", "answer")

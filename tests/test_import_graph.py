@@ -63,6 +63,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "lens.algos",
             "lens.ops",
             "lens.dist",
+            "lens.reward_fns",  # the user's reward functions: the verifiers' pool, metrics declared with lens.dist
             "lens.memplan",
             "lens_kernels",
             "lens_kernels.*",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -131,3 +132,10 @@ def test_help_shows_how_the_arguments_split(capsys):
     launch.main(["--help"])
     out = capsys.readouterr().out
     assert out.startswith("`lens-train`") and "[torchrun options] [--] [trainer arguments]" in out
+
+
+def test_the_launcher_names_itself_and_suggests_the_option_meant():
+    # Was: "lens/train.py: unrecognized arguments: --dryrun" under lens-train, with no suggestion.
+    message = "lens-train: unrecognized arguments: --dryrun (did you mean --dry-run?)"
+    with pytest.raises(errors.UsageError, match=re.escape(message)):
+        launch.check_before_workers(["--dryrun"])

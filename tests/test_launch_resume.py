@@ -115,7 +115,7 @@ def test_the_closing_summary_names_the_outputs_and_the_next_commands(interrupted
     out = done.stdout
     assert f"metrics      {run_dir / 'metrics.jsonl'}" in out
     assert f"checkpoints  {run_dir / 'checkpoints'}" in out and f"lens-report {run_dir}" in out
-    assert f"lens-eval --model {checkpoint.latest(run_dir) / 'hf'} --benchmarks vartrack" in out
+    assert f"lens-eval --model {checkpoint.latest(run_dir) / 'hf'}   # the run's held-out sets" in out
 
 
 def test_resume_takes_the_saved_config_as_the_base_and_the_command_line_on_top(tmp_path):

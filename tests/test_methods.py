@@ -72,6 +72,7 @@ def _run(cfg, answers: list[str]) -> SimpleNamespace:
         order=PromptSampler(n, seed=0, shuffle=False),
         timer=Timer(),
         rng=torch.Generator().manual_seed(0),
+        functions=None,
     )
 
 

@@ -88,7 +88,8 @@ def rows(path):
 
 
 def test_logger_writes_jsonl_and_tensorboard(tmp_path):
-    with mx.MetricsLogger(tmp_path, tensorboard=True) as log:
+    # The config is in TensorBoard's TEXT tab (was: only in wandb and config.yaml).
+    with mx.MetricsLogger(tmp_path, tensorboard=True, config={"algorithm": {"name": "grpo"}}) as log:
         log.log(1, {"reward/mean": torch.tensor(0.25), "loss/pg": 1.5, "grad_norm": float("nan")})
         log.log(2, {"reward/mean": 0.5})
     assert rows(tmp_path / mx.METRICS_FILE) == [
@@ -101,6 +102,8 @@ def test_logger_writes_jsonl_and_tensorboard(tmp_path):
     acc.Reload()
     assert [(e.step, e.value) for e in acc.Scalars("reward/mean")] == [(1, 0.25), (2, 0.5)]
     assert "grad_norm" not in acc.Tags()["scalars"]  # non-finite values are not plotted
+    (config,) = acc.Tensors("config/text_summary")
+    assert '"name": "grpo"' in config.tensor_proto.string_val[0].decode()
 
 
 def test_logger_resume_drops_rows_after_the_checkpoint(tmp_path):
@@ -262,3 +265,15 @@ def test_a_full_disk_while_logging_is_one_line_and_leaves_no_torn_row(tmp_path, 
     assert (tmp_path / "metrics.jsonl").read_bytes() == before  # whole rows only: step 3 is not half there
     log.log(3, {"loss": 0.25})  # space freed: the same logger goes on
     assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+
+
+def test_the_timer_records_cpu_seconds_and_load_of_a_step():
+    timer = mx.Timer()
+    with timer("step"):
+        sum(range(10**5))
+    logged = timer.metrics()
+    assert set(logged) >= {"time/step", "cpu/step"} and 0 < logged["cpu/step"] < 5
+    timer.reset()
+    with timer("eval"):
+        pass
+    assert set(timer.metrics()) == {"time/eval"}

@@ -6,6 +6,7 @@ loaded; the hub is never contacted.
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -117,6 +118,32 @@ def test_load_data_warns_when_too_few_problems_for_a_heldout_split() -> None:
     with pytest.warns(UserWarning, match="no held-out split"):
         train, evals = preflight.load_data(cfg)
     assert len(train.problems) == 10 and evals == []
+
+
+def test_the_training_prompt_is_the_verifiers_and_data_prompt_changes_it(tmp_path) -> None:
+    # Was: a file scored by vartrack still got the math instruction, which nothing documented or changed.
+    file = tmp_path / "mine.jsonl"
+    file.write_text("".join(f'{{"problem": "a = {i} ; a ?", "answer": "{i}"}}\n' for i in range(5)))
+    base = [f"data.train={file}", "data.eval=[]", "data.eval_every=0"]
+    assert preflight.load_data(_cfg(*base))[0].prompt == data.MATH_PROMPT  # a file is math by default
+    assert preflight.load_data(_cfg(*base, "data.reward=vartrack"))[0].prompt == "{problem}"
+    mine = "Solve: {problem} End with #, then the answer."
+    assert preflight.load_data(_cfg(*base, f'data.prompt="{mine}"'))[0].prompt == mine  # quoted: YAML-typed
+    with pytest.raises(
+        ValueError, match=re.escape("data.prompt='Solve it': must be auto or a string with '{problem}'")
+    ):
+        _cfg(*base, "data.prompt=Solve it")
+
+
+def test_training_refuses_what_the_dry_run_refuses(tmp_path) -> None:
+    # Was: the dry run refused a file the built-in model's word tokenizer cannot spell ("scorable span decodes
+    # to ..."), and training ran 40 steps at reward 0 on it.
+    file = tmp_path / "mine.jsonl"
+    file.write_text("".join(f'{{"problem": "What is {i}+5?", "answer": "{i + 5}"}}\n' for i in range(5)))
+    args = [f"data.train={file}", "data.eval=[]", "data.eval_every=0", f"run_dir={tmp_path / 'run'}"]
+    with pytest.raises(ValueError, match="the scorable span decodes to"):
+        train.main(args)
+    assert not (tmp_path / "run").exists()
 
 
 def test_data_sources_fingerprint_training_and_named_eval_sets_only() -> None:

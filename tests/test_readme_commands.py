@@ -31,6 +31,8 @@ CHEAP = (
     ".venv/bin/lens-train --config cpu_smoke --resume auto",
     ".venv/bin/lens-train --print-config algorithm.name=dapo",
     ".venv/bin/python bench/study.py --tasks successor --dry-run",
+    ".venv/bin/lens-train --config cpu_smoke --dry-run 'reward.functions=[examples/my_rewards.py:format_reward,"
+    "examples/my_rewards.py:length_penalty]' 'reward.weights=[0.5,1.0]'",
 )
 # Not run here, by the text the command starts with: why.
 NOT_RUN = {

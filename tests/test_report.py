@@ -395,3 +395,43 @@ def test_unlike_runs_are_flagged(tmp_path, capsys):
     assert any("lens: steady step times of its runs range 1-3 s" in n for n in notes), notes
     assert captured.err.count("lens.report: caveat:") == 3
     assert "## Caveats" in (tmp_path / "report" / "summary.md").read_text()
+
+
+def test_unlike_runs_of_one_method_are_labelled_apart_not_merged_as_seeds(tmp_path):
+    # Was: two grpo runs on different settings were reported as "grpo (2 seeds)" with a mean ± s.e. over both.
+    rows = [{"step": 1, "reward/mean": 0.5}]
+    a = rp.load_run(write_run(tmp_path / "a", rows, seed=0, batch=8))
+    b = rp.load_run(write_run(tmp_path / "b", rows, seed=1, batch=16))
+    c = rp.load_run(write_run(tmp_path / "c", rows, seed=2, batch=8))
+    with pytest.warns(UserWarning, match="label 'grpo': its runs differ in data.batch_size: reported apart"):
+        groups = rp.group_runs([a, b, c])
+    assert [(g.label, len(g.runs)) for g in groups] == [
+        ("grpo [data.batch_size=8]", 2),
+        ("grpo [data.batch_size=16]", 1),
+    ]
+    assert [len(g.runs) for g in rp.group_runs([a, b], by={a.path: "both", b.path: "both"})] == [2]  # on purpose
+
+
+def test_step_times_come_with_cpu_time_and_load_and_a_caveat_when_loads_differ(tmp_path):
+    # Was: step times of runs made at load 10 and load 40 were compared without a word.
+    def timed(load: float) -> list[dict]:
+        return [{"step": s, "time/step": 2.0, "cpu/step": 1.5, "load/avg1": load} for s in (1, 2, 3)]
+
+    runs = [
+        rp.load_run(write_run(tmp_path / "g", timed(10.0))),
+        rp.load_run(write_run(tmp_path / "l", timed(40.0), name="lens")),
+    ]
+    summary = rp.summarize(rp.group_runs(runs), "grpo", None, 3)
+    assert summary["labels"]["grpo"]["cpu_time"]["mean"] == 1.5 and summary["labels"]["lens"]["load"]["mean"] == 40.0
+    notes = rp.caveats(rp.group_runs(runs), summary["labels"])
+    assert any("timed at machine loads 10-40" in n for n in notes), notes
+    (_, headers, rows), *_ = [t for t in rp.tables({**summary, "caveats": []}) if t[0] == "Final numbers"]
+    assert "CPU s/step" in headers and rows[0][headers.index("load (1 min)")] == "10"
+
+
+def test_step_axes_tick_whole_steps_only(tmp_path):
+    # Was: a short run's curves ticked at steps 1.0, 1.2, 1.4, ...
+    run = rp.load_run(write_run(tmp_path / "a", [{"step": 1, "reward/mean": 0.2}, {"step": 2, "reward/mean": 0.4}]))
+    fig = rp._curve_figure(rp.group_runs([run]), ["reward/mean"], ["reward"], smooth=1)
+    ticks = fig.axes[0].get_xticks()
+    assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), ticks

@@ -27,10 +27,13 @@ TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 
 @pytest.fixture
 def run_dir(tmp_path):
-    """A directory claimed by a fresh run, as the trainer claims it before its first step."""
+    """A directory claimed by a fresh run that is running (its lock held), as the trainer claims it before its
+    first step."""
     root = tmp_path / "run"
+    lock = runlock.RunLock.acquire(root)
     checkpoint.claim_run_dir(root, load_config(None, [], cuda_available=False).to_dict())
-    return root
+    yield root
+    lock.release()
 
 
 def test_the_command_writes_a_request_into_a_claimed_run_dir(run_dir):
@@ -42,38 +45,50 @@ def test_the_command_writes_a_request_into_a_claimed_run_dir(run_dir):
     assert stop.request_stop(run_dir) == run_dir / "STOP"  # a pending request may be written again
 
 
+def _under_a_file(tmp_path: Path) -> Path:
+    (tmp_path / "file").write_text("")
+    return tmp_path / "file" / "run"
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda d: d.write_text(""), "is not a directory"),
-        (lambda d: (d.mkdir(), (d / "notes.txt").write_text("")), "holds no run (no config.yaml, but notes.txt)"),
-        (lambda d: None, "which is not a directory"),  # under a file: /etc/passwd/x
-        (lambda d: None, "does not exist, nor its parent"),  # a typo must not create a tree of directories
+        (lambda t: (t / "target").write_text("") or t / "target", "is not a directory"),
+        (
+            lambda t: ((t / "target").mkdir(), (t / "target" / "notes.txt").write_text(""), t / "target")[-1],
+            "holds no run (no config.yaml, but notes.txt)",
+        ),
+        (_under_a_file, "which is not a directory"),  # /etc/passwd/x
+        (lambda t: t / "typo" / "run", "does not exist and no process on this host was launched"),  # no tree
+        (lambda t: t / "nope", "does not exist and no process on this host was launched"),  # was: exit 0, nope/STOP
+        (lambda t: _ended_run(t / "run"), "no run is running there (its lock is free): it finished or ended"),
     ],
-    ids=["a_file", "not_a_run", "under_a_file", "no_parent"],
+    ids=["a_file", "not_a_run", "under_a_file", "no_parent", "typo", "finished"],
 )
 def test_a_wrong_path_is_a_one_line_error(tmp_path, capsys, make, message):
-    target = tmp_path / "target"
-    make(target)
-    if message.startswith("which"):
-        (tmp_path / "file").write_text("")
-        target = tmp_path / "file" / "run"
-    if message.startswith("does not"):
-        target = tmp_path / "typo" / "run"
+    target = make(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
     with pytest.raises(SystemExit) as exit_:
         stop.main([str(target)])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith(f"lens: error: run_dir {target}") and message in err and err.count("\n") == 1
-    assert not (target / "STOP").exists() and not (tmp_path / "typo").exists()
+    assert sorted(tmp_path.rglob("*")) == before  # nothing written, no directory made
 
 
-@pytest.mark.parametrize("make", [lambda d: None, lambda d: d.mkdir(parents=True)], ids=["missing", "empty"])
-def test_a_request_before_the_run_made_its_directory_is_written_there(tmp_path, make):
+def _ended_run(root: Path) -> Path:
+    """A run directory whose run finished: claimed, its lock released (was: a stop request exited 0)."""
+    lock = runlock.RunLock.acquire(root)
+    checkpoint.claim_run_dir(root, load_config(None, [], cuda_available=False).to_dict())
+    lock.release()
+    return root
+
+
+def test_a_request_before_the_run_made_its_directory_is_written_there(tmp_path):
     # A stop sent right after the launch, before the run created run_dir, was refused ("does not exist"): the
     # request is written where the starting run looks, and the person is told what it will do.
     target = tmp_path / "new"
-    make(target)
+    target.mkdir()
     done = subprocess.run([sys.executable, "-m", "lens.stop", str(target)], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert (target / "STOP").is_file() and f"no run has taken {target} yet" in done.stdout
@@ -158,7 +173,7 @@ def test_a_request_for_a_launched_run_dir_creates_its_parents(tmp_path):
     # The first run into runs/x, where runs/ does not exist yet: the launch's command line names the directory.
     target = tmp_path / "runs" / "first"
     assert not stop.launched_into(target)
-    with pytest.raises(FileNotFoundError, match="nor its parent"):
+    with pytest.raises(FileNotFoundError, match="does not exist and no process"):
         stop.request_stop(target)
     relative = Path("runs") / "first"  # as typed, relative to the launcher's working directory
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)", f"run_dir={relative}"]

@@ -33,7 +33,10 @@ def _run(cmd: list[str], timeout: float = 600) -> None:
 
 def _rows(run_dir: Path) -> list[dict]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "tokens_per_s"} for r in rows]
+    return [
+        {k: v for k, v in r.items() if not k.startswith(("time/", "cpu/", "load/")) and k != "tokens_per_s"}
+        for r in rows
+    ]
 
 
 def _weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:

@@ -712,8 +712,8 @@ def load_sets(
         except BadRows as e:  # reported with the bad golds of the rows that loaded, in one line
             problems, bad = e.problems, e
         sets = [ProblemSet(_set_name(source), "math", MATH_PROMPT, problems)]
-    if kind is not None:
-        sets = [ProblemSet(s.name, kind, PROMPTS.get(kind, s.prompt), s.problems) for s in sets]
+    if kind is not None:  # a kind without an instruction of its own (vartrack, none) shows the bare problem
+        sets = [ProblemSet(s.name, kind, PROMPTS.get(kind, "{problem}"), s.problems) for s in sets]
     for s in sets:
         _check_golds(s, str(source), bad)
     return sets
@@ -765,6 +765,8 @@ def _check_golds(problem_set: ProblemSet, source: str, bad: BadRows | None = Non
     and every bad row in file order, those the loader found (`bad`) included."""
     if not problem_set.problems and bad is None:
         raise ValueError(f"{source}: data set {problem_set.name!r} has no problems (an empty file?)")
+    if problem_set.kind == "none" and bad is None:  # data.reward=none: no verifier reads the golds
+        return
     unusable = []
     for p in problem_set.problems:
         why = validate_gold(problem_set.kind, p.answer)
