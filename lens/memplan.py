@@ -15,6 +15,10 @@
 - under ZeRO-3, the parameters gathered for the running module: the head and two decoder layers;
 - during generation, vLLM's share, `rollout.gpu_memory_utilization` x the device (on CUDA vLLM sleeps during
   the update: its weights are offloaded and its KV cache freed), or the HF engine's KV cache;
+- the weight sync after the update: under ZeRO-3 one bucket of gathered parameters at a time
+  (lens.model.SYNC_BUCKET_BYTES, or the largest parameter when that is larger), beside vLLM's woken weights;
+- the residue: what PyTorch's cache holds of the update when vLLM wakes. The engine empties that cache first,
+  so it is not counted; the plan says how much that is (the update's activations);
 and gives a verdict against the device: the GPU's memory, or, for a `device: cuda` preset checked on a
 machine without one, an 80 GiB A800 (the paper's GPU). Not counted: the CUDA context, DeepSpeed's
 communication buckets (its default reduce bucket is 5e8 elements, about 1 GiB in bf16) and allocator
@@ -32,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # The head's own chunking constants and rule, so that the plan follows the kernel when either changes.
+from lens.model import SYNC_BUCKET_BYTES
 from lens.rollout.hf import HFEngine
 from lens_kernels.linear_token_logprobs import _GPU_CHUNK_ELEMS, CHUNK_ELEMS, KEEP_LOGITS_BYTES, _chunk_sizes
 
@@ -82,6 +87,11 @@ def layer_params(s: ModelShape) -> int:
     q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
     attention = s.hidden * (q + 2 * kv) + q * s.hidden + ((q + 2 * kv) if s.qkv_bias else 0)
     return attention + 3 * s.hidden * s.intermediate + 2 * s.hidden + (2 * s.head_dim if s.qk_norm else 0)
+
+
+def largest_param(s: ModelShape) -> int:
+    """Elements of the largest single parameter: the embedding (or the untied head), else an MLP projection."""
+    return max(s.vocab * s.hidden, s.hidden * s.intermediate)
 
 
 def param_count(s: ModelShape) -> int:
@@ -268,6 +278,9 @@ class MemoryPlan:
     gathered: int  # ZeRO-3: parameters gathered for the running modules
     no_grad: int
     vllm: int  # vLLM's share during generation (0 without vLLM)
+    vllm_weights: int  # vLLM's own copy of the weights, awake during the sync (0 without vLLM)
+    sync: int  # ZeRO-3: the parameters gathered at once while the weights go to the engine
+    residue: int  # the update's cached blocks that vLLM would find held, had the cache not been emptied
     kv_cache: int  # the HF engine's KV cache during generation (0 with vLLM)
     kv_rows: int  # the rows the HF engine decodes at once
     device: Device
@@ -283,8 +296,13 @@ class MemoryPlan:
         return self.states.total + self.vllm + self.kv_cache
 
     @property
+    def sync_peak(self) -> int:
+        """The weight sync: states, vLLM's woken weights (its KV cache still asleep), one gathered bucket."""
+        return self.states.total + self.vllm_weights + self.sync
+
+    @property
     def peak(self) -> int:
-        return max(self.update_peak, self.generation_peak)
+        return max(self.update_peak, self.generation_peak, self.sync_peak)
 
     def lines(self) -> list[str]:
         """The plan as the dry-run prints it, one item per line."""
@@ -311,17 +329,21 @@ class MemoryPlan:
             lines.append(
                 f"HF engine KV cache ({self.kv_rows} x {self.longest}, while generating): {_size(self.kv_cache)}"
             )
+        if self.sync:
+            lines.append(f"weight sync: {_size(self.sync)} gathered at a time (one bucket of the ZeRO-3 shards)")
+        if self.residue:
+            lines.append(
+                f"residue: PyTorch's cache emptied before vLLM wakes (it would hold up to {_size(self.residue)})"
+            )
         lines.append(self.verdict())
         return lines
 
     def verdict(self) -> str:
         """One line: fits or not, the peak and the phase it falls in, against the device."""
-        phases = sorted([(self.update_peak, "update"), (self.generation_peak, "generation")], reverse=True)
-        (_, phase), (other_peak, other) = phases
-        head = (
-            f"peak {_size(self.peak)} ({phase}; {other} {_size(other_peak)}) of {_size(self.device.total)} "
-            f"on {self.device.name}"
-        )
+        phases = [(self.update_peak, "update"), (self.generation_peak, "generation"), (self.sync_peak, "sync")]
+        (_, phase), *others = sorted(phases, reverse=True)
+        rest = ", ".join(f"{name} {_size(peak)}" for peak, name in others)
+        head = f"peak {_size(self.peak)} ({phase}; {rest}) of {_size(self.device.total)} on {self.device.name}"
         if self.peak <= self.device.total:
             return f"verdict: fits: {head}, {_size(self.device.total - self.peak)} headroom"
         return (
@@ -410,6 +432,10 @@ def memory_plan(cfg: Any, model_config: Any, *, world_size: int, longest_prompt:
         gathered=b * (s.vocab * s.hidden + 2 * layer_params(s)) if zero3 else 0,
         no_grad=no_grad_bytes(s, tokens, longest, b, padded=padded),
         vllm=int(cfg.rollout.gpu_memory_utilization * device.total) if vllm and cuda else 0,
+        vllm_weights=param_count(s) * b if vllm and cuda else 0,
+        sync=max(SYNC_BUCKET_BYTES, largest_param(s) * b) if zero3 else 0,
+        # vLLM allocates outside PyTorch's cache, which still holds the update's freed blocks until emptied.
+        residue=activation_bytes(s, tokens, longest, b, checkpointing=ckpt, **kw) if vllm and cuda else 0,
         kv_cache=hf_generation_bytes(s, kv_rows, longest, b),
         kv_rows=kv_rows,
         device=device,

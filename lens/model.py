@@ -441,6 +441,30 @@ def gathered(params: list[nn.Parameter]) -> Iterator[None]:
         yield
 
 
+# The weight sync's bucket under ZeRO-3: parameters gathered (in the model dtype) for one hand-over to the rollout
+# engine; a parameter larger than this (an embedding of a 150k vocabulary) is gathered alone.
+SYNC_BUCKET_BYTES = 512 * 2**20
+
+
+def full_bytes(param: nn.Parameter) -> int:
+    """Bytes of the whole parameter, also when ZeRO-3 keeps only a shard of it here (`ds_numel`)."""
+    return getattr(param, "ds_numel", param.numel()) * param.element_size()
+
+
+def gathered_buckets(model: nn.Module, max_bytes: int | None = None) -> Iterator[dict[str, torch.Tensor]]:
+    """The full parameters of `model` {HF name: tensor}, in order, a bucket of at most `max_bytes` (default
+    SYNC_BUCKET_BYTES) at a time
+    (lens.packing.consecutive_buckets): under ZeRO-3 each bucket is gathered while the caller uses it and
+    released when it asks for the next, so a rank never holds more than one bucket of the model (the rollout
+    engine's `load_weights`). A collective under ZeRO-3: every rank walks the same buckets."""
+    named = list(unwrap(model).named_parameters())
+    sizes = [full_bytes(p) for _, p in named]
+    for bucket in packing.consecutive_buckets(sizes, max_bytes or SYNC_BUCKET_BYTES):
+        params = [named[i][1] for i in bucket]
+        with gathered(params):
+            yield {named[i][0]: named[i][1].detach() for i in bucket}
+
+
 def check_prompts(prompts: Sequence[Sequence[int]], name: str = "prompts") -> None:
     # an empty prompt has no position to predict the first response token from
     for i, p in enumerate(prompts):

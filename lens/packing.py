@@ -136,6 +136,20 @@ def balance_ranks(lengths: Sequence[int], world: int) -> list[list[int]]:
     return [sorted(p) for p in balanced_partitions(lengths, world)]
 
 
+def consecutive_buckets(sizes: Sequence[int], max_size: int) -> list[list[int]]:
+    """Indices 0..n-1 cut in order into runs whose sizes sum to at most `max_size`; an item larger than that
+    alone in its run. Used to hand a model's weights over a bucket at a time (lens/model.py, the vLLM engine)."""
+    buckets: list[list[int]] = []
+    total = 0
+    for i, size in enumerate(sizes):
+        if not buckets or total + size > max_size:
+            buckets.append([])
+            total = 0
+        buckets[-1].append(i)
+        total += size
+    return buckets
+
+
 def padded_positions(lengths: Sequence[int], plan: Sequence[Sequence[int]], *, padding_free: bool = False) -> int:
     """Token positions the forwards of `plan` compute in all (real + padding)."""
     return sum(batch_cost([lengths[i] for i in batch], padding_free) for batch in plan)

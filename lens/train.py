@@ -328,11 +328,9 @@ def sync_weights(run: Run) -> None:
     """Make the sampler use the weights just trained (a no-op when the HF engine shares the module)."""
     with run.timer("weight_sync"):
         if run.cfg.optim.zero_stage == 3:
-            import deepspeed
-
-            # ZeRO-3 holds a shard per rank: gather the full weights for the copy.
-            with deepspeed.zero.GatheredParameters(list(run.trainer.module.parameters())):
-                run.sampler.sync_weights(run.trainer.module)
+            # ZeRO-3 holds a shard per rank: the full weights go over a bucket at a time, each gathered for its
+            # copy and released before the next, never the whole model at once (lens.model.gathered_buckets).
+            run.sampler.load_weights(model.gathered_buckets(run.trainer.module))
         else:
             run.sampler.sync_weights(run.trainer.module)
 

@@ -20,6 +20,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 import lens_kernels
 from lens import memplan
 from lens.config import CONFIG_DIR, load_config
+from lens.model import SYNC_BUCKET_BYTES
 
 PAPER_PRESETS = sorted(p.stem for p in CONFIG_DIR.glob("paper_*_*.yaml"))
 GIB = memplan.GIB
@@ -196,8 +197,13 @@ def test_every_paper_preset_fits_an_a800_on_8_gpus(preset: str) -> None:
     plan = _paper_plan(preset)
     text = "\n".join(plan.lines())
     for item in ("ZeRO-3", "policy: parameters", "AdamW states", "reference:", "activations:", "fused head: chunk",
-                 "vLLM", "80 GiB A800 (no GPU on this machine"):  # fmt: skip
+                 "vLLM", "80 GiB A800 (no GPU on this machine", "weight sync:", "residue:"):  # fmt: skip
         assert item in text, item
+    # ZeRO-3's sync gathers a bucket (or the embedding, when larger) beside vLLM's woken weights, never the model
+    s = plan.shape
+    assert plan.sync == max(SYNC_BUCKET_BYTES, s.vocab * s.hidden * 2) < memplan.param_count(s) * 2 // 4
+    assert plan.sync_peak == plan.states.total + memplan.param_count(s) * 2 + plan.sync <= plan.peak
+    assert plan.residue == plan.activations  # emptied before vLLM wakes: said, not counted
     assert plan.device.total == 80 * GIB and plan.vllm == 40 * GIB and plan.kv_cache == 0  # utilization 0.5
     assert plan.peak <= plan.device.total and plan.lines()[-1].startswith("verdict: fits:")
 
