@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import socket
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -84,10 +85,24 @@ def run_lock(cfg: Config) -> Iterator[None]:
     if refused is not None:
         raise runlock.RunDirInUse(refused)
     try:
+        check_shared_run_dir(cfg.run_dir, dist.all_gather_objects(lock.holder if lock else None)[0])
         yield
     finally:
         if lock is not None:
             lock.release()
+
+
+def check_shared_run_dir(run_dir: str, locked: runlock.Holder) -> None:
+    """Every rank sees the run directory rank 0 locked, or every rank refuses the run in one line (collective):
+    checkpoints, the lock and stop requests are rank 0's there, and a node with a directory of its own would
+    resume from checkpoints it never had."""
+    seen = dist.all_gather_objects((runlock.sees_lock(run_dir, locked), socket.gethostname()))
+    blind = [f"rank {r} on {host}" for r, (ok, host) in enumerate(seen) if not ok]
+    if blind:
+        raise ValueError(
+            f"run_dir {run_dir} is not one directory for every node: {', '.join(blind)} do not find the lock rank 0 "
+            "took there; give every node the same run_dir on a filesystem they all mount (NFS, Lustre)"
+        )
 
 
 def train(cfg: Config, stop: dist.StopFlag) -> dict[str, float]:
