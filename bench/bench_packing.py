@@ -23,7 +23,8 @@ same padding share) to keep a round in seconds; the modes run interleaved, proce
 median [IQR] over rounds with the per-round ratio to `rows`. Writes packing_cpu.{json,md} beside the benchmark
 rows: runs/bench/ by default, the committed bench/results/ with LENS_BENCH_RESULTS=bench/results.
 GPU (bench/gpu/run.sh): a Qwen2.5-1.5B shape in bf16 with gradient checkpointing at full lengths; padding-free
-through flash_attention_2 when flash-attn is installed, else flex_attention.
+through flash_attention_2 when flash-attn is installed, else flex_attention, and (`padding_free_sdpa`) through
+lens's per-row SDPA, the path a GPU without flash-attn can take instead of padding.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ CPU_SHAPE = {"vocab_size": 2048, "hidden_size": 128, "intermediate_size": 352, "
 GPU_SHAPE = {"vocab_size": 151936, "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
              "num_attention_heads": 12, "num_key_value_heads": 2}  # fmt: skip
 MODES = {"rows": (0, False), "budget": (BUDGET, False), "padding_free": (BUDGET, True)}
+PLANS = {**MODES, "padding_free_sdpa": (BUDGET, True)}  # the GPU's extra mode plans as padding_free does
 # The paper preset's batch (configs/paper.yaml): prompts x rollouts per prompt over ranks; prompts up to 1,024.
 WORLD, PROMPTS, GROUP, PROMPT_CAP = 8, 128, 8, 1024
 SIM_BATCHES = 200
@@ -155,7 +157,7 @@ def padding_ratios(prompt: int = PROMPT, scale: int = 1) -> dict[str, float]:
     lengths = [(prompt + r) // scale for r in response_lengths()]
     real = sum(lengths)
     out = {}
-    for mode, (budget, free) in MODES.items():
+    for mode, (budget, free) in PLANS.items():
         plan = packing.plan_micro_batches(lengths, rows=MICRO_BATCH, max_tokens=budget // scale, padding_free=free)
         out[mode] = packing.padded_positions(lengths, plan, padding_free=free) / real
     return out
@@ -225,6 +227,11 @@ def test_packing_gpu(benchmark) -> None:
     closures = {
         mode: update_fn(free if pf else padded, prompts, responses, budget, pf) for mode, (budget, pf) in MODES.items()
     }
+    # Without flash-attn: padding-free through lens's per-row SDPA (the same weights), beside the padded budget,
+    # the measurement that decides model.padding_free=auto for sdpa on a GPU.
+    per_row = _model(GPU_SHAPE, attention.load_implementation("sdpa", True), device, torch.bfloat16)
+    per_row.load_state_dict(padded.state_dict())
+    closures["padding_free_sdpa"] = update_fn(per_row, prompts, responses, BUDGET, True)
     entry = _measure(closures, {"rows": ROWS, "varlen": varlen, **GPU_SHAPE}, device)
     print(packing_table(entry) + "\n" + balance_table(rank_balance()))
     benchmark.pedantic(closures["budget"], rounds=1, iterations=1)
