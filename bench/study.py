@@ -740,6 +740,10 @@ def write_results(plan: Plan, tasks: Sequence[str], runs: Path, out: Path) -> di
             "secondary": with_holm(comparisons(per, plan.family("secondary"), plan.endpoint)),
         }
     kept = kept_tasks(plan, out / "study.json", results)
+    # A task asked for whose run dirs are gone is re-rendered from its saved data (today's formatter, same numbers).
+    for t in [t for t in tasks if t in kept]:
+        (out / f"{t}.md").write_text(markdown(plan, t, saved_result(kept[t])))
+        figure(t, saved_result(kept[t])["arms"], out / f"{t}.png")
     primary_tasks = [t for t, r in results.items() if r["role"][0] == "primary"]
     pooled = with_holm([c for t in primary_tasks for c in results[t]["primary"]])
     for t in primary_tasks:
@@ -754,6 +758,16 @@ def write_results(plan: Plan, tasks: Sequence[str], runs: Path, out: Path) -> di
     merged = {**kept, **results}
     (out / "study.json").write_text(json.dumps({"plan_sha256": plan.sha256, "tasks": merged}, indent=1) + "\n")
     return results
+
+
+def saved_result(result: dict) -> dict:
+    """A task's result as study.json holds it, with the curves' steps back to ints (JSON keys are strings), so
+    `markdown` and `figure` order the steps as they did when the runs were aggregated."""
+    curves = ("curve", "curve_rollouts", "curve_flops")
+    arms = {
+        arm: {**e, **{k: {int(s): v for s, v in e[k].items()} for k in curves}} for arm, e in result["arms"].items()
+    }
+    return {**result, "arms": arms}
 
 
 def kept_tasks(plan: Plan, path: Path, results: dict[str, dict]) -> dict[str, dict]:
@@ -839,7 +853,11 @@ def main(argv: list[str] | None = None) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="print the plan and the commands, train nothing")
     mode.add_argument("--pilot", action="store_true", help="only fix grpo_scaled's batch size (pilot.json)")
-    mode.add_argument("--table-only", action="store_true", help="aggregate the finished runs, train nothing")
+    mode.add_argument(
+        "--table-only",
+        action="store_true",
+        help="aggregate the finished runs, train nothing (a task without run dirs: re-rendered from study.json)",
+    )
     args = p.parse_args(argv)
     try:
         plan = load_plan(Path(args.plan))

@@ -430,6 +430,49 @@ def transfer_terms(
         }
 
 
+POLICY_TERMS = ("tokens_own", "tokens_moved", "low_own", "high_own", "low_moved", "high_moved", "approx_kl")
+
+
+def policy_terms(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    transferred: torch.Tensor,
+    loss: LossConfig = DEFAULT_LOSS,
+) -> dict[str, float]:
+    """How far pi_theta has moved from pi_old in one micro-batch, split by row kind (no grad, no model pass): the
+    metrics of several optimizer steps per rollout batch, where own-prompt ratios leave 1.
+
+    logp, old_logp, mask [N, T] and advantages [N] as `crpo_loss` takes them; transferred [N] bool (LENS Eq. 5
+    across prompts). Returns sums over the real tokens: tokens_own / tokens_moved; low_* (A < 0 and
+    rho < 1 - clip_low) and high_* (A > 0 and rho > 1 + clip_high), the tokens each side of the clip cuts, per kind;
+    approx_kl, the k3 estimate of KL(pi_old || pi_theta) per token, (rho - 1) - log rho (non-negative); and
+    ratio_min, the smallest rho (+inf without tokens).
+    """
+    live = mask != 0
+    with torch.no_grad():
+        log_ratio = importance_log_ratio(logp.where(live, 0.0), old_logp.where(live, 0.0))  # LENS Eq. (5)
+        ratio = torch.exp(log_ratio)
+        adv = advantages.float()[:, None].expand_as(ratio)
+        low = (adv < 0) & (ratio < 1.0 - loss.clip_low) & live
+        high = (adv > 0) & (ratio > 1.0 + loss.clip_high) & live
+        moved = transferred.bool()[:, None] & live
+        own = ~transferred.bool()[:, None] & live
+        out = {
+            "tokens_own": own.sum(),
+            "tokens_moved": moved.sum(),
+            "low_own": (low & own).sum(),
+            "high_own": (high & own).sum(),
+            "low_moved": (low & moved).sum(),
+            "high_moved": (high & moved).sum(),
+            # expm1 in fp64: at the ratios of a few optimizer steps (1 +- 1e-4) fp32 would round (rho - 1) to 0.
+            "approx_kl": ((torch.expm1(log_ratio.double()) - log_ratio.double()) * live).sum(),
+        }
+        ratio_min = ratio.where(live, math.inf).amin() if live.any() else torch.tensor(math.inf)
+    return {**{k: float(v) for k, v in out.items()}, "ratio_min": float(ratio_min)}
+
+
 def transfer_summary(
     ratios: torch.Tensor,
     decide: torch.Tensor,

@@ -173,6 +173,7 @@ class OptimConfig:
     lr: float = 2e-4
     weight_decay: float = 0.01
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8  # AdamW's epsilon (HF adam_epsilon)
     grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
     scheduler: Literal["constant", "warmup_cosine"] = "constant"
     warmup_steps: int = 0
@@ -186,6 +187,20 @@ class OptimConfig:
     # of micro_batch_size rows in rollout order.
     max_tokens_per_micro_batch: int = 0
     zero_stage: int = 0
+    # PPO-style updates (verl ppo_mini_batch_size / ppo_epochs, TRL steps_per_generation / num_iterations): the
+    # rollout batch (data.batch_size prompts) is cut into mini-batches of this many prompts over all ranks, whole
+    # groups, one optimizer step each, and passed over `epochs` times. None: the whole batch, one optimizer step
+    # (the LENS paper's setting, where the ratio of an own-prompt row is 1 at the update).
+    mini_batch_size: int | None = None
+    epochs: int = 1
+
+    def mini_batches(self, batch_size: int) -> int:
+        """Optimizer steps per pass over a rollout batch of `batch_size` prompts."""
+        return batch_size // (self.mini_batch_size or batch_size)
+
+    def optimizer_steps(self, batch_size: int) -> int:
+        """Optimizer steps per rollout step: mini-batches x epochs."""
+        return self.mini_batches(batch_size) * self.epochs
 
 
 @dataclass
@@ -763,6 +778,7 @@ RANGES: dict[str, Range] = {
     "optim.lr": Range(0.0, 10.0, low_open=True),
     "optim.weight_decay": Range(0.0, 10.0),
     "optim.betas": Range(0.0, 1.0, high_open=True),  # each of the two
+    "optim.eps": Range(0.0, 10.0, low_open=True),
     "optim.grad_clip": Range(0.0, 1e6),  # 0 disables clipping
     "optim.warmup_steps": Range(0, _STEPS),
     "optim.min_lr_ratio": Range(0.0, 1.0),
@@ -770,6 +786,8 @@ RANGES: dict[str, Range] = {
     "optim.micro_batch_size": Range(1, _COUNT),
     "optim.max_tokens_per_micro_batch": Range(0, _COUNT),  # 0: micro-batches of optim.micro_batch_size rows
     "optim.zero_stage": Range(0, 3),  # DeepSpeed ZeRO stage
+    "optim.mini_batch_size": Range(1, _COUNT),
+    "optim.epochs": Range(1, 1000),
     "checkpoint.every": Range(0, _STEPS),  # 0: only at the end
     "checkpoint.keep_last": Range(1, 10**6),
     "reward.truncated": _REWARD,
@@ -902,11 +920,35 @@ def _validate_batches(cfg: Config, world: int) -> None:
     gen = cfg.algorithm.dapo.gen_batch_size or b
     if "algorithm.dapo" in variants.method(cfg.algorithm.name).reads:  # its generation batches split over ranks
         _require(gen % world == 0, "algorithm.dapo.gen_batch_size", gen, f"does not divide over {world} ranks")
+    _validate_mini_batches(cfg, world, reads_dapo="algorithm.dapo" in variants.method(cfg.algorithm.name).reads)
     tp = cfg.rollout.tensor_parallel_size
     _require(tp >= 1 and world % tp == 0, "rollout.tensor_parallel_size", tp, f"must divide the {world} ranks")
     # Several ranks run one vLLM engine each, on their own device (lens/rollout/vllm_engine.py).
     one_engine_per_rank = cfg.rollout.engine != "vllm" or world == 1 or tp == 1
     _require(one_engine_per_rank, "rollout.tensor_parallel_size", tp, f"must be 1 with {world} ranks (one engine each)")
+
+
+def _validate_mini_batches(cfg: Config, world: int, *, reads_dapo: bool) -> None:
+    """optim.mini_batch_size: whole groups on every rank, a whole number of optimizer steps per batch, and (DAPO)
+    no larger than a generation batch."""
+    b, mini = cfg.data.batch_size, cfg.optim.mini_batch_size
+    if mini is None:
+        return
+    works = [d for d in range(world, b + 1, world) if b % d == 0 and d % world == 0]
+    hint = f"; values that work: {', '.join(map(str, works))}" if works else ""
+    _require(
+        b % mini == 0 and mini % world == 0,
+        "optim.mini_batch_size",
+        mini,
+        f"must divide data.batch_size={b} into whole groups on each of {world} ranks{hint}",
+    )
+    gen = cfg.algorithm.dapo.gen_batch_size or b
+    _require(
+        not reads_dapo or gen >= mini,
+        "algorithm.dapo.gen_batch_size",
+        gen,
+        f"is smaller than optim.mini_batch_size={mini}: use a generation batch of at least {mini} prompts",
+    )
 
 
 def _validate_device(cfg: Config, cuda: bool) -> None:

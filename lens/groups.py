@@ -224,3 +224,23 @@ def same_prompts(a: list[list[int]], b: list[list[int]]) -> torch.Tensor:
     """[N] bool: row n's two prompts (ids) are the same. The one test of "sampled from the prompt it trains on",
     for both StepGroups.transferred (its negation) and the trainer's own-prompt rows."""
     return torch.tensor([list(x) == list(y) for x, y in zip(a, b, strict=True)], dtype=torch.bool)
+
+
+def mini_batches(group: torch.Tensor, count: int, seed: int) -> list[list[int]]:
+    """This rank's rows cut into `count` mini-batches of whole groups, one optimizer step each (PPO-style updates).
+
+    group [N] int64: each row's batch prompt (`StepGroups.group`). The groups are shuffled by `seed` (a stream of
+    the run seed, the step and the epoch: a run reproduces and resumes exactly) and dealt out in `count` runs as
+    even as whole groups allow; rows keep their step order inside a mini-batch. A rank with fewer groups than
+    `count` (dynamic sampling that ran out) gets empty mini-batches: every rank still takes `count` optimizer
+    steps. count 1 is the whole step in its order, unshuffled: the one-step update exactly.
+    """
+    if count == 1:
+        return [list(range(len(group)))]
+    ids = torch.unique(group)
+    order = ids[torch.randperm(len(ids), generator=torch.Generator().manual_seed(seed))].tolist()
+    part_of = {g: i * count // len(order) for i, g in enumerate(order)}
+    parts: list[list[int]] = [[] for _ in range(count)]
+    for row, g in enumerate(group.tolist()):
+        parts[part_of[g]].append(row)
+    return parts

@@ -40,6 +40,7 @@ SEED_STREAMS: dict[str, tuple[int, ...]] = {
     "sampling": (1_000_003, 7_919, 104_729),  # (seed, step, phase)
     "greso": (7_777, 131, 1),  # (seed, step, attempt)
     "groups": (1_009, 1),  # (seed, rank): replacement, tie-breaking and random pruning (checkpointed)
+    "minibatch": (2_003, 613, 17),  # (seed, step, epoch): the groups of each optimizer step
 }
 FIRST_PHASE, SECOND_PHASE = 10, 1  # sampling phases: the first sampling's attempt a uses phase 10 + a
 

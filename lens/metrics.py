@@ -48,6 +48,13 @@ REDUCTIONS = dist.declare(
         **{f"loss/{k}": dist.PER_TOKEN for k in ("kl", "clipfrac_low", "clipfrac_high", "clipfrac_dual", "ratio_mean")},
         "entropy": dist.PER_TOKEN,
         "loss/ratio_max": dist.MAX,
+        "loss/ratio_min": dist.MIN,
+        # PolicyMeter: clip fractions per row kind, weighted by that kind's tokens; approx KL per token.
+        "ppo/tokens_own": dist.SUM,
+        "ppo/tokens_moved": dist.SUM,
+        **{f"ppo/clipfrac_{side}_own": dist.Reduction("mean", "ppo/tokens_own") for side in ("low", "high")},
+        **{f"ppo/clipfrac_{side}_moved": dist.Reduction("mean", "ppo/tokens_moved") for side in ("low", "high")},
+        "ppo/approx_kl": dist.PER_TOKEN,
         **{f"bins/{name}": dist.PER_PROMPT for name in BINS},
         "zero_variance_share": dist.PER_PROMPT,
         "response/len_mean": dist.PER_ROLLOUT,
@@ -169,10 +176,43 @@ class LossMeter:
         # A max, not a mean: one exploding ratio is what this metric exists to show.
         self.ratio_max = max(self.ratio_max, float(parts["ratio_max"]))
 
-    def metrics(self) -> dict[str, float]:
-        """This rank's loss metrics (see the class docstring); token means are 0 without tokens."""
+    def metrics(self, optimizer_steps: int = 1) -> dict[str, float]:
+        """This rank's loss metrics (see the class docstring); token means are 0 without tokens. With several
+        optimizer steps the shares are each step's objective averaged over the steps (each is normalised by its
+        own mini-batch), and the token means and `tokens` run over every pass."""
+        shares = {k: v / optimizer_steps for k, v in self.shares.items()}
         means = {k: v / self.tokens if self.tokens else 0.0 for k, v in self.token_sums.items()}
-        return {**self.shares, **means, "tokens": self.tokens, "loss/ratio_max": self.ratio_max}
+        return {**shares, **means, "tokens": self.tokens, "loss/ratio_max": self.ratio_max}
+
+
+class PolicyMeter:
+    """`lens.algos.policy_terms` summed over a rollout step's micro-batches and optimizer steps -> `ppo/` metrics:
+    clip fractions each side for own-prompt and transferred rows (weights `ppo/tokens_own`, `ppo/tokens_moved`),
+    the k3 approximate KL(pi_old || pi_theta) and the smallest ratio. With one optimizer step own-prompt rows sit
+    at ratio 1 and their clip fractions are 0."""
+
+    def __init__(self) -> None:
+        self.sums = dict.fromkeys(algos.POLICY_TERMS, 0.0)
+        self.ratio_min = math.inf
+
+    def add(self, terms: Mapping[str, float]) -> None:
+        for key in self.sums:
+            self.sums[key] += terms[key]
+        self.ratio_min = min(self.ratio_min, terms["ratio_min"])
+
+    def metrics(self) -> dict[str, float]:
+        s = self.sums
+        own, moved, tokens = s["tokens_own"], s["tokens_moved"], s["tokens_own"] + s["tokens_moved"]
+        return {
+            "ppo/tokens_own": own,
+            "ppo/tokens_moved": moved,
+            "ppo/clipfrac_low_own": s["low_own"] / own if own else 0.0,
+            "ppo/clipfrac_high_own": s["high_own"] / own if own else 0.0,
+            "ppo/clipfrac_low_moved": s["low_moved"] / moved if moved else 0.0,
+            "ppo/clipfrac_high_moved": s["high_moved"] / moved if moved else 0.0,
+            "ppo/approx_kl": s["approx_kl"] / tokens if tokens else 0.0,
+            "loss/ratio_min": self.ratio_min,
+        }
 
 
 class TransferMeter:

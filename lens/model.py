@@ -251,9 +251,15 @@ def build_engine(policy: nn.Module, cfg: Config) -> TrainEngine:
 
     o = cfg.optim
     params = [p for p in policy.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+    optimizer = torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
+    # The schedule counts optimizer steps; its keys count rollout steps (optim.steps, optim.warmup_steps).
+    per_step = o.optimizer_steps(cfg.data.batch_size)
     scheduler = make_scheduler(
-        optimizer, o.scheduler, total_steps=o.steps, warmup_steps=o.warmup_steps, min_lr_ratio=o.min_lr_ratio
+        optimizer,
+        o.scheduler,
+        total_steps=o.steps * per_step,
+        warmup_steps=o.warmup_steps * per_step,
+        min_lr_ratio=o.min_lr_ratio,
     )
     ds = deepspeed_config(cfg)
     probe = None

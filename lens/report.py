@@ -63,6 +63,10 @@ REWRITE_COLUMNS = (
     ("joined successes in collapsed groups", ("lens/collapsed_joined",), ("lens/purified_joined",)),
     *((f"deleted: {k.removeprefix('lens/deleted_')}", (k,), _ROLE_KEYS) for k in _ROLE_KEYS),
 )
+# How far each rollout step's optimizer steps moved the policy from pi_old (lens.metrics.PolicyMeter): with one
+# optimizer step per batch the own-prompt clip fractions stay 0; with mini-batches they show the clip acting.
+POLICY_KEYS = ("ppo/clipfrac_low_own", "ppo/clipfrac_high_own", "ppo/approx_kl")
+POLICY_LABELS = ("share of own-prompt tokens", "share of own-prompt tokens", "KL(pi_old || pi_theta) per token")
 STAGES = (*TRAIN_STAGES, "eval")  # the order of the stage plots; stages not listed follow alphabetically
 DPI = 150
 RC = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fontsize": 9, "axes.grid": True}
@@ -847,6 +851,7 @@ def make_figures(groups: Sequence[Group], phases: int, smooth: int) -> dict[str,
         "response_length.png": _curve_figure(groups, ["response/len_mean"], ["mean response length (tokens)"], smooth),
         "success_bins.png": figure_success_bins(groups, phases),
         "lens_counters.png": _curve_figure(groups, LENS_COUNTERS, ["prompts", "prompts", "rollouts", "tokens"], smooth),
+        "policy_movement.png": _curve_figure(groups, POLICY_KEYS, POLICY_LABELS, smooth),
         "time.png": figure_stage_times(groups),
     }
     return {name: fig for name, fig in figures.items() if fig is not None}

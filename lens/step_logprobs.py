@@ -62,12 +62,14 @@ def own_prompt_rows(cfg: Config, sg: groups.StepGroups) -> torch.Tensor:
     """[N] bool: rows whose pi_old the update takes from its own forward instead of a separate pass.
 
     A row sampled from the prompt the update conditions it on (source == original) has pi_old = the
-    update's first forward: this trainer makes one optimizer step per batch, after every micro-batch's
-    forward, so those forwards run on the weights that sampled the row, on the same inputs (verl does the
-    same). Rows sampled from a purified prompt still need pi_old on that prompt (LENS Eq. 5); with
+    update's first forward when the rollout batch is one optimizer step: every micro-batch's forward then runs
+    on the weights that sampled the row, on the same inputs (verl does the same). With several optimizer steps
+    per batch (optim.mini_batch_size, optim.epochs) later forwards see updated weights, so every row gets the
+    separate pass. Rows sampled from a purified prompt always need pi_old on that prompt (LENS Eq. 5); with
     `old_logprobs=engine` the sampler's log-probs are used and nothing is reused.
     """
-    if cfg.algorithm.old_logprobs == "engine":
+    several_steps = cfg.optim.optimizer_steps(cfg.data.batch_size) > 1
+    if cfg.algorithm.old_logprobs == "engine" or several_steps:
         return torch.zeros(len(sg.tokens), dtype=torch.bool)
     return groups.same_prompts(sg.source, sg.original)
 

@@ -23,6 +23,7 @@ import os
 import socket
 import sys
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lens import lifeline
@@ -41,7 +42,7 @@ from lens.purify import rendered_prompts
 from lens.reward import Verifier
 from lens.rollout import HFEngine, default_stop_ids, make_engine
 from lens.runstate import Run
-from lens.step_logprobs import old_and_ref_logprobs
+from lens.step_logprobs import PiOld, old_and_ref_logprobs
 from lens.stop import discard_stale_request, request_path
 from lens.summary import print_summary, start_line
 
@@ -266,7 +267,7 @@ def train_step(run: Run, step: int) -> dict[str, float]:
     run.timer.reset()
     with run.timer("step"):
         sg, stats = run.method.sample(run, step)
-        upd = update(run, sg)
+        upd = update(run, sg, step)
         sync_weights(run)
     return step_metrics(run, sg, stats, upd)
 
@@ -277,50 +278,98 @@ REDUCTIONS = dist.declare(
         "reward/mean": dist.PER_ROLLOUT,  # step_metrics: the first sampling's mean reward
         # The same number on every rank: DeepSpeed all-reduces gradients before taking their norm, and
         # every rank steps one LR schedule. MAX returns it unchanged (a mean could round it).
-        "grad_norm": dist.MAX,
+        "grad_norm": dist.MAX,  # the mean over the rollout step's optimizer steps
+        "grad_norm_max": dist.MAX,
+        "optimizer_steps": dist.MAX,
         "lr": dist.MAX,
     }
 )
 
 
-def update(run: Run, sg: groups.StepGroups) -> dict[str, float]:
-    """Advantages, CRPO loss (LENS Eq. 7) per micro-batch, backward, one optimizer step -> loss metrics."""
-    cfg, loss_config = run.cfg, run.cfg.algorithm.loss_config()
+def update(run: Run, sg: groups.StepGroups, step: int) -> dict[str, float]:
+    """Advantages, LENS weights, pi_old and pi_ref once per rollout batch; then `optim.epochs` passes over it in
+    mini-batches of whole groups, one optimizer step each (CRPO loss, LENS Eq. 7) -> the update's metrics."""
+    cfg = run.cfg
     pi_old, ref, mask = old_and_ref_logprobs(run, sg)
-    adv = run.method.advantages(sg).to(mask.device)
-    weights = sg.weights.to(mask.device)
-    moved = sg.transferred.to(mask.device)  # [N] bool
-    # Global normalisation (docs/architecture.md, conventions): every rank divides by the step's totals, so the
-    # gradient does not depend on how rows split over ranks or micro-batches.
-    num_tokens = dist.all_reduce(float(mask.sum()), "sum")
-    num_seqs = dist.all_reduce(float((mask.sum(1) > 0).sum()), "sum")
-    meter = metrics.LossMeter()
-    # LENS: rows sampled from a purified prompt and trained on the original (Eq. 5 across prompts).
-    transfer = metrics.TransferMeter() if run.method.transfers else None
-    lengths = [len(o) + len(t) for o, t in zip(sg.original, sg.tokens, strict=True)]
+    batch = UpdateBatch(pi_old, ref, mask, run.method.advantages(sg).to(mask.device), sg)
+    meters = UpdateMeters(transfer=metrics.TransferMeter() if run.method.transfers else None)
+    count = cfg.optim.mini_batches(cfg.data.batch_size)
+    norms = []
     with run.timer("update"):
-        # By a token budget or by row count (lens.packing); under ZeRO-3 the same number on every rank.
-        for k, idx in enumerate(model.micro_batches(run.trainer.engine, lengths, **model.batching(cfg))):
-            rows = torch.tensor(idx, dtype=torch.long, device=mask.device)
-            logp, ent, m = policy_logprobs(run, sg, idx, mask.shape[1])
-            old = pi_old.of(rows, logp)
-            ref_rows = ref[rows] if ref is not None else None
-            loss, parts = algos.crpo_loss(
-                logp, old, ref_rows, adv[rows], weights[rows], m, loss_config, num_tokens=num_tokens, num_seqs=num_seqs
-            )
-            if not torch.isfinite(loss):
-                raise FloatingPointError(
-                    f"non-finite loss {loss.item()} at micro-batch {k}; the last checkpoint is kept"
-                )
-            run.trainer.backward(loss)
-            meter.add(loss, parts, m, ent)
-            if transfer is not None:
-                transfer.add(algos.transfer_terms(logp, old, adv[rows], weights[rows], m, moved[rows], loss_config))
-        grad_norm = run.trainer.step()
+        for epoch in range(cfg.optim.epochs):
+            # A named seed stream of (seed, step, epoch): the same mini-batches after a resume.
+            seed = methods.derive_seed("minibatch", cfg.seed, step, epoch)
+            for rows in groups.mini_batches(sg.group, count, seed):
+                # A mini-batch no rank has rows for (dynamic sampling that ran out) is no optimizer step.
+                if dist.all_reduce(float(len(rows)), "sum") > 0:
+                    norms.append(optimizer_step(run, batch, rows, meters))
+    diagnostics = meters.transfer.metrics(dist.all_gather_objects) if meters.transfer is not None else {}
+    return {
+        **meters.loss.metrics(optimizer_steps=max(len(norms), 1)),
+        **meters.policy.metrics(),
+        **diagnostics,
+        "grad_norm": sum(norms) / len(norms) if norms else math.nan,  # one step: its norm, as before
+        "grad_norm_max": max(norms, default=math.nan),
+        "optimizer_steps": float(len(norms)),
+        "lr": run.trainer.lr,
+    }
+
+
+@dataclass(frozen=True)
+class UpdateBatch:
+    """What every optimizer step of a rollout batch reads, fixed before the first: pi_old (LENS Eq. 5's
+    denominator, transferred rows on their purified prompt), pi_ref [N, T] or None, the mask [N, T], advantages [N]
+    (Eq. 6) and the step's rows (weights w~ of Eq. 4, transferred flags)."""
+
+    pi_old: PiOld
+    ref: torch.Tensor | None
+    mask: torch.Tensor
+    adv: torch.Tensor
+    sg: groups.StepGroups
+
+
+@dataclass
+class UpdateMeters:
+    """The update's metrics, summed over its optimizer steps and micro-batches."""
+
+    transfer: metrics.TransferMeter | None
+    loss: metrics.LossMeter = field(default_factory=metrics.LossMeter)
+    policy: metrics.PolicyMeter = field(default_factory=metrics.PolicyMeter)
+
+
+def optimizer_step(run: Run, batch: UpdateBatch, rows: list[int], meters: UpdateMeters) -> float:
+    """One mini-batch: the CRPO loss of its token-budget micro-batches, backward, one optimizer step -> the
+    global gradient norm (pre-clip). Collective: every rank calls it once per mini-batch, also without rows."""
+    cfg, loss_config, sg = run.cfg, run.cfg.algorithm.loss_config(), batch.sg
+    weights, moved = sg.weights.to(batch.mask.device), sg.transferred.to(batch.mask.device)  # [N], [N] bool
+    mine = batch.mask[rows]
+    # Normalised by the mini-batch's totals over all ranks (as verl): the gradient does not depend on how its
+    # rows split over ranks or micro-batches (docs/algorithm.md, "Optimizer steps per rollout batch").
+    num_tokens = dist.all_reduce(float(mine.sum()), "sum")
+    num_seqs = dist.all_reduce(float((mine.sum(1) > 0).sum()), "sum")
+    lengths = [len(sg.original[i]) + len(sg.tokens[i]) for i in rows]
+    # By a token budget or by row count (lens.packing); under ZeRO-3 the same number on every rank.
+    for k, part in enumerate(model.micro_batches(run.trainer.engine, lengths, **model.batching(cfg))):
+        idx = [rows[j] for j in part]
+        at = torch.tensor(idx, dtype=torch.long, device=batch.mask.device)
+        logp, ent, m = policy_logprobs(run, sg, idx, batch.mask.shape[1])
+        old = batch.pi_old.of(at, logp)
+        ref_rows = batch.ref[at] if batch.ref is not None else None
+        adv, w = batch.adv[at], weights[at]
+        loss, parts = algos.crpo_loss(
+            logp, old, ref_rows, adv, w, m, loss_config, num_tokens=num_tokens, num_seqs=num_seqs
+        )
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss {loss.item()} at micro-batch {k}; the last checkpoint is kept")
+        run.trainer.backward(loss)
+        meters.loss.add(loss, parts, m, ent)
+        meters.policy.add(algos.policy_terms(logp, old, adv, m, moved[at], loss_config))
+        if meters.transfer is not None:
+            meters.transfer.add(algos.transfer_terms(logp, old, adv, w, m, moved[at], loss_config))
+    grad_norm = run.trainer.step()
     if not math.isfinite(grad_norm):
         raise FloatingPointError(f"non-finite gradient norm {grad_norm}; the last checkpoint is kept")
-    diagnostics = transfer.metrics(dist.all_gather_objects) if transfer is not None else {}
-    return {**meter.metrics(), **diagnostics, "grad_norm": grad_norm, "lr": run.trainer.lr}
+    return grad_norm
 
 
 def policy_logprobs(

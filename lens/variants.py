@@ -104,7 +104,7 @@ class MethodSpec:
     defining: Mapping[str, Any] = field(default_factory=dict)
     variant_of: str | None = None
     # Which prompt pi_old of a transferred row is taken on: the one that sampled it (`source`, LENS Eq. 5), or
-    # the original prompt it trains on (`original`: ratio 1 at the step start; a diagnostic, never a default).
+    # the original prompt it trains on (`original`: ratio 1 at the step start; never a default).
     pi_old_prompt: str = "source"
     diagnostic: bool = False
 
@@ -193,6 +193,23 @@ register(
         rewrite="purify",
         pi_old_prompt="original",
         diagnostic=True,
+        variant_of="lens",
+        **_SECOND,
+    )
+)
+# This project's departure from the paper (docs/algorithm.md, "LENS with a kept failure"): the two changes of the
+# decomposed study that need no task labels, each of which raised LENS there. A method, not a diagnostic: it reads
+# only what a real run has; its replacement rule is what it IS (a contradicting algorithm.replace is an error).
+_KEEP = {"replace": "keep_failure"}
+register(
+    MethodSpec(
+        "lens_keep_orig",
+        "lens whose groups always keep one failure (replace=keep_failure) and whose transferred rows take pi_old on "
+        "the original prompt (ratio 1 at the step start, not Eq. 5); needs old_logprobs=trainer",
+        rewrite="purify",
+        pi_old_prompt="original",
+        implied={**_KEEP, "old_logprobs": "trainer"},
+        defining=_KEEP,
         variant_of="lens",
         **_SECOND,
     )

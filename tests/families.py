@@ -9,6 +9,9 @@
 - a few seconds of supervised warm start on `\\boxed{answer}` replies to the first training problems, so that
   sampling at T = 1 earns a mix of rewards 0 and 1: DAPO finds informative groups and LENS finds prompts
   below tau, as on a real base model.
+
+Without a data folder (a fresh clone) the tokenizer and the warm start use generated arithmetic instead, so the
+tests that only need a model of the family still run; the ones that train on dapo_math_17k skip by themselves.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from transformers import (
 )
 
 from lens import data
+from lens.problem import Problem
 
 FAMILIES = ("qwen2.5", "qwen3", "llama3.2")
 WARM_PROBLEMS = 8  # the first problems of dapo_math_17k the warm start teaches (the e2e tests train on them)
@@ -62,6 +66,13 @@ SPECIALS = {
 }
 
 
+def _arithmetic(count: int) -> list[Problem]:
+    sums = [
+        Problem(f"sum-{a}-{b}", f"What is the sum of {a} and {b}?", str(a + b)) for a in range(60) for b in range(50)
+    ]
+    return sums[:count]
+
+
 def _corpus() -> list[str]:
     """Problem and answer text of the shared math sets (what the tokenizer is trained on); without a data
     folder (a fresh clone), generated arithmetic, so that a test that only needs a model of the family runs."""
@@ -69,8 +80,16 @@ def _corpus() -> list[str]:
     try:
         problems = [p for name, role, n in sets for p in data.load_sets(name, role=role, limit=n)[0].problems]
     except FileNotFoundError:
-        return [f"What is {a} + {b} * x?\nThe answer is \\boxed{{{a + b}x}}." for a in range(60) for b in range(50)]
+        problems = _arithmetic(3000)
     return [f"{p.problem}\nThe answer is \\boxed{{{p.answer}}}." for p in problems]
+
+
+def _warm_problems() -> list[Problem]:
+    """The first problems of dapo_math_17k (the e2e tests train on them), or generated arithmetic without it."""
+    try:
+        return data.load_sets("dapo_math_17k", role="train", limit=WARM_PROBLEMS)[0].problems
+    except FileNotFoundError:
+        return _arithmetic(WARM_PROBLEMS)
 
 
 def tokenizer(family: str, corpus: list[str]) -> PreTrainedTokenizerFast:
@@ -114,10 +133,10 @@ def model(family: str, tok: PreTrainedTokenizerFast) -> torch.nn.Module:
 
 def warm_start(net: torch.nn.Module, tok: PreTrainedTokenizerFast, steps: int = 40) -> None:
     """Teach `\\boxed{answer}<eos>` replies to the first problems, rendered exactly as the trainer renders them."""
-    (train,) = data.load_sets("dapo_math_17k", role="train", limit=WARM_PROBLEMS)
-    rendered, _ = data.render_all(train.problems, tok, prompt=train.prompt)
+    problems = _warm_problems()
+    rendered, _ = data.render_all(problems, tok, prompt=data.PROMPTS["math"])
     seqs = []
-    for r, p in zip(rendered, train.problems, strict=True):
+    for r, p in zip(rendered, problems, strict=True):
         reply = [*tok.encode(f"\\boxed{{{p.answer}}}", add_special_tokens=False), tok.eos_token_id]
         seqs.append((r.ids, reply))
     opt = torch.optim.AdamW(net.parameters(), lr=3e-3)

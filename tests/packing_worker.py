@@ -94,7 +94,7 @@ def step_gradients(argv: list[str], rank: int) -> dict[str, dict[str, Any]]:
             }
             for mode, overrides in modes(r.cfg).items():
                 captured.clear()
-                metrics = train.update(dataclasses.replace(r, cfg=_with_mode(r.cfg, overrides)), sg)
+                metrics = train.update(dataclasses.replace(r, cfg=_with_mode(r.cfg, overrides)), sg, 0)
                 out[name][mode] = {"grad": torch.cat(captured), "metrics": metrics}
         run.sampler.close()
         run.verifier.close()

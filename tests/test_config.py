@@ -64,6 +64,7 @@ def test_paper_presets_carry_the_paper_hyperparameters():
         assert cfg.model.dtype == "bfloat16" and r.engine == "vllm" and cfg.device == "cuda"
         assert d.train == "dapo_math_17k" and len(d.eval) == 7 and d.reward == "math"
         assert cfg.run_dir == f"runs/{path.stem}"
+        assert (o.mini_batch_size, o.epochs, o.optimizer_steps(d.batch_size)) == (None, 1, 1), path.name
     with pytest.raises(ValueError, match=r"model\.dtype='bfloat16'.*GPU-only"):
         load_config(PAPER_PRESETS[0], cuda_available=False, world_size=1, overrides=["device=auto"])
 
@@ -333,3 +334,29 @@ def test_a_refused_config_prints_no_warning_first(recwarn):
     with pytest.raises(ValueError, match=r"data\.train_size"):
         cpu("algorithm.name=grpo", "algorithm.tau=0.3", "data.train_size=-5")  # tau is ignored by grpo: a warning
     assert not [w for w in recwarn if "is ignored" in str(w.message)]
+
+
+def test_paper_dapo_preset_has_dapos_ratios():
+    cfg = load_config(CONFIG_DIR / "paper_dapo.yaml", **GPU8)
+    a, o, d = cfg.algorithm, cfg.optim, cfg.data
+    assert a.name == "dapo" and (a.clip_low, a.clip_high, a.beta, a.loss_agg) == (0.2, 0.28, 0.0, "token_mean")
+    assert a.dapo.gen_batch_size == 3 * d.batch_size and o.optimizer_steps(d.batch_size) == 16
+    assert a.dapo.overlong_buffer == int(cfg.rollout.max_tokens * 4096 / 20480)
+    assert (o.lr, d.batch_size, cfg.rollout.max_tokens) == (1e-6, 128, 4096)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["optim.mini_batch_size=6"], r"optim\.mini_batch_size=6: must divide data\.batch_size=16 .* 2, 4, 8, 16"),
+        (["optim.mini_batch_size=3", "data.batch_size=6"], r"whole groups on each of 2 ranks; values that work: 2, 6"),
+        (["optim.epochs=0"], r"optim\.epochs=0"),
+        (
+            ["algorithm.name=dapo", "optim.mini_batch_size=8", "algorithm.dapo.gen_batch_size=4"],
+            r"algorithm\.dapo\.gen_batch_size=4: is smaller than optim\.mini_batch_size=8",
+        ),
+    ],
+)
+def test_bad_mini_batches_name_the_keys_and_a_value_that_works(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        load_config(None, overrides, cuda_available=False, world_size=2)

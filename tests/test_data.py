@@ -122,8 +122,9 @@ def test_data_dir_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
     monkeypatch.setenv("LENS_DATA_DIR", str(tmp_path / "env"))
     assert load_benchmark("aime24").problems == [Problem("test-1", "env", "1")]
     assert load_benchmark("aime24", tmp_path / "cfg").problems[0].problem == "cfg"
-    monkeypatch.setenv("LENS_DATA_DIR", str(DATA_DIR))  # a set data.dir lacks: the next place has it
-    assert load_benchmark("dapo_math_17k", tmp_path / "cfg", limit=1).problems[0].uid == "dapo_math_17k-0"
+    (tmp_path / "env" / "math500").mkdir()  # a set data.dir lacks: the next place has it
+    (tmp_path / "env" / "math500" / "test.jsonl").write_text('{"problem": "env only", "answer": "2"}\n')
+    assert load_benchmark("math500", tmp_path / "cfg").problems[0].problem == "env only"
     monkeypatch.delenv("LENS_DATA_DIR")
     assert load_benchmark("aime24").problems[0].problem == "home/.cache/lens/data"
 

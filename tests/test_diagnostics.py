@@ -212,6 +212,18 @@ def test_keep_failure_arm_keeps_a_failure():
     assert sg.rewards.tolist() == [1.0, 0.0, 1.0, 1.0] * 2
 
 
+def test_the_label_free_method_is_the_keep_failure_original_ratio_arm():
+    # lens_keep_orig is the diagnostic arm eq1/oracle x keep_failure x original-prompt pi_old as a method: the
+    # same rows, its replacement fixed by its name, and no diagnostic flag (it needs no task labels).
+    arm = _step("diag_original_ratio", "algorithm.scorer=diag_oracle", "algorithm.replace=keep_failure")
+    sg, stats, _ = _step("lens_keep_orig", "algorithm.scorer=diag_oracle")
+    assert stats == arm[1] and sg.rewards.tolist() == arm[0].rewards.tolist() == [1.0, 0.0, 1.0, 1.0] * 2
+    assert stats["lens/collapsed_groups"] == 0 and sg.source == sg.original
+    assert not variants.method("lens_keep_orig").diagnostic
+    with pytest.raises(ValueError, match=r"algorithm\.replace='paper' contradicts algorithm\.name=lens_keep_orig"):
+        load_config(None, ["algorithm.name=lens_keep_orig", "algorithm.replace=paper"], cuda_available=False)
+
+
 def test_original_ratio_needs_the_trainer_s_pi_old():
     cfg = load_config(
         None,

@@ -102,3 +102,24 @@ def test_build_groups_of_no_prompts_is_empty():
     assert out.group.numel() == out.weights.numel() == out.rewards.numel() == 0
     assert out.group.dtype == torch.long and out.original_success.dtype == torch.bool
     assert out.counters["purified"] == 0.0 and out.pick([], []) == []
+
+
+def test_mini_batches_deal_whole_groups_evenly_and_reproducibly():
+    group = torch.tensor([3, 3, 0, 0, 0, 5, 1, 1, 4, 2, 2, 2])  # 6 groups of uneven size, rows in step order
+    parts = G.mini_batches(group, 3, seed=11)
+    assert sorted(r for p in parts for r in p) == list(range(12))  # every row once
+    assert all(p == sorted(p) for p in parts)  # step order inside a mini-batch
+    members = [{int(group[r]) for r in p} for p in parts]
+    assert [len(m) for m in members] == [2, 2, 2] and set.union(*members) == set(range(6))
+    for p, m in zip(parts, members, strict=True):  # whole groups: every row of a member group is there
+        assert p == [r for r in range(12) if int(group[r]) in m]
+    assert G.mini_batches(group, 3, seed=11) == parts
+    assert any(G.mini_batches(group, 3, seed=s) != parts for s in range(12, 20))  # the seed shuffles
+
+
+def test_one_mini_batch_is_the_whole_step_in_order_and_few_groups_leave_empty_steps():
+    group = torch.tensor([1, 1, 0, 0])
+    assert G.mini_batches(group, 1, seed=5) == [[0, 1, 2, 3]]
+    parts = G.mini_batches(group, 4, seed=5)  # dynamic sampling found 2 groups for 4 optimizer steps
+    assert len(parts) == 4 and sum(map(len, parts)) == 4 and sum(1 for p in parts if not p) == 2
+    assert G.mini_batches(torch.zeros(0, dtype=torch.long), 2, seed=5) == [[], []]

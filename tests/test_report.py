@@ -25,6 +25,7 @@ FIGURES = (
     "response_length.png",
     "success_bins.png",
     "lens_counters.png",
+    "policy_movement.png",
     "time.png",
 )
 
@@ -239,6 +240,9 @@ def synthetic_rows(name: str, seed: int, steps: int = 30) -> list[dict]:
             "time/generate": 1.0,
             "time/update": 0.5,
             "time/step": 1.5 + (0.4 if name == "lens" else 0.0),
+            "ppo/clipfrac_low_own": 0.01 * p,
+            "ppo/clipfrac_high_own": 0.02 * p,
+            "ppo/approx_kl": 0.001 * (1 + p),
         }
         if name == "lens":
             row.update({"lens/purified": 4.0 * (1 - p), "lens/guard_passes": 2.0 * (1 - p)})

@@ -151,12 +151,12 @@ def _plan(tmp_path: Path, **changes) -> Path:
 
 
 def _fake_run(d: Path, plan, noisy: dict[int, float], name: str) -> None:
-    """A finished 2-step run evaluated at 0, 1, 2 under `plan`."""
+    """A finished run evaluated at the steps of `noisy` (0, 1, 2: a 2-step run) under `plan`."""
     d.mkdir(parents=True)
     cfg = {"algorithm": {"m": 8, "beta": 0.001, "name": name}, "model": {"path": "x"}}
     (d / "config.yaml").write_text(yaml.safe_dump(cfg))
     rows = [{"step": 0, "eval/noisy": noisy[0], "eval/clean": 0.9}]
-    for step in (1, 2):
+    for step in sorted(s for s in noisy if s > 0):
         row = {"step": step, "time/step": 1.0, "reward/correct": 64.0, "response/len_mean": 4.0, "tokens": 256.0}
         row["loss/total"] = noisy[step]  # a trace that differs between arms whose curves differ
         rows.append({**row, "eval/noisy": noisy[step], "eval/clean": 0.9})
@@ -223,6 +223,25 @@ def test_a_task_aggregated_later_joins_the_study_json_and_keeps_the_others(tmp_p
     assert set(saved["tasks"]) == {"a", "c"} and saved["tasks"]["a"] == first
     with pytest.raises(SystemExit, match="Holm family is one"):
         study.write_results(plan, ["b"], runs, out)  # a second primary task must be pooled with the first
+
+
+def test_a_task_whose_runs_are_gone_is_rendered_again_from_the_study_json(tmp_path, monkeypatch):
+    # Was: --table-only without run dirs wrote nothing, so a table made by an older formatter stayed as it was;
+    # and the JSON's string step keys would have ordered the curve table 0, 10, 12, 2, ...
+    plan, _ = _three_tasks(tmp_path, monkeypatch)
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    curve = {s: s / 12 for s in range(0, 12, 2)}
+    for seed in (0, 1):
+        _fake_run(runs / "a" / f"grpo_s{seed}", plan, curve, "grpo")
+        _fake_run(runs / "a" / f"lens_s{seed}", plan, {s: v + 0.1 for s, v in curve.items()}, "lens")
+    study.write_results(plan, ["a"], runs, out)
+    table, saved = (out / "a.md").read_text(), (out / "study.json").read_text()
+    shutil.rmtree(runs / "a")
+    (out / "a.md").write_text("made by an older formatter")
+    (out / "a.png").unlink()
+    study.write_results(plan, ["a"], runs, out)
+    assert (out / "a.md").read_text() == table and (out / "study.json").read_text() == saved
+    assert (out / "a.png").exists() and "| arm | 0 | 2 | 4 | 6 | 8 | 10 |" in table
 
 
 def test_arms_that_trained_identically_are_flagged():

@@ -96,9 +96,9 @@ def test_lens_purifies_and_transfers_with_ratios_on_the_purified_prompt(tiny_mod
     seen = {}
     real_update = train.update
 
-    def spy(run, step_groups):
+    def spy(run, step_groups, step):
         seen.setdefault("groups", []).append(step_groups)
-        return real_update(run, step_groups)
+        return real_update(run, step_groups, step)
 
     monkeypatch.setattr(train, "update", spy)
     # Reference surprisal finds the distractor symbols from the first step on (the interference score
@@ -252,9 +252,9 @@ def test_sampled_token_logprobs_use_the_rollout_temperature(tiny_model, tmp_path
     step_groups, olds = [], []
     real_update, real_loss = train.update, train.algos.crpo_loss
 
-    def spy_update(run, sg):
+    def spy_update(run, sg, step):
         step_groups.append(sg)
-        return real_update(run, sg)
+        return real_update(run, sg, step)
 
     def spy_loss(logp, old, *rest, **kw):
         olds.append(old.detach())
@@ -279,9 +279,9 @@ def test_pi_old_from_the_update_forward_changes_nothing(tiny_model, tmp_path, mo
     sg, _ = run_a.method.sample(run_a, 0)
     reuse = step_logprobs.own_prompt_rows(cfg_a, sg)
     assert reuse.any() and not reuse.all(), "the step needs own-prompt and purified rows"
-    reused = train.update(run_a, sg)
+    reused = train.update(run_a, sg, 0)
     monkeypatch.setattr(step_logprobs, "own_prompt_rows", lambda cfg, sg: torch.zeros(len(sg.tokens), dtype=torch.bool))
-    passed = train.update(run_b, sg)
+    passed = train.update(run_b, sg, 0)
     assert reused == passed
     a, b = run_a.trainer.module.state_dict(), run_b.trainer.module.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -318,3 +318,59 @@ def test_cpu_runs_default_to_one_thread_per_rank(monkeypatch):
     assert calls == []  # the user's OMP_NUM_THREADS stands; a GPU rank is left alone
     assert train.default_cpu_threads(torch.device("cpu"), {"OMP_NUM_THREADS": ""}) == 1
     assert calls == [1]
+
+
+def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    (last,) = sorted((run_dir / "checkpoints").glob("step_*"))[-1:]
+    return load_file(last / "hf" / "model.safetensors")
+
+
+def test_dapo_clip_higher_acts_only_with_several_optimizer_steps(tmp_path):
+    # configs/cpu_dapo.yaml on the built-in task. With one optimizer step per rollout batch every own-prompt ratio
+    # is 1 at the update, so DAPO's clip_high changes nothing; with its mini-batches the ratios of later optimizer
+    # steps leave 1 and the high side of the clip cuts.
+    base = ("--config", "cpu_dapo", "data.eval_every=0", "data.eval=[]", "logging.tensorboard=false")
+    runs = {}
+    for mini, steps in (("null", 2), ("4", 3)):
+        for high in ("0.2", "0.28"):
+            run_dir = tmp_path / f"{mini}_{high}"
+            knobs = (f"optim.mini_batch_size={mini}", f"algorithm.clip_high={high}", f"optim.steps={steps}")
+            train.main([*base, f"run_dir={run_dir}", *knobs])
+            runs[mini, high] = (_final_weights(run_dir), _rows(run_dir))
+
+    def same(a, b):
+        return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    assert same(runs["null", "0.2"][0], runs["null", "0.28"][0])
+    assert not same(runs["4", "0.2"][0], runs["4", "0.28"][0])
+    assert [r["optimizer_steps"] for r in runs["4", "0.28"][1]] == [4.0, 4.0, 4.0]
+    assert all(r["ppo/clipfrac_high_own"] == 0 for r in runs["null", "0.28"][1])
+    assert max(r["ppo/clipfrac_high_own"] for r in runs["4", "0.28"][1]) > 0
+
+
+def test_resume_with_several_optimizer_steps_per_batch_is_exact(tiny_model, tmp_path, monkeypatch):
+    # Mini-batches are shuffled by a seed stream of (seed, step, epoch) and the schedule counts optimizer steps:
+    # a run killed after its checkpoint continues exactly as one that was never stopped.
+    base = ["optim.steps=3", "checkpoint.every=1", "data.eval_every=0", "data.eval=[]", "data.batch_size=8"]
+    base += ["optim.mini_batch_size=2", "optim.epochs=2", "optim.scheduler=warmup_cosine", "optim.warmup_steps=1"]
+    straight = tmp_path / "straight"
+    train.main(_args(tiny_model, straight, *base))
+    crashed, real, calls = tmp_path / "crashed", train.update, {"n": 0}
+
+    def crash_on_second(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt("simulated kill in step 2")
+        return real(*a, **k)
+
+    monkeypatch.setattr(train, "update", crash_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        train.main(_args(tiny_model, crashed, *base))
+    monkeypatch.setattr(train, "update", real)
+    train.main(_args(tiny_model, crashed, *base, "checkpoint.resume=auto"))
+    keep = [{k: v for k, v in r.items() if not k.startswith("time/") and k != "tokens_per_s"} for r in _rows(crashed)]
+    want = [{k: v for k, v in r.items() if not k.startswith("time/") and k != "tokens_per_s"} for r in _rows(straight)]
+    assert keep == want and [r["optimizer_steps"] for r in keep] == [8.0, 8.0, 8.0]
+    assert len({r["lr"] for r in keep}) == 3  # the cosine moves per optimizer step
+    a, b = _final_weights(straight), _final_weights(crashed)
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -41,6 +41,7 @@ def test_ignored_keys_are_derived_as_the_methods_read_them():
         "grad_prune": dapo | greso,
         "resample": purify | dapo | greso,
         "diag_original_ratio": dapo | greso,
+        "lens_keep_orig": dapo | greso,
     }
     assert {name: set(spec.ignored) for name, spec in variants.METHODS.items()} == want
 

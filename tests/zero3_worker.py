@@ -41,13 +41,13 @@ def main() -> None:
         _record(out, scored=len(prompts))
         return token_scores(scorer, policy, ref, prompts, **kw)
 
-    def updated(run, sg):
+    def updated(run, sg, step):
         if rows != "-":
             n = int(rows.split(",")[rank])
             per_row = ("original", "source", "tokens", "sampler_logprobs", "rewards", "group", "weights")
             sg = dataclasses.replace(sg, **{k: getattr(sg, k)[:n] for k in per_row})
         _record(out, rows=len(sg.tokens))
-        return update(run, sg)
+        return update(run, sg, step)
 
     scoring.token_scores, train.update = scored, updated
     if candidates != "-":

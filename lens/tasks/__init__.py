@@ -3,8 +3,9 @@
 `vartrack` is the synthetic CPU task of the default run (distractor symbols the clean text never contains);
 `ledger` has natural-looking distractors (one ordinary fact); `recall` restates the asked facts before answering,
 with 2-4 distractor facts; `successor` asks for the item after a digit in a list where the digit x+1 was inserted
-right after it, `stutter` for the fourth item of a list with repeated items. recall, successor and stutter each
-have a `_direct` control (the same problems, direct answers; gate tables in bench/results/gates/).
+right after it, `stutter` for the fourth item of a list with repeated items, `keymap` for the value of an asked key
+whose code digit was inserted before it. recall, successor, stutter and keymap each have a `_direct` control (the
+same problems, direct answers; gate tables in bench/results/gates/).
 
 How the registry works (and why). A task is a file `lens/tasks/<name>.py` that defines one module-level
 `TASK = Task(...)` (lens/tasks/base.py: generators, format, reference, recipe, gamma); a task whose `Task(...)`
