@@ -9,11 +9,16 @@ ZeRO-3's lockstep every rank runs that rank's micro-batch count. Here every rank
 all-gather), computes the rows `lens.packing.balance_ranks` gives it (the same deal on every rank: a pure
 function of the lengths), and the log-probs travel back to their owners (a second all-gather). Without grad
 only: a gradient would have to travel back too. One process: `model.sequence_logprobs` itself.
+
+The update deals its rows the same way (`dealt_payloads`: each row with what its loss reads): there nothing
+travels back, because its loss is normalised by global token counts and each row's term depends on that row
+alone, so the gradient summed over ranks is the same whichever rank computes a row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -28,6 +33,16 @@ def deal(lengths_by_rank: Sequence[Sequence[int]]) -> list[list[tuple[int, int]]
     owners = [(r, i) for r, lengths in enumerate(lengths_by_rank) for i in range(len(lengths))]
     flat = [n for lengths in lengths_by_rank for n in lengths]
     return [[owners[k] for k in rows] for rows in packing.balance_ranks(flat, len(lengths_by_rank))]
+
+
+def dealt_payloads(payloads: Sequence[Any], lengths: Sequence[int]) -> list[Any]:
+    """The payloads (one per row of this rank, any picklable) of the rows `deal` gives this rank, every rank's
+    rows of `lengths` tokens considered, in the deal's order (collective: every rank calls it, also without
+    rows). One process: the payloads as they are."""
+    if dist.world() == 1:
+        return list(payloads)
+    everyone = dist.all_gather_objects((list(payloads), list(lengths)))
+    return [everyone[r][0][i] for r, i in deal([n for _, n in everyone])[dist.rank()]]
 
 
 def balanced_logprobs(

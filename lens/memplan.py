@@ -36,11 +36,15 @@ from dataclasses import dataclass
 from typing import Any
 
 # The head's own chunking constants and rule, so that the plan follows the kernel when either changes.
-from lens.model import SYNC_BUCKET_BYTES
 from lens.rollout.hf import HFEngine
 from lens_kernels.linear_token_logprobs import _GPU_CHUNK_ELEMS, CHUNK_ELEMS, KEEP_LOGITS_BYTES, _chunk_sizes
 
 GIB = 2**30
+# The weight sync's bucket under ZeRO-3 (lens.model.gathered_buckets): parameters gathered, in the model dtype, for
+# one hand-over to the rollout engine; a parameter larger than this (a 150k-vocabulary embedding) is gathered alone.
+SYNC_BUCKET_BYTES = 512 * 2**20
+# The multiples of the update's token budget the no-grad passes may take (verl's log-prob passes take 2-4x).
+NO_GRAD_MULTIPLES = (4, 3, 2)
 A800_BYTES = 80 * GIB  # the paper's GPU, the device a `device: cuda` preset is planned for without a GPU
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 FP32 = 4  # bytes of the fp32 tensors that exist whatever the model dtype (norm statistics, master weights)
@@ -235,6 +239,27 @@ def no_grad_bytes(s: ModelShape, tokens: int, longest: int, b: int, *, padded: b
     return layer_saved_bytes(s, tokens, longest, b, padded=padded)
 
 
+def no_grad_tokens(cfg: Any, model_config: Any, longest_prompt: int | None = None) -> int:
+    """The token budget of one micro-batch of the passes without grad (0: row count, as the update):
+    optim.no_grad_tokens_per_micro_batch; the update's budget when that is 0; `auto`: the largest multiple of the
+    update's budget in NO_GRAD_MULTIPLES whose pass needs no more memory than the update's micro-batch, so the
+    update's peak bounds theirs (else the update's budget)."""
+    budget, setting = cfg.optim.max_tokens_per_micro_batch, cfg.optim.no_grad_tokens_per_micro_batch
+    if not budget:
+        return 0
+    if setting is not None:
+        return setting or budget
+    s, b = ModelShape.from_hf(model_config), DTYPE_BYTES[cfg.model.dtype]
+    _, longest, _ = planned_micro_batch(cfg, longest_prompt)
+    padded = not cfg.model.padding_free
+    update = activation_bytes(
+        s, budget, longest, b, head_rows=budget, checkpointing=cfg.model.gradient_checkpointing, padded=padded,
+        cuda=cfg.device == "cuda",
+    )  # fmt: skip
+    fits = [k for k in NO_GRAD_MULTIPLES if no_grad_bytes(s, k * budget, longest, b, padded=padded) <= update]
+    return max(fits, default=1) * budget
+
+
 @dataclass(frozen=True)
 class Device:
     """What the verdict is measured against."""
@@ -277,6 +302,8 @@ class MemoryPlan:
     head: HeadBytes
     gathered: int  # ZeRO-3: parameters gathered for the running modules
     no_grad: int
+    no_grad_tokens: int  # the no-grad passes' token budget (0: row count)
+    token_budget: int  # optim.max_tokens_per_micro_batch (0: row count)
     vllm: int  # vLLM's share during generation (0 without vLLM)
     vllm_weights: int  # vLLM's own copy of the weights, awake during the sync (0 without vLLM)
     sync: int  # ZeRO-3: the parameters gathered at once while the weights go to the engine
@@ -287,8 +314,8 @@ class MemoryPlan:
 
     @property
     def update_peak(self) -> int:
-        """The update: states, gathered parameters, one micro-batch's activations."""
-        return self.states.total + self.gathered + self.activations
+        """The update: states, gathered parameters, one micro-batch's activations (or a no-grad pass's, if more)."""
+        return self.states.total + self.gathered + max(self.activations, self.no_grad)
 
     @property
     def generation_peak(self) -> int:
@@ -319,7 +346,7 @@ class MemoryPlan:
             f"{_size(self.activations_other)} with it {off}",
             f"fused head: chunk {_size(self.head.chunk)}, backward {_size(self.head.backward)} "
             "(chunk + d hidden + weight gradient)",
-            f"no-grad passes (pi_old, reference, scoring): {_size(self.no_grad)}",
+            f"no-grad passes (pi_old, reference, scoring): {_size(self.no_grad)}{self._no_grad_budget()}",
         ]
         if self.gathered:
             lines.append(f"ZeRO-3 gathered parameters (head + 2 layers): {_size(self.gathered)}")
@@ -337,6 +364,12 @@ class MemoryPlan:
             )
         lines.append(self.verdict())
         return lines
+
+    def _no_grad_budget(self) -> str:
+        if not self.no_grad_tokens:
+            return ""
+        multiple = self.no_grad_tokens / self.token_budget
+        return f" at {self.no_grad_tokens:,} tokens per micro-batch ({multiple:g}x the update's)"
 
     def verdict(self) -> str:
         """One line: fits or not, the peak and the phase it falls in, against the device."""
@@ -413,6 +446,7 @@ def memory_plan(cfg: Any, model_config: Any, *, world_size: int, longest_prompt:
     vllm = cfg.rollout.engine == "vllm"
     device = device_for(cfg, world_size)
     kv_rows = 0 if vllm else hf_engine_rows(cfg, world_size)
+    no_grad = no_grad_tokens(cfg, model_config, longest_prompt)
     return MemoryPlan(
         shape=s,
         world_size=world_size,
@@ -430,7 +464,9 @@ def memory_plan(cfg: Any, model_config: Any, *, world_size: int, longest_prompt:
         # ZeRO-3 gathers a module's full parameters for its forward and backward: the head (the embedding, when
         # tied), the running layer and the prefetched next one.
         gathered=b * (s.vocab * s.hidden + 2 * layer_params(s)) if zero3 else 0,
-        no_grad=no_grad_bytes(s, tokens, longest, b, padded=padded),
+        no_grad=no_grad_bytes(s, max(no_grad, tokens), longest, b, padded=padded),
+        no_grad_tokens=no_grad,
+        token_budget=cfg.optim.max_tokens_per_micro_batch,
         vllm=int(cfg.rollout.gpu_memory_utilization * device.total) if vllm and cuda else 0,
         vllm_weights=param_count(s) * b if vllm and cuda else 0,
         sync=max(SYNC_BUCKET_BYTES, largest_param(s) * b) if zero3 else 0,

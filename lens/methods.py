@@ -501,7 +501,7 @@ class Purify(Rewrite):
                 policy_logprobs=policy,
                 min_score=a.min_score,
                 generator=run.rng,
-                **model.batching(run.cfg),
+                **model.no_grad_batching(run.cfg, model.unwrap(run.trainer.module).config),
             )
             result = purify.purify_batch(
                 batch.prompts,

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 # ruff: noqa: E402  (the worker ties itself to its launcher before the heavy imports below)
 import contextlib
+import dataclasses
 import math
 import os
 import socket
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,7 +35,7 @@ lifeline.die_with_launcher()
 import torch
 import torch.distributed
 
-from lens import algos, checkpoint, data, dist, groups, methods, metrics, model, ops, preflight, runlock
+from lens import algos, balance, checkpoint, data, dist, groups, methods, metrics, model, ops, preflight, runlock
 from lens.config import Config, parse_args
 from lens.errors import cli_errors
 from lens.eval import eval_sampling, evaluate_set
@@ -340,6 +341,7 @@ class UpdateMeters:
 def optimizer_step(run: Run, batch: UpdateBatch, rows: list[int], meters: UpdateMeters) -> float:
     """One mini-batch: the CRPO loss of its token-budget micro-batches, backward, one optimizer step -> the
     global gradient norm (pre-clip). Collective: every rank calls it once per mini-batch, also without rows."""
+    batch, rows = dealt(batch, rows)  # the mini-batch's rows of every rank, dealt over the ranks by tokens
     cfg, loss_config, sg = run.cfg, run.cfg.algorithm.loss_config(), batch.sg
     weights, moved = sg.weights.to(batch.mask.device), sg.transferred.to(batch.mask.device)  # [N], [N] bool
     mine = batch.mask[rows]
@@ -370,6 +372,47 @@ def optimizer_step(run: Run, batch: UpdateBatch, rows: list[int], meters: Update
     if not math.isfinite(grad_norm):
         raise FloatingPointError(f"non-finite gradient norm {grad_norm}; the last checkpoint is kept")
     return grad_norm
+
+
+def dealt(batch: UpdateBatch, rows: list[int]) -> tuple[UpdateBatch, list[int]]:
+    """The rows of a mini-batch, every rank's, dealt over the ranks by token count (lens.balance), each with what
+    its loss reads -> (an UpdateBatch of the rows this rank computes, their indices in it). Collective; one
+    process: the batch as it is. The loss is normalised by the mini-batch's totals over all ranks, so whichever
+    rank computes a row, the summed gradient is the same, and no rank's forwards wait on a busier one's."""
+    if dist.world() == 1:
+        return batch, rows
+    sg, ref, device = batch.sg, batch.ref, batch.mask.device
+    payloads = [
+        (sg.original[i], sg.source[i], sg.tokens[i], sg.sampler_logprobs[i], float(sg.rewards[i]), int(sg.group[i]),
+         float(sg.weights[i]), bool(sg.transferred[i]), batch.pi_old.passed[i, : len(sg.tokens[i])].cpu(),
+         bool(batch.pi_old.own[i]), None if ref is None else ref[i, : len(sg.tokens[i])].cpu(), float(batch.adv[i]))
+        for i in rows
+    ]  # fmt: skip
+    got = balance.dealt_payloads(payloads, [len(sg.original[i]) + len(sg.tokens[i]) for i in rows])
+    # The loss tensors' time axis: the same on every rank (it is fixed for seq_mean_token_sum_norm).
+    width = int(dist.all_reduce(float(batch.mask.shape[1]), "max"))
+    column = list(zip(*got, strict=True)) if got else [[] for _ in range(12)]
+    original, source, tokens, sampler, rewards, group, weights, moved, passed, own, ref_rows, adv = column
+
+    def padded(values: Sequence[torch.Tensor]) -> torch.Tensor:  # [n, width] fp32, 0 past each response
+        out = torch.zeros(len(values), width, dtype=torch.float32)
+        for k, v in enumerate(values):
+            out[k, : len(v)] = v
+        return out.to(device)
+
+    lengths = torch.tensor([len(t) for t in tokens], dtype=torch.long)
+    dealt_sg = dataclasses.replace(
+        sg, original=list(original), source=list(source), tokens=list(tokens), sampler_logprobs=list(sampler),
+        rewards=torch.tensor(rewards, dtype=torch.float32), group=torch.tensor(group, dtype=torch.long),
+        weights=torch.tensor(weights, dtype=torch.float32), transferred=torch.tensor(moved, dtype=torch.bool),
+    )  # fmt: skip
+    return UpdateBatch(
+        pi_old=PiOld(padded(passed), torch.tensor(own, dtype=torch.bool, device=device)),
+        ref=None if ref is None else padded(ref_rows),
+        mask=(torch.arange(width)[None, :] < lengths[:, None]).to(device),
+        adv=torch.tensor(adv, dtype=batch.adv.dtype, device=device),
+        sg=dealt_sg,
+    ), list(range(len(got)))
 
 
 def policy_logprobs(

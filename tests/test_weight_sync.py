@@ -13,7 +13,7 @@ import types
 import pytest
 import torch
 
-from lens import model, packing, train
+from lens import memplan, model, packing, train
 from lens.config import load_config
 from lens.rollout import make_engine
 from lens.tasks import vartrack
@@ -56,7 +56,7 @@ def test_zero3_sync_gathers_one_bucket_at_a_time(monkeypatch):
     partitioned = sum(model.full_bytes(p) for p in params if not p.ds_persist)
     largest = max(model.full_bytes(p) for p in params)
     bucket = max(partitioned // 4, largest)  # a quarter of the model: gathering it whole would fail below
-    monkeypatch.setattr(model, "SYNC_BUCKET_BYTES", bucket)
+    monkeypatch.setattr(memplan, "SYNC_BUCKET_BYTES", bucket)
     engine = make_engine("hf", path, dtype="float32", device="cpu", seed=0)
     with torch.no_grad():
         for p in engine.model.parameters():
