@@ -9,19 +9,29 @@ Reported per mode: padded / real token positions of the full-size batch (exact, 
 one update (every micro-batch's forward + backward through lens.model.micro_batch_logprobs, the trainer's path)
 with its peak memory.
 
+Ranks and micro-batch counts at the paper preset's batch shape (`balance_table`, pure arithmetic on lengths, no
+model): 128 prompts x 8 rollouts over 8 ranks under a 16,384-token budget, over 200 seeded batches, with
+response lengths independent or correlated within a group (a prompt-level factor: hard prompts draw long
+answers). Reported per batch shape: the busiest rank's tokens over the mean, with groups kept on their rank (as
+sampled) and after `packing.balance_ranks`; the micro-batches every rank runs under ZeRO-3's lockstep (the
+largest count of any rank), by the earlier greedy plan (`greedy_next_fit`: longest first, a micro-batch closed
+when the next row does not fit) and by lens.packing's, against the bound ceil(tokens / (ranks x budget)).
+
 CPU (`PACKING_ROUNDS=5 OMP_NUM_THREADS=1 pytest bench/bench_packing.py -s`): a tiny Qwen2.5-shaped model (GQA,
 tied head) in fp32 on one thread, every length divided by CPU_SCALE = 4 (the same length distribution, so the
 same padding share) to keep a round in seconds; the modes run interleaved, process CPU time is the measure,
 median [IQR] over rounds with the per-round ratio to `rows`. Writes packing_cpu.{json,md} beside the benchmark
 rows: runs/bench/ by default, the committed bench/results/ with LENS_BENCH_RESULTS=bench/results.
 GPU (bench/gpu/run.sh): a Qwen2.5-1.5B shape in bf16 with gradient checkpointing at full lengths; padding-free
-through flash_attention_2 when flash-attn is installed, else flex_attention.
+through flash_attention_2 when flash-attn is installed, else flex_attention, and (`padding_free_sdpa`) through
+lens's per-row SDPA, the path a GPU without flash-attn can take instead of padding.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import statistics
 from collections.abc import Callable
@@ -47,6 +57,92 @@ CPU_SHAPE = {"vocab_size": 2048, "hidden_size": 128, "intermediate_size": 352, "
 GPU_SHAPE = {"vocab_size": 151936, "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
              "num_attention_heads": 12, "num_key_value_heads": 2}  # fmt: skip
 MODES = {"rows": (0, False), "budget": (BUDGET, False), "padding_free": (BUDGET, True)}
+PLANS = {**MODES, "padding_free_sdpa": (BUDGET, True)}  # the GPU's extra mode plans as padding_free does
+# The paper preset's batch (configs/paper.yaml): prompts x rollouts per prompt over ranks; prompts up to 1,024.
+WORLD, PROMPTS, GROUP, PROMPT_CAP = 8, 128, 8, 1024
+SIM_BATCHES = 200
+GROUP_SIGMA = 0.5  # correlated lengths: a group's log-length factor; the rows' own sigma keeps the total at SIGMA
+
+
+def step_lengths(seed: int, correlated: bool) -> list[int]:
+    """Prompt + response tokens of one paper-shaped step's rows, prompt-major (a group's rows together).
+
+    Prompts: lognormal around PROMPT (sigma 0.5), capped at PROMPT_CAP. Responses: the length model; correlated,
+    log-length = a group factor (sigma GROUP_SIGMA) + the row's own (the rest of SIGMA's variance)."""
+    gen = torch.Generator().manual_seed(1000 + seed)
+    prompts = (torch.exp(torch.randn(PROMPTS, generator=gen, dtype=torch.float64) * 0.5) * PROMPT).round()
+    prompts = prompts.clamp(1, PROMPT_CAP).repeat_interleave(GROUP)
+    if correlated:
+        own = (SIGMA**2 - GROUP_SIGMA**2) ** 0.5
+        group = torch.randn(PROMPTS, generator=gen, dtype=torch.float64).repeat_interleave(GROUP) * GROUP_SIGMA
+        log_len = group + torch.randn(PROMPTS * GROUP, generator=gen, dtype=torch.float64) * own
+    else:
+        log_len = torch.randn(PROMPTS * GROUP, generator=gen, dtype=torch.float64) * SIGMA
+    responses = (torch.exp(log_len) * MEDIAN).round().clamp(1, CAP)
+    return (prompts + responses).long().tolist()
+
+
+def greedy_next_fit(lengths: list[int], budget: int, padding_free: bool) -> list[list[int]]:
+    """The earlier token-budget plan, the reference: rows longest first, a micro-batch closed as soon as the next
+    row would take it over the budget."""
+    batches: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        if batches and packing.batch_cost([lengths[j] for j in batches[-1]] + [lengths[i]], padding_free) <= budget:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+def rank_balance(batches: int = SIM_BATCHES) -> dict[str, Any]:
+    """Means over `batches` seeded paper-shaped steps, per length model and micro-batch cost (see the module
+    docstring): rank tokens max / mean, lockstep micro-batches by plan and rank split, and the bound."""
+    out: dict[str, Any] = {}
+    per_rank = PROMPTS * GROUP // WORLD
+    for correlated in (False, True):
+        sums: dict[str, float] = {}
+        for seed in range(batches):
+            lengths = step_lengths(seed, correlated)
+            splits = {
+                "sampled": [list(range(r * per_rank, (r + 1) * per_rank)) for r in range(WORLD)],
+                "balanced": packing.balance_ranks(lengths, WORLD),
+            }
+            row = {"bound": math.ceil(sum(lengths) / (WORLD * BUDGET))}
+            for split, ranks in splits.items():
+                tokens = [sum(lengths[i] for i in rows) for rows in ranks]
+                row[f"imbalance_{split}"] = max(tokens) / statistics.mean(tokens)
+                for free in (False, True):
+                    cost = "padding_free" if free else "padded"
+                    for plan_name, plan in (("greedy", greedy_next_fit), ("lens", packing.token_budget_batches)):
+                        counts = [len(plan([lengths[i] for i in rows], BUDGET, padding_free=free)) for rows in ranks]
+                        row[f"{cost}_{plan_name}_{split}"] = max(counts)
+            for key, value in row.items():
+                sums[key] = sums.get(key, 0.0) + value
+        out["correlated" if correlated else "independent"] = {k: v / batches for k, v in sums.items()}
+    return {"batches": batches, "world": WORLD, "rows": PROMPTS * GROUP, "budget": BUDGET, "lengths": out}
+
+
+def balance_table(balance: dict[str, Any]) -> str:
+    """The markdown table of `rank_balance`."""
+    lines = [
+        f"## Ranks and micro-batches at the paper preset's batch shape ({balance['rows']} rows over "
+        f"{balance['world']} ranks, budget {balance['budget']:,}; means over {balance['batches']} seeded batches)",
+        "",
+        "Lockstep micro-batches: the largest count of any rank (every rank runs that many under ZeRO-3). "
+        "Bound: ceil(tokens / (ranks x budget)).",
+        "",
+        "| lengths | rank tokens max/mean, as sampled | balanced | cost | bound | greedy, as sampled | "
+        "lens plan, as sampled | lens plan, balanced | balanced / bound |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, m in balance["lengths"].items():
+        for cost in ("padded", "padding_free"):
+            lines.append(
+                f"| {name} | {m['imbalance_sampled']:.3f} | {m['imbalance_balanced']:.3f} | {cost} | "
+                f"{m['bound']:.2f} | {m[f'{cost}_greedy_sampled']:.2f} | {m[f'{cost}_lens_sampled']:.2f} | "
+                f"{m[f'{cost}_lens_balanced']:.2f} | {m[f'{cost}_lens_balanced'] / m['bound']:.3f} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def response_lengths(n: int = ROWS, seed: int = 0) -> list[int]:
@@ -61,7 +157,7 @@ def padding_ratios(prompt: int = PROMPT, scale: int = 1) -> dict[str, float]:
     lengths = [(prompt + r) // scale for r in response_lengths()]
     real = sum(lengths)
     out = {}
-    for mode, (budget, free) in MODES.items():
+    for mode, (budget, free) in PLANS.items():
         plan = packing.plan_micro_batches(lengths, rows=MICRO_BATCH, max_tokens=budget // scale, padding_free=free)
         out[mode] = packing.padded_positions(lengths, plan, padding_free=free) / real
     return out
@@ -112,10 +208,12 @@ def test_packing_cpu() -> None:
         for mode, (budget, pf) in MODES.items()
     }
     entry = _measure(closures, {"rows": ROWS, "cpu_scale": CPU_SCALE, **CPU_SHAPE})
+    entry["balance"] = rank_balance()
+    table = packing_table(entry) + "\n" + balance_table(entry["balance"])
     PACKING_FILE.parent.mkdir(parents=True, exist_ok=True)
     PACKING_FILE.write_text(json.dumps(entry, indent=1) + "\n")
-    PACKING_FILE.with_suffix(".md").write_text(packing_table(entry))
-    print(packing_table(entry))
+    PACKING_FILE.with_suffix(".md").write_text(table)
+    print(table)
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
@@ -129,8 +227,13 @@ def test_packing_gpu(benchmark) -> None:
     closures = {
         mode: update_fn(free if pf else padded, prompts, responses, budget, pf) for mode, (budget, pf) in MODES.items()
     }
+    # Without flash-attn: padding-free through lens's per-row SDPA (the same weights), beside the padded budget,
+    # the measurement that decides model.padding_free=auto for sdpa on a GPU.
+    per_row = _model(GPU_SHAPE, attention.load_implementation("sdpa", True), device, torch.bfloat16)
+    per_row.load_state_dict(padded.state_dict())
+    closures["padding_free_sdpa"] = update_fn(per_row, prompts, responses, BUDGET, True)
     entry = _measure(closures, {"rows": ROWS, "varlen": varlen, **GPU_SHAPE}, device)
-    print(packing_table(entry))
+    print(packing_table(entry) + "\n" + balance_table(rank_balance()))
     benchmark.pedantic(closures["budget"], rounds=1, iterations=1)
 
 

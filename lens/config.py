@@ -203,6 +203,11 @@ class OptimConfig:
     # scoring): rows grouped by length and packed so that rows x longest stays within it. 0: micro-batches
     # of micro_batch_size rows in rollout order.
     max_tokens_per_micro_batch: int = 0
+    # The same for the passes without grad (pi_old, reference, scoring), which hold about one layer's tensors at a
+    # time and so take more tokens in the same memory (verl's log_prob_max_token_len_per_gpu). None (`auto`): a
+    # multiple of max_tokens_per_micro_batch chosen by the memory plan (lens/memplan.py:no_grad_multiple); 0:
+    # max_tokens_per_micro_batch itself. Unused without a token budget.
+    no_grad_tokens_per_micro_batch: int | None = None
     zero_stage: int = 0
     # PPO-style updates (verl ppo_mini_batch_size / ppo_epochs, TRL steps_per_generation / num_iterations): the
     # rollout batch (data.batch_size prompts) is cut into mini-batches of this many prompts over all ranks, whole
@@ -563,7 +568,7 @@ def _one_of(value: Any, choices: tuple[Any, ...], key: str) -> None:
 
 
 AUTO_KEYS = frozenset(
-    {"optim.micro_batch_size", "data.eval", "model.padding_free"}
+    {"optim.micro_batch_size", "optim.no_grad_tokens_per_micro_batch", "data.eval", "model.padding_free"}
 )  # optional keys that also read `auto` as None (resolved)
 
 
@@ -818,6 +823,7 @@ RANGES: dict[str, Range] = {
     "optim.steps": Range(1, _STEPS),
     "optim.micro_batch_size": Range(1, _COUNT),
     "optim.max_tokens_per_micro_batch": Range(0, _COUNT),  # 0: micro-batches of optim.micro_batch_size rows
+    "optim.no_grad_tokens_per_micro_batch": Range(0, _COUNT),  # 0: max_tokens_per_micro_batch
     "optim.zero_stage": Range(0, 3),  # DeepSpeed ZeRO stage
     "optim.mini_batch_size": Range(1, _COUNT),
     "optim.epochs": Range(1, 1000),
@@ -1034,6 +1040,14 @@ def _validate_micro_batches(cfg: Config) -> None:
         budget,
         f"must be 0 (micro-batches of optim.micro_batch_size rows) or at least the longest row, "
         f"data.max_prompt_len + rollout.max_tokens = {longest} tokens",
+    )
+    no_grad = cfg.optim.no_grad_tokens_per_micro_batch
+    _require(
+        not no_grad or no_grad >= max(budget, longest),
+        "optim.no_grad_tokens_per_micro_batch",
+        no_grad,
+        f"must be auto, 0 (optim.max_tokens_per_micro_batch) or at least that budget and the longest row "
+        f"({max(budget, longest)} tokens)",
     )
 
 

@@ -107,6 +107,28 @@ def _world_env(world: int | None) -> Iterator[None]:
             os.environ["WORLD_SIZE"] = before
 
 
+def dry_run_world(args: object, launch_args: list[str], environ: Mapping[str, str] = os.environ) -> int:
+    """The rank count `lens-train ... --dry-run` plans for: WORLD_SIZE when it is set, else the workers the
+    command starts. ValueError (one line) when a command's worker count disagrees with WORLD_SIZE, or when
+    neither fixes it (`--nproc_per_node=gpu`, elastic `--nnodes`)."""
+    workers = world_size(args)
+    given = environ.get("WORLD_SIZE", "").strip()
+    how = "give the ranks as WORLD_SIZE=N lens-train ... --dry-run or --nproc_per_node=N [--nnodes=M]"
+    if not given:
+        if workers is None:
+            raise ValueError(f"--dry-run: this command does not fix its rank count; {how}")
+        return workers
+    if not given.isdigit() or int(given) < 1:
+        raise ValueError(f"--dry-run: WORLD_SIZE={given!r} is not a rank count; {how}")
+    explicit = any(a.startswith(("--nproc", "--nnodes")) for a in launch_args)
+    if explicit and workers != int(given):
+        raise ValueError(
+            f"--dry-run: WORLD_SIZE={given} but the command starts {workers or 'an unfixed number of'} "
+            f"workers; {how}, not both"
+        )
+    return int(given)
+
+
 def check_before_workers(train_args: list[str], world: int | None = None) -> str | None:
     """What the trainer would refuse in its first seconds, checked here without a worker: ValueError (one
     line). The trainer checks it all again (and the lock decides a race between two launches). -> a line
@@ -261,6 +283,13 @@ def main(argv: list[str] | None = None) -> None:
         return
     launch_args, train_args = split_argv(argv)
     args = torchrun.get_args_parser().parse_args([*launch_args, "--module", "lens.train", *train_args])
+    if "--dry-run" in train_args:
+        # No worker is needed to read a config and plan its memory: once, here, for the ranks the run will have.
+        world = dry_run_world(args, launch_args)
+        with _world_env(world):
+            cfg, _ = parse_args(train_args)
+        preflight.print_summary(preflight.dry_run(cfg, world_size=world))
+        return
     try:
         finished = check_before_workers(train_args, world_size(args))
     except KeyboardInterrupt:  # Ctrl-C while the data loads: nothing started, nothing to save

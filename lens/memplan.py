@@ -15,6 +15,10 @@
 - under ZeRO-3, the parameters gathered for the running module: the head and two decoder layers;
 - during generation, vLLM's share, `rollout.gpu_memory_utilization` x the device (on CUDA vLLM sleeps during
   the update: its weights are offloaded and its KV cache freed), or the HF engine's KV cache;
+- the weight sync after the update: under ZeRO-3 one bucket of gathered parameters at a time
+  (lens.model.SYNC_BUCKET_BYTES, or the largest parameter when that is larger), beside vLLM's woken weights;
+- the residue: what PyTorch's cache holds of the update when vLLM wakes. The engine empties that cache first,
+  so it is not counted; the plan says how much that is (the update's activations);
 and gives a verdict against the device: the GPU's memory, or, for a `device: cuda` preset checked on a
 machine without one, an 80 GiB A800 (the paper's GPU). Not counted: the CUDA context, DeepSpeed's
 communication buckets (its default reduce bucket is 5e8 elements, about 1 GiB in bf16) and allocator
@@ -36,6 +40,11 @@ from lens.rollout.hf import HFEngine
 from lens_kernels.linear_token_logprobs import _GPU_CHUNK_ELEMS, CHUNK_ELEMS, KEEP_LOGITS_BYTES, _chunk_sizes
 
 GIB = 2**30
+# The weight sync's bucket under ZeRO-3 (lens.model.gathered_buckets): parameters gathered, in the model dtype, for
+# one hand-over to the rollout engine; a parameter larger than this (a 150k-vocabulary embedding) is gathered alone.
+SYNC_BUCKET_BYTES = 512 * 2**20
+# The multiples of the update's token budget the no-grad passes may take (verl's log-prob passes take 2-4x).
+NO_GRAD_MULTIPLES = (4, 3, 2)
 A800_BYTES = 80 * GIB  # the paper's GPU, the device a `device: cuda` preset is planned for without a GPU
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 FP32 = 4  # bytes of the fp32 tensors that exist whatever the model dtype (norm statistics, master weights)
@@ -82,6 +91,11 @@ def layer_params(s: ModelShape) -> int:
     q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
     attention = s.hidden * (q + 2 * kv) + q * s.hidden + ((q + 2 * kv) if s.qkv_bias else 0)
     return attention + 3 * s.hidden * s.intermediate + 2 * s.hidden + (2 * s.head_dim if s.qk_norm else 0)
+
+
+def largest_param(s: ModelShape) -> int:
+    """Elements of the largest single parameter: the embedding (or the untied head), else an MLP projection."""
+    return max(s.vocab * s.hidden, s.hidden * s.intermediate)
 
 
 def param_count(s: ModelShape) -> int:
@@ -225,6 +239,27 @@ def no_grad_bytes(s: ModelShape, tokens: int, longest: int, b: int, *, padded: b
     return layer_saved_bytes(s, tokens, longest, b, padded=padded)
 
 
+def no_grad_tokens(cfg: Any, model_config: Any, longest_prompt: int | None = None) -> int:
+    """The token budget of one micro-batch of the passes without grad (0: row count, as the update):
+    optim.no_grad_tokens_per_micro_batch; the update's budget when that is 0; `auto`: the largest multiple of the
+    update's budget in NO_GRAD_MULTIPLES whose pass needs no more memory than the update's micro-batch, so the
+    update's peak bounds theirs (else the update's budget)."""
+    budget, setting = cfg.optim.max_tokens_per_micro_batch, cfg.optim.no_grad_tokens_per_micro_batch
+    if not budget:
+        return 0
+    if setting is not None:
+        return setting or budget
+    s, b = ModelShape.from_hf(model_config), DTYPE_BYTES[cfg.model.dtype]
+    _, longest, _ = planned_micro_batch(cfg, longest_prompt)
+    padded = not cfg.model.padding_free
+    update = activation_bytes(
+        s, budget, longest, b, head_rows=budget, checkpointing=cfg.model.gradient_checkpointing, padded=padded,
+        cuda=cfg.device == "cuda",
+    )  # fmt: skip
+    fits = [k for k in NO_GRAD_MULTIPLES if no_grad_bytes(s, k * budget, longest, b, padded=padded) <= update]
+    return max(fits, default=1) * budget
+
+
 @dataclass(frozen=True)
 class Device:
     """What the verdict is measured against."""
@@ -267,15 +302,20 @@ class MemoryPlan:
     head: HeadBytes
     gathered: int  # ZeRO-3: parameters gathered for the running modules
     no_grad: int
+    no_grad_tokens: int  # the no-grad passes' token budget (0: row count)
+    token_budget: int  # optim.max_tokens_per_micro_batch (0: row count)
     vllm: int  # vLLM's share during generation (0 without vLLM)
+    vllm_weights: int  # vLLM's own copy of the weights, awake during the sync (0 without vLLM)
+    sync: int  # ZeRO-3: the parameters gathered at once while the weights go to the engine
+    residue: int  # the update's cached blocks that vLLM would find held, had the cache not been emptied
     kv_cache: int  # the HF engine's KV cache during generation (0 with vLLM)
     kv_rows: int  # the rows the HF engine decodes at once
     device: Device
 
     @property
     def update_peak(self) -> int:
-        """The update: states, gathered parameters, one micro-batch's activations."""
-        return self.states.total + self.gathered + self.activations
+        """The update: states, gathered parameters, one micro-batch's activations (or a no-grad pass's, if more)."""
+        return self.states.total + self.gathered + max(self.activations, self.no_grad)
 
     @property
     def generation_peak(self) -> int:
@@ -283,8 +323,13 @@ class MemoryPlan:
         return self.states.total + self.vllm + self.kv_cache
 
     @property
+    def sync_peak(self) -> int:
+        """The weight sync: states, vLLM's woken weights (its KV cache still asleep), one gathered bucket."""
+        return self.states.total + self.vllm_weights + self.sync
+
+    @property
     def peak(self) -> int:
-        return max(self.update_peak, self.generation_peak)
+        return max(self.update_peak, self.generation_peak, self.sync_peak)
 
     def lines(self) -> list[str]:
         """The plan as the dry-run prints it, one item per line."""
@@ -301,7 +346,7 @@ class MemoryPlan:
             f"{_size(self.activations_other)} with it {off}",
             f"fused head: chunk {_size(self.head.chunk)}, backward {_size(self.head.backward)} "
             "(chunk + d hidden + weight gradient)",
-            f"no-grad passes (pi_old, reference, scoring): {_size(self.no_grad)}",
+            f"no-grad passes (pi_old, reference, scoring): {_size(self.no_grad)}{self._no_grad_budget()}",
         ]
         if self.gathered:
             lines.append(f"ZeRO-3 gathered parameters (head + 2 layers): {_size(self.gathered)}")
@@ -311,17 +356,27 @@ class MemoryPlan:
             lines.append(
                 f"HF engine KV cache ({self.kv_rows} x {self.longest}, while generating): {_size(self.kv_cache)}"
             )
+        if self.sync:
+            lines.append(f"weight sync: {_size(self.sync)} gathered at a time (one bucket of the ZeRO-3 shards)")
+        if self.residue:
+            lines.append(
+                f"residue: PyTorch's cache emptied before vLLM wakes (it would hold up to {_size(self.residue)})"
+            )
         lines.append(self.verdict())
         return lines
 
+    def _no_grad_budget(self) -> str:
+        if not self.no_grad_tokens:
+            return ""
+        multiple = self.no_grad_tokens / self.token_budget
+        return f" at {self.no_grad_tokens:,} tokens per micro-batch ({multiple:g}x the update's)"
+
     def verdict(self) -> str:
         """One line: fits or not, the peak and the phase it falls in, against the device."""
-        phases = sorted([(self.update_peak, "update"), (self.generation_peak, "generation")], reverse=True)
-        (_, phase), (other_peak, other) = phases
-        head = (
-            f"peak {_size(self.peak)} ({phase}; {other} {_size(other_peak)}) of {_size(self.device.total)} "
-            f"on {self.device.name}"
-        )
+        phases = [(self.update_peak, "update"), (self.generation_peak, "generation"), (self.sync_peak, "sync")]
+        (_, phase), *others = sorted(phases, reverse=True)
+        rest = ", ".join(f"{name} {_size(peak)}" for peak, name in others)
+        head = f"peak {_size(self.peak)} ({phase}; {rest}) of {_size(self.device.total)} on {self.device.name}"
         if self.peak <= self.device.total:
             return f"verdict: fits: {head}, {_size(self.device.total - self.peak)} headroom"
         return (
@@ -391,6 +446,7 @@ def memory_plan(cfg: Any, model_config: Any, *, world_size: int, longest_prompt:
     vllm = cfg.rollout.engine == "vllm"
     device = device_for(cfg, world_size)
     kv_rows = 0 if vllm else hf_engine_rows(cfg, world_size)
+    no_grad = no_grad_tokens(cfg, model_config, longest_prompt)
     return MemoryPlan(
         shape=s,
         world_size=world_size,
@@ -408,8 +464,14 @@ def memory_plan(cfg: Any, model_config: Any, *, world_size: int, longest_prompt:
         # ZeRO-3 gathers a module's full parameters for its forward and backward: the head (the embedding, when
         # tied), the running layer and the prefetched next one.
         gathered=b * (s.vocab * s.hidden + 2 * layer_params(s)) if zero3 else 0,
-        no_grad=no_grad_bytes(s, tokens, longest, b, padded=padded),
+        no_grad=no_grad_bytes(s, max(no_grad, tokens), longest, b, padded=padded),
+        no_grad_tokens=no_grad,
+        token_budget=cfg.optim.max_tokens_per_micro_batch,
         vllm=int(cfg.rollout.gpu_memory_utilization * device.total) if vllm and cuda else 0,
+        vllm_weights=param_count(s) * b if vllm and cuda else 0,
+        sync=max(SYNC_BUCKET_BYTES, largest_param(s) * b) if zero3 else 0,
+        # vLLM allocates outside PyTorch's cache, which still holds the update's freed blocks until emptied.
+        residue=activation_bytes(s, tokens, longest, b, checkpointing=ckpt, **kw) if vllm and cuda else 0,
         kv_cache=hf_generation_bytes(s, kv_rows, longest, b),
         kv_rows=kv_rows,
         device=device,

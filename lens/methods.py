@@ -525,7 +525,7 @@ class Purify(Rewrite):
                 policy_logprobs=policy,
                 min_score=a.min_score,
                 generator=run.rng,
-                **model.batching(run.cfg),
+                **model.no_grad_batching(run.cfg, model.unwrap(run.trainer.module).config),
             )
         index = torch.tensor(candidates, dtype=torch.long)
         if a.trial.candidates > 0:

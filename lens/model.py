@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 import lens_kernels
-from lens import attention, dist, packing
+from lens import attention, dist, memplan, packing
 from lens.config import Config, resolve_padding_free, resolve_path
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -315,6 +315,12 @@ def batching(cfg: Config) -> dict[str, Any]:
     }
 
 
+def no_grad_batching(cfg: Config, model_config: Any) -> dict[str, Any]:
+    """`batching` for the passes without grad (pi_old, the reference, Eq. 1's scoring): their own token budget,
+    optim.no_grad_tokens_per_micro_batch or the memory plan's multiple of the update's (memplan.no_grad_tokens)."""
+    return {**batching(cfg), "max_tokens": memplan.no_grad_tokens(cfg, model_config)}
+
+
 # A filler row for lockstep padding: two tokens, so one position predicts one token. Id 0 exists in every vocab.
 FILLER: tuple[list[int], list[int]] = ([0], [0])  # (prompt ids, response ids)
 
@@ -445,6 +451,25 @@ def gathered(params: list[nn.Parameter]) -> Iterator[None]:
 
     with deepspeed.zero.GatheredParameters(params):
         yield
+
+
+def full_bytes(param: nn.Parameter) -> int:
+    """Bytes of the whole parameter, also when ZeRO-3 keeps only a shard of it here (`ds_numel`)."""
+    return getattr(param, "ds_numel", param.numel()) * param.element_size()
+
+
+def gathered_buckets(model: nn.Module, max_bytes: int | None = None) -> Iterator[dict[str, torch.Tensor]]:
+    """The full parameters of `model` {HF name: tensor}, in order, a bucket of at most `max_bytes` (default
+    memplan.SYNC_BUCKET_BYTES) at a time
+    (lens.packing.consecutive_buckets): under ZeRO-3 each bucket is gathered while the caller uses it and
+    released when it asks for the next, so a rank never holds more than one bucket of the model (the rollout
+    engine's `load_weights`). A collective under ZeRO-3: every rank walks the same buckets."""
+    named = list(unwrap(model).named_parameters())
+    sizes = [full_bytes(p) for _, p in named]
+    for bucket in packing.consecutive_buckets(sizes, max_bytes or memplan.SYNC_BUCKET_BYTES):
+        params = [named[i][1] for i in bucket]
+        with gathered(params):
+            yield {named[i][0]: named[i][1].detach() for i in bucket}
 
 
 def check_prompts(prompts: Sequence[Sequence[int]], name: str = "prompts") -> None:

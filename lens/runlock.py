@@ -4,6 +4,7 @@
     ...                                 # the run
     lock.release()
     holder(run_dir)                     # who holds it now (None when free): lens.stop and lens.launch ask
+    sees_lock(run_dir, lock.holder)     # another rank: is this the directory rank 0 locked (a shared one)?
 
 Two launches into one directory used to both train and write every step of metrics.jsonl twice (issue
 28.1); the checks of `lens.checkpoint.check_run_dir` read the directory, and both launches read it before
@@ -12,6 +13,11 @@ dies, so a lock is never left held by a dead run. The file names its holder (pid
 message; a file left by a run that was killed (a stale lock: its flock is free) is taken over with a
 warning naming that run. A run that ends removes the file, and the directory too when the lock created
 it and it is still empty: a run that fails in its setup leaves the directory as it found it.
+
+Every node must see one run directory: rank 0 alone checkpoints, takes the lock and reads stop requests
+there, while every rank loads checkpoints from it. Each rank reads the lock file rank 0 just wrote
+(`sees_lock`); a node whose run_dir is a directory of its own does not find rank 0's name in it, and the run
+is refused at start (lens/train.py:run_lock) rather than resumed later from a checkpoint that node lacks.
 
 flock works across nodes on NFSv4 and Lustre (Linux maps it to a POSIX lock there); on a filesystem
 without locks, `acquire` raises the OSError. This module imports no torch, so the commands that ask
@@ -33,6 +39,7 @@ from pathlib import Path
 from lens.lifeline import process_start
 
 LOCK = ".lock"
+SHARED_WAIT_S = 5.0  # how long a rank looks for rank 0's lock file in its run_dir before calling it not shared
 
 
 class RunDirInUse(ValueError):
@@ -178,6 +185,29 @@ def held_elsewhere(run_dir: str | os.PathLike) -> bool:
     """Whether run_dir's lock file names a holder on another host (whose liveness this host cannot see)."""
     found = _recorded(run_dir)
     return found is not None and found.host != socket.gethostname()
+
+
+def sees_lock(run_dir: str | os.PathLike, locked: Holder, wait_s: float = SHARED_WAIT_S) -> bool:
+    """Whether run_dir's lock file names `locked` (rank 0's holder), read for up to wait_s seconds: a
+    network filesystem may show another client's new file a little late. Listing the directories on the way
+    makes NFS revalidate them (a lookup before the file existed may be cached as missing)."""
+    path, deadline = lock_path(run_dir), time.monotonic() + wait_s
+    while True:
+        for folder in (path.parent.parent, path.parent):
+            with contextlib.suppress(OSError):
+                os.listdir(folder)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            found = None
+        else:
+            try:
+                found = _read_holder(fd)
+            finally:
+                os.close(fd)
+        if found == locked or time.monotonic() >= deadline:
+            return found == locked
+        time.sleep(0.2)
 
 
 def check_free(run_dir: str | os.PathLike) -> None:

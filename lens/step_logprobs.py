@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lens import groups, model
+from lens import balance, groups, model
 from lens.config import Config
 from lens.runstate import Run
 
@@ -27,7 +27,10 @@ def old_and_ref_logprobs(run: Run, sg: groups.StepGroups) -> tuple[PiOld, torch.
     cfg = run.cfg
     # Every log-prob of a sampled token is taken from softmax(z / T), the distribution that sampled it
     # (docs/algorithm.md): at T != 1 the ratio and the KL would otherwise compare the wrong distributions.
-    kw = {**model.batching(cfg), "temperature": cfg.rollout.temperature}
+    kw = {
+        **model.no_grad_batching(cfg, model.unwrap(run.trainer.module).config),
+        "temperature": cfg.rollout.temperature,
+    }
     device = model.local_device(cfg.device)
     own = own_prompt_rows(cfg, sg)
     with run.timer("old_ref_logprobs"), torch.no_grad():
@@ -35,7 +38,8 @@ def old_and_ref_logprobs(run: Run, sg: groups.StepGroups) -> tuple[PiOld, torch.
             old, mask = engine_old_logprobs(sg.sampler_logprobs, device)
         else:
             old, mask = _source_logprobs(run, sg, (~own).nonzero().squeeze(1).tolist(), device, **kw)
-        ref = model.sequence_logprobs(run.ref, sg.original, sg.tokens, **kw)[0] if cfg.algorithm.beta else None
+        # Both passes deal the step's rows over the ranks by tokens (lens.balance): no rank waits on the busiest.
+        ref = balance.balanced_logprobs(run.ref, sg.original, sg.tokens, **kw)[0] if cfg.algorithm.beta else None
     width = loss_width(cfg, mask.shape[1])
     ref = _pad_to(ref, width) if ref is not None else None
     return PiOld(_pad_to(old, width), own.to(device)), ref, _pad_to(mask, width)
@@ -85,7 +89,7 @@ def _source_logprobs(
     old = torch.zeros(len(sg.tokens), width, dtype=torch.float32, device=device)
     # Called with no rows too: under ZeRO-3 every rank runs the same number of forwards (filler rows on a
     # rank with fewer purified rows), or a rank without any would leave the others waiting in a gather.
-    part = model.sequence_logprobs(
+    part = balance.balanced_logprobs(
         run.trainer.module, [sg.source[i] for i in rows], [sg.tokens[i] for i in rows], **kw
     )[0]
     if rows:

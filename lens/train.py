@@ -18,10 +18,12 @@ from __future__ import annotations
 
 # ruff: noqa: E402  (the worker ties itself to its launcher before the heavy imports below)
 import contextlib
+import dataclasses
 import math
 import os
+import socket
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,7 +35,21 @@ lifeline.die_with_launcher()
 import torch
 import torch.distributed
 
-from lens import algos, checkpoint, data, dist, groups, methods, metrics, model, ops, preflight, reward_fns, runlock
+from lens import (
+    algos,
+    balance,
+    checkpoint,
+    data,
+    dist,
+    groups,
+    methods,
+    metrics,
+    model,
+    ops,
+    preflight,
+    reward_fns,
+    runlock,
+)
 from lens.config import Config, parse_args
 from lens.errors import cli_errors
 from lens.eval import eval_sampling, evaluate_set
@@ -85,10 +101,24 @@ def run_lock(cfg: Config) -> Iterator[None]:
     if refused is not None:
         raise runlock.RunDirInUse(refused)
     try:
+        check_shared_run_dir(cfg.run_dir, dist.all_gather_objects(lock.holder if lock else None)[0])
         yield
     finally:
         if lock is not None:
             lock.release()
+
+
+def check_shared_run_dir(run_dir: str, locked: runlock.Holder) -> None:
+    """Every rank sees the run directory rank 0 locked, or every rank refuses the run in one line (collective):
+    checkpoints, the lock and stop requests are rank 0's there, and a node with a directory of its own would
+    resume from checkpoints it never had."""
+    seen = dist.all_gather_objects((runlock.sees_lock(run_dir, locked), socket.gethostname()))
+    blind = [f"rank {r} on {host}" for r, (ok, host) in enumerate(seen) if not ok]
+    if blind:
+        raise ValueError(
+            f"run_dir {run_dir} is not one directory for every node: {', '.join(blind)} do not find the lock rank 0 "
+            "took there; give every node the same run_dir on a filesystem they all mount (NFS, Lustre)"
+        )
 
 
 def train(cfg: Config, stop: dist.StopFlag) -> dict[str, float]:
@@ -340,6 +370,7 @@ class UpdateMeters:
 def optimizer_step(run: Run, batch: UpdateBatch, rows: list[int], meters: UpdateMeters) -> float:
     """One mini-batch: the CRPO loss of its token-budget micro-batches, backward, one optimizer step -> the
     global gradient norm (pre-clip). Collective: every rank calls it once per mini-batch, also without rows."""
+    batch, rows = dealt(batch, rows)  # the mini-batch's rows of every rank, dealt over the ranks by tokens
     cfg, loss_config, sg = run.cfg, run.cfg.algorithm.loss_config(), batch.sg
     weights, moved = sg.weights.to(batch.mask.device), sg.transferred.to(batch.mask.device)  # [N], [N] bool
     mine = batch.mask[rows]
@@ -372,6 +403,47 @@ def optimizer_step(run: Run, batch: UpdateBatch, rows: list[int], meters: Update
     return grad_norm
 
 
+def dealt(batch: UpdateBatch, rows: list[int]) -> tuple[UpdateBatch, list[int]]:
+    """The rows of a mini-batch, every rank's, dealt over the ranks by token count (lens.balance), each with what
+    its loss reads -> (an UpdateBatch of the rows this rank computes, their indices in it). Collective; one
+    process: the batch as it is. The loss is normalised by the mini-batch's totals over all ranks, so whichever
+    rank computes a row, the summed gradient is the same, and no rank's forwards wait on a busier one's."""
+    if dist.world() == 1:
+        return batch, rows
+    sg, ref, device = batch.sg, batch.ref, batch.mask.device
+    payloads = [
+        (sg.original[i], sg.source[i], sg.tokens[i], sg.sampler_logprobs[i], float(sg.rewards[i]), int(sg.group[i]),
+         float(sg.weights[i]), bool(sg.transferred[i]), batch.pi_old.passed[i, : len(sg.tokens[i])].cpu(),
+         bool(batch.pi_old.own[i]), None if ref is None else ref[i, : len(sg.tokens[i])].cpu(), float(batch.adv[i]))
+        for i in rows
+    ]  # fmt: skip
+    got = balance.dealt_payloads(payloads, [len(sg.original[i]) + len(sg.tokens[i]) for i in rows])
+    # The loss tensors' time axis: the same on every rank (it is fixed for seq_mean_token_sum_norm).
+    width = int(dist.all_reduce(float(batch.mask.shape[1]), "max"))
+    column = list(zip(*got, strict=True)) if got else [[] for _ in range(12)]
+    original, source, tokens, sampler, rewards, group, weights, moved, passed, own, ref_rows, adv = column
+
+    def padded(values: Sequence[torch.Tensor]) -> torch.Tensor:  # [n, width] fp32, 0 past each response
+        out = torch.zeros(len(values), width, dtype=torch.float32)
+        for k, v in enumerate(values):
+            out[k, : len(v)] = v
+        return out.to(device)
+
+    lengths = torch.tensor([len(t) for t in tokens], dtype=torch.long)
+    dealt_sg = dataclasses.replace(
+        sg, original=list(original), source=list(source), tokens=list(tokens), sampler_logprobs=list(sampler),
+        rewards=torch.tensor(rewards, dtype=torch.float32), group=torch.tensor(group, dtype=torch.long),
+        weights=torch.tensor(weights, dtype=torch.float32), transferred=torch.tensor(moved, dtype=torch.bool),
+    )  # fmt: skip
+    return UpdateBatch(
+        pi_old=PiOld(padded(passed), torch.tensor(own, dtype=torch.bool, device=device)),
+        ref=None if ref is None else padded(ref_rows),
+        mask=(torch.arange(width)[None, :] < lengths[:, None]).to(device),
+        adv=torch.tensor(adv, dtype=batch.adv.dtype, device=device),
+        sg=dealt_sg,
+    ), list(range(len(got)))
+
+
 def policy_logprobs(
     run: Run, sg: groups.StepGroups, idx: list[int], width: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -392,11 +464,9 @@ def sync_weights(run: Run) -> None:
     """Make the sampler use the weights just trained (a no-op when the HF engine shares the module)."""
     with run.timer("weight_sync"):
         if run.cfg.optim.zero_stage == 3:
-            import deepspeed
-
-            # ZeRO-3 holds a shard per rank: gather the full weights for the copy.
-            with deepspeed.zero.GatheredParameters(list(run.trainer.module.parameters())):
-                run.sampler.sync_weights(run.trainer.module)
+            # ZeRO-3 holds a shard per rank: the full weights go over a bucket at a time, each gathered for its
+            # copy and released before the next, never the whole model at once (lens.model.gathered_buckets).
+            run.sampler.load_weights(model.gathered_buckets(run.trainer.module))
         else:
             run.sampler.sync_weights(run.trainer.module)
 

@@ -53,6 +53,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "compute",
         (
             "lens.attention",
+            "lens.balance",
             "lens.model",
             "lens.rollout",
             "lens.rollout.*",

@@ -139,3 +139,37 @@ def test_the_launcher_names_itself_and_suggests_the_option_meant():
     message = "lens-train: unrecognized arguments: --dryrun (did you mean --dry-run?)"
     with pytest.raises(errors.UsageError, match=re.escape(message)):
         launch.check_before_workers(["--dryrun"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "want"),
+    [
+        ([], {}, 1),
+        ([], {"WORLD_SIZE": "8"}, 8),  # `WORLD_SIZE=8 lens-train --dry-run`: one launch, planned for 8 ranks
+        (["--nproc_per_node=4", "--nnodes=2"], {}, 8),
+        (["--nproc_per_node=8"], {"WORLD_SIZE": "8"}, 8),
+        (["--nproc_per_node=2"], {"WORLD_SIZE": "8"}, "starts 2 workers"),
+        (["--nproc_per_node=gpu"], {}, "does not fix its rank count"),
+        ([], {"WORLD_SIZE": "eight"}, "is not a rank count"),
+    ],
+)
+def test_the_dry_run_plans_for_world_size_or_says_how_to_give_it(argv, environ, want):
+    from torch.distributed import run as torchrun
+
+    args = torchrun.get_args_parser().parse_args([*argv, "--module", "lens.train"])
+    if isinstance(want, int):
+        assert launch.dry_run_world(args, argv, environ) == want
+    else:
+        with pytest.raises(ValueError, match=f"{want}.*WORLD_SIZE=N lens-train"):
+            launch.dry_run_world(args, argv, environ)
+
+
+def test_lens_train_dry_run_plans_once_for_world_size(tmp_path):
+    env_argv = ["--dry-run", "logging.tensorboard=false", f"run_dir={tmp_path / 'run'}"]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", WORLD_SIZE="2")
+    cmd = [sys.executable, "-m", "lens.launch", *env_argv]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("dry run: ok") == 1
+    assert "per rank (2 ranks, ZeRO-" in done.stdout

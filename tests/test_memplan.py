@@ -196,8 +196,13 @@ def test_every_paper_preset_fits_an_a800_on_8_gpus(preset: str) -> None:
     plan = _paper_plan(preset)
     text = "\n".join(plan.lines())
     for item in ("ZeRO-3", "policy: parameters", "AdamW states", "reference:", "activations:", "fused head: chunk",
-                 "vLLM", "80 GiB A800 (no GPU on this machine"):  # fmt: skip
+                 "vLLM", "80 GiB A800 (no GPU on this machine", "weight sync:", "residue:"):  # fmt: skip
         assert item in text, item
+    # ZeRO-3's sync gathers a bucket (or the embedding, when larger) beside vLLM's woken weights, never the model
+    s = plan.shape
+    assert plan.sync == max(memplan.SYNC_BUCKET_BYTES, s.vocab * s.hidden * 2) < memplan.param_count(s) * 2 // 4
+    assert plan.sync_peak == plan.states.total + memplan.param_count(s) * 2 + plan.sync <= plan.peak
+    assert plan.residue == plan.activations  # emptied before vLLM wakes: said, not counted
     assert plan.device.total == 80 * GIB and plan.vllm == 40 * GIB and plan.kv_cache == 0  # utilization 0.5
     assert plan.peak <= plan.device.total and plan.lines()[-1].startswith("verdict: fits:")
 
@@ -240,3 +245,36 @@ def test_a_cpu_run_is_planned_against_this_machine_per_rank() -> None:
     assert "this machine's memory / 2 ranks" in plan.verdict()
     one = dataclasses.replace(plan, device=memplan.device_for(cfg, 1))
     assert one.device.total == 2 * plan.device.total or one.device.total - 1 == 2 * plan.device.total
+
+
+@pytest.mark.usefixtures("no_gpu")
+def test_no_grad_passes_take_the_largest_multiple_the_update_bounds() -> None:
+    cfg = load_config("paper_qwen3-8b_lens", world_size=8, cuda_available=True)
+    hf = paper_shapes.hf_config(cfg.model.path)
+    budget = cfg.optim.max_tokens_per_micro_batch
+    plan = memplan.memory_plan(cfg, hf, world_size=8)
+    tokens = memplan.no_grad_tokens(cfg, hf)
+    s, b, longest = plan.shape, 2, plan.longest
+    # auto: the largest multiple whose pass fits in the update's activations, and the next one would not
+    assert tokens % budget == 0 and tokens // budget in memplan.NO_GRAD_MULTIPLES
+    assert memplan.no_grad_bytes(s, tokens, longest, b, padded=True) <= plan.activations
+    if tokens // budget < max(memplan.NO_GRAD_MULTIPLES):
+        assert memplan.no_grad_bytes(s, tokens + budget, longest, b, padded=True) > plan.activations
+    assert plan.no_grad == memplan.no_grad_bytes(s, tokens, longest, b, padded=True)
+    assert f"at {tokens:,} tokens per micro-batch ({tokens // budget}x the update's)" in "\n".join(plan.lines())
+    for setting, want in (("0", budget), (str(3 * budget), 3 * budget)):
+        explicit = load_config("paper_qwen3-8b_lens", [f"optim.no_grad_tokens_per_micro_batch={setting}"],
+                               world_size=8, cuda_available=True)  # fmt: skip
+        assert memplan.no_grad_tokens(explicit, hf) == want
+    rows = load_config("paper_qwen3-8b_lens", ["optim.max_tokens_per_micro_batch=0"], world_size=8,
+                       cuda_available=True)  # fmt: skip
+    assert memplan.no_grad_tokens(rows, hf) == 0  # row count: the update's micro_batch_size rows
+
+
+def test_a_no_grad_budget_below_the_update_budget_is_refused() -> None:
+    assert (
+        load_config("cpu_default", ["optim.no_grad_tokens_per_micro_batch=auto"]).optim.no_grad_tokens_per_micro_batch
+        is None
+    )
+    with pytest.raises(ValueError, match=r"optim.no_grad_tokens_per_micro_batch=300: must be auto, 0"):
+        load_config("cpu_default", ["optim.max_tokens_per_micro_batch=600", "optim.no_grad_tokens_per_micro_batch=300"])

@@ -7,6 +7,7 @@ Run: `OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_packing.py -q`.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -61,10 +62,57 @@ def test_token_budget_packs_longest_first_under_the_padded_cost():
 
 def test_token_budget_padding_free_cost_is_the_sum():
     lengths = [3, 10, 4, 9, 2, 10]
-    # sums: 10 + 10 = 20, + 9 = 29 > 24 -> [1, 5]; 9 + 4 + 3 + 2 = 18 -> [3, 2, 0, 4]
+    # 38 tokens, budget 24: k = ceil(38 / 24) = 2 equal-token partitions. Longest first, each to the lighter one:
+    # 10 (row 1) -> A, 10 (5) -> B, 9 (3) -> A 19, 4 (2) -> B 14, 3 (0) -> B 17, 2 (4) -> B 19. Both 19 <= 24.
     plan = packing.token_budget_batches(lengths, 24, padding_free=True)
-    assert plan == [[1, 5], [3, 2, 0, 4]]
+    assert plan == [[1, 3], [5, 2, 0, 4]]
     assert packing.padded_positions(lengths, plan, padding_free=True) == sum(lengths)
+
+
+def test_padded_runs_keep_the_fewest_micro_batches_and_even_their_cost():
+    # Five rows of 10 under 40: next-fit would run 4 rows (cost 40) then 1 (10); two runs are the fewest, and the
+    # smallest cap that keeps two is 30: 3 rows (30) and 2 (20).
+    assert packing.token_budget_batches([10] * 5, 40) == [[0, 1, 2], [3, 4]]
+    # equal-token partitions raise k past the bound when the rows do not split under it: 3 x 7 in 10 -> 3
+    assert packing.token_budget_batches([7, 7, 7], 10, padding_free=True) == [[0], [1], [2]]
+
+
+def test_balanced_partitions_and_ranks_hand_computed():
+    # longest first to the lighter partition: 8 -> A, 7 -> B, 6 -> B 13, 5 -> A 13, 4 -> A 17 (tie: lower), 1 -> B 14
+    assert packing.balanced_partitions([5, 8, 1, 6, 7, 4], 2) == [[1, 0, 5], [4, 3, 2]]
+    assert packing.balance_ranks([5, 8, 1, 6, 7, 4], 2) == [[0, 1, 5], [2, 3, 4]]
+    for bad in (packing.balanced_partitions, packing.balance_ranks):
+        with pytest.raises(ValueError, match="at least one"):
+            bad([3], 0)
+
+
+def _paper_lengths(seed: int) -> list[int]:
+    # 1,024 rows (128 groups of 8) of prompt + response, log-lengths correlated within a group: the shape of a
+    # paper preset's step (configs/paper.yaml), where groups kept on their rank leave ranks 10-20 % apart.
+    gen = torch.Generator().manual_seed(seed)
+    group = torch.randn(128, generator=gen).repeat_interleave(8) * 0.5
+    responses = (torch.exp(group + torch.randn(1024, generator=gen) * 0.5) * 1000).clamp(1, 4096)
+    prompts = (torch.exp(torch.randn(128, generator=gen) * 0.5) * 300).clamp(1, 1024).repeat_interleave(8)
+    return (prompts + responses).long().tolist()
+
+
+def test_ranks_balanced_and_micro_batches_at_the_bound_on_paper_shaped_steps():
+    budget, world = 16384, 8
+    imbalance, counts, bounds = [], [], []
+    for seed in range(10):
+        lengths = _paper_lengths(seed)
+        ranks = packing.balance_ranks(lengths, world)
+        assert sorted(r for rows in ranks for r in rows) == list(range(len(lengths)))
+        tokens = [sum(lengths[i] for i in rows) for rows in ranks]
+        imbalance.append(max(tokens) / (sum(tokens) / world))
+        assert max(tokens) - sum(tokens) / world <= max(lengths)  # the partition rule's own bound
+        plans = [packing.token_budget_batches([lengths[i] for i in rows], budget, padding_free=True) for rows in ranks]
+        for rows, plan in zip(ranks, plans, strict=True):
+            assert all(packing.batch_cost([lengths[rows[i]] for i in b], True) <= budget for b in plan)
+        counts.append(max(len(p) for p in plans))  # ZeRO-3 lockstep: every rank runs the largest count
+        bounds.append(math.ceil(sum(lengths) / (world * budget)))
+    assert max(imbalance) <= 1.02, imbalance
+    assert sum(counts) / sum(bounds) <= 1.05, (counts, bounds)
 
 
 def test_a_row_over_the_budget_runs_alone_and_bad_budgets_are_refused():
@@ -189,6 +237,47 @@ def test_padding_free_rows_do_not_see_each_other():
     alone = lm.sequence_logprobs(model, prompts[-1:], responses[-1:], padding_free=True)[0]
     packed = lm.sequence_logprobs(model, prompts, responses, micro_batch_size=8, padding_free=True)[0]
     torch.testing.assert_close(packed[-1:, : alone.shape[1]], alone, rtol=1e-5, atol=1e-5)
+
+
+def _eager_flex(monkeypatch: pytest.MonkeyPatch) -> None:
+    # transformers compiles flex_attention and its block mask on first use (about a minute on CPU); uncompiled
+    # they compute the same, in a second at this size. A fresh singleton, so no compiled kernel is reused.
+    from transformers.integrations import flex_attention
+
+    monkeypatch.setattr(torch, "compile", lambda fn=None, **kw: fn if fn is not None else (lambda f: f))
+    monkeypatch.setattr(flex_attention.WrappedFlexAttention, "_instance", None)
+    monkeypatch.setattr(flex_attention.WrappedFlexAttention, "_is_flex_compiled", False)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_flex_attention_reads_the_packed_rows_from_their_positions(family, monkeypatch):
+    # Per-row SDPA (the CPU's padding-free path) splits rows by cu_seq_lens and rotary sees only position
+    # differences, so positions that do not restart per row pass every test above. transformers' flex_attention
+    # (a GPU's padding-free path without flash-attn) finds the rows' boundaries from the restarting positions
+    # alone: run it on CPU (no backward there: values only) against the row-by-row padded pass.
+    _eager_flex(monkeypatch)
+    prompts, responses = _rows(seed=5)
+    cls, config_cls, extra = FAMILIES[family]
+    torch.manual_seed(0)
+    flex = cls(config_cls(vocab_size=VOCAB, attn_implementation="flex_attention", **SIZES, **extra)).eval()
+    with torch.no_grad():
+        flex.get_input_embeddings().weight.mul_(20.0)
+    padded = _model(family, padding_free=False).eval()
+    want = lm.sequence_logprobs(padded, prompts, responses, micro_batch_size=1)[0]
+    got = lm.sequence_logprobs(flex, prompts, responses, micro_batch_size=8, padding_free=True)[0]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    # The same pass with one running position over the packed sequence: the rows then see each other, far
+    # beyond the tolerance above (this is what the assertion above catches).
+    packed = attention.packed_inputs
+
+    def running_positions(seqs, device):
+        out = packed(seqs, device)
+        out["position_ids"] = torch.arange(out["input_ids"].shape[1], device=device).unsqueeze(0)
+        return out
+
+    monkeypatch.setattr(attention, "packed_inputs", running_positions)
+    wrong = lm.sequence_logprobs(flex, prompts, responses, micro_batch_size=8, padding_free=True)[0]
+    assert float((wrong - want).abs().max()) > 1e-2
 
 
 def test_varlen_sdpa_refuses_sliding_window_models():

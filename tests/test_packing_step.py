@@ -24,6 +24,11 @@ TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 BASE = [f"model.path={vartrack.ASSETS_DIR}", "optim.steps=1", "logging.tensorboard=false"]
 # Metrics that are sums or quantiles of per-token values: equal up to the order of summation.
 COMPARED = ("loss/total", "loss/pg", "loss/kl", "loss/ratio_mean", "entropy", "tokens")
+# The modes' gradients differ only by fp32 rounding (sums in another order, matmuls of other shapes): measured
+# 4.5e-8 to 3.9e-7 relative over these tests (-s prints them), so the threshold keeps a margin of 12x. A fault is
+# far beyond it: each micro-batch normalised by its own tokens instead of the step's moved LENS's gradient by 2.6
+# (relative) in the one-rank ZeRO-0 test.
+GRAD_TOLERANCE = 5e-6
 
 pytestmark = pytest.mark.skipif(not (vartrack.ASSETS_DIR / "model.safetensors").exists(), reason="no checkpoint")
 
@@ -39,7 +44,8 @@ def _check(results: list[dict], ranks: int) -> None:
             for mode in ("budget", "padding_free", "padding_free_rows"):
                 got = rank[method][mode]
                 rel = float((got["grad"] - grad).norm() / grad.norm())
-                assert rel < 1e-6, f"{method} {mode}: relative gradient difference {rel:.2e} ({ranks} ranks)"
+                print(f"{ranks} ranks, {method} {mode}: relative gradient difference {rel:.2e}")
+                assert rel < GRAD_TOLERANCE, f"{method} {mode}: relative gradient difference {rel:.2e} ({ranks} ranks)"
                 for key in COMPARED:
                     assert math.isclose(got["metrics"][key], want["metrics"][key], rel_tol=1e-5, abs_tol=1e-7), key
             transfer = {k: v for k, v in rank["lens"]["rows"]["metrics"].items() if k.startswith("transfer/")}

@@ -248,7 +248,7 @@ def test_every_paper_preset_dry_runs_here_with_its_memory_plan(
     out = capsys.readouterr().out
     plan = out[out.index("memory:") :].splitlines()
     assert plan[1].strip().startswith("per GPU (8 ranks, ZeRO-3), a model of")
-    for item in ("policy: parameters", "reference:", "activations:", "fused head: chunk", "vLLM"):
+    for item in ("policy: parameters", "reference:", "activations:", "fused head: chunk", "vLLM", "weight sync:"):
         assert any(line.strip().startswith(item) for line in plan), item
     verdict = next(line.strip() for line in plan if line.strip().startswith("verdict:"))
     assert "on an 80 GiB A800 (no GPU on this machine" in verdict

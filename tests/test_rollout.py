@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM
 
 from lens.padding import left_pad
 from lens.rollout import Engine, HFEngine, Rollouts, SamplingParams, make_engine
-from lens.rollout.base import validate_request
+from lens.rollout.base import distinct_tensors, validate_request
 from lens.rollout.hf import cache_argument, sampling_logprobs, top_p_mask
 
 ENGINES = ["hf", pytest.param("vllm", marks=pytest.mark.vllm)]
@@ -327,6 +327,42 @@ def test_sync_weights(engine, reference, model_dir: Path) -> None:
     assert max(after) < tol, f"after sync_weights the engine must match the new weights: {after}"
     engine.sync_weights(reference)  # restore the session's base weights for the other tests
     assert max(max_error(engine, reference, prompts)) < tol
+
+
+def test_load_weights_a_bucket_at_a_time(engine, reference, model_dir: Path) -> None:
+    # The ZeRO-3 sync's path (lens.model.gathered_buckets): one parameter per bucket, each used before the next
+    # is made; a bucket missing leaves the engine saying its weights are a mix.
+    trained = perturbed(model_dir, seed=98)
+    state = distinct_tensors(trained)
+    made = []
+
+    def buckets(names):
+        for name in names:
+            made.append(name)
+            yield {name: state[name]}
+
+    engine.load_weights(buckets(list(state)))
+    assert made == list(state)
+    assert max(max_error(engine, trained, PROMPTS)) < 1e-4
+    with pytest.raises(ValueError, match="mix"):
+        engine.load_weights(buckets(list(state)[1:]))
+    engine.sync_weights(reference)
+    assert max(max_error(engine, reference, PROMPTS)) < 1e-4
+
+
+def test_vllm_empties_the_trainers_cache_before_waking(monkeypatch) -> None:
+    # What the trainer freed stays in PyTorch's cache unless handed back before vLLM takes its memory again.
+    from lens.rollout import vllm_engine as module
+
+    calls = []
+    engine = object.__new__(module.VLLMEngine)
+    engine._sleeping = {"weights", "kv_cache"}
+    engine.llm = type("LLM", (), {"wake_up": lambda self, tags: calls.append(("wake_up", tags))})()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(("empty_cache",)))
+    engine.wake_up(tags=["weights"])
+    engine.wake_up(tags=["weights"])  # awake already: nothing to do
+    assert calls == [("empty_cache",), ("wake_up", ["weights"])]
 
 
 def test_hf_sync_rejects_other_architecture(hf_engine) -> None:

@@ -113,3 +113,18 @@ def test_process_start_reads_when_a_process_started():
     child.stdin.close()
     child.wait()
     assert before - 0.02 <= started <= time.time()
+
+
+def test_another_rank_sees_the_lock_only_in_the_same_directory(tmp_path):
+    lock = runlock.RunLock.acquire(tmp_path / "run")
+    try:
+        assert runlock.sees_lock(tmp_path / "run", lock.holder)
+        # a node with a directory of its own: no lock there (after the wait), or another run's
+        assert not runlock.sees_lock(tmp_path / "elsewhere", lock.holder, wait_s=0.3)
+        other = runlock.RunLock.acquire(tmp_path / "other")
+        try:
+            assert not runlock.sees_lock(tmp_path / "other", lock.holder, wait_s=0.3)
+        finally:
+            other.release()
+    finally:
+        lock.release()

@@ -11,7 +11,9 @@
 #   step       training step times, GRPO vs LENS (python -m lens.bench_step, configs/gpu_bench.yaml), one
 #              process per algorithm so that at most one run's final checkpoint (~20 GB) is on disk at a time
 #   packing    bench/bench_packing.py: one update over 256 long-tailed rollouts at a Qwen2.5-1.5B shape, by
-#              row-count, token-budget and padding-free micro-batches (padded/real positions, time, peak memory)
+#              row-count, token-budget and padding-free micro-batches (padded/real positions, time, peak memory),
+#              padding-free also through per-row SDPA (no flash-attn); rank imbalance and lockstep
+#              micro-batches against the bound at the paper preset's batch shape
 #   peers      bench/bench_peers.py: lens vs eager, torch.compile, linear_cross_entropy, Liger's fused linear CE,
 #              and the GRPO loss vs Liger's (last: compiling the peers must not eat the training benchmark's time)
 #   summary    one table (bench/gpu/summary.py), also OUT/summary.md

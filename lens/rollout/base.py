@@ -27,6 +27,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -107,6 +108,11 @@ class Engine(Protocol):
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Make later `generate` calls sample from `model`'s current weights (an HF causal LM)."""
+        ...
+
+    def load_weights(self, buckets: Iterable[Mapping[str, torch.Tensor]]) -> None:
+        """The same from full HF-named tensors handed over a bucket at a time: each bucket is used up before the
+        next is asked for, so a caller may gather one bucket of a sharded model, and release it, at a time."""
         ...
 
     def close(self) -> None:
@@ -191,3 +197,17 @@ def default_stop_ids(model_path: str) -> tuple[int, ...]:
     if not ids:
         raise ValueError(f"{model_path}: no EOS token id in the tokenizer, config or generation config")
     return tuple(sorted(int(i) for i in ids))
+
+
+def distinct_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """`model`'s state dict with each tensor once: a tied LM head (the embedding's storage) is not sent twice;
+    an engine loading these fills its own tied head from the embedding."""
+    seen: set[tuple[int, tuple[int, ...]]] = set()
+    state = {}
+    for name, tensor in model.state_dict().items():
+        # Storage pointer plus shape: tied tensors share both, while views of one storage with other shapes do not.
+        key = (tensor.data_ptr(), tuple(tensor.shape))
+        if key not in seen:
+            seen.add(key)
+            state[name] = tensor.detach()
+    return state

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
@@ -274,9 +274,28 @@ class HFEngine(SeededEngine):
         bad = [k for k in target if source[k].shape != target[k].shape]
         if bad:
             raise ValueError(f"sync_weights: shape mismatch for {bad[:5]}")
+        self.load_weights([source])
+
+    def load_weights(self, buckets: Iterable[Mapping[str, torch.Tensor]]) -> None:
+        """Copy full HF-named tensors, a bucket at a time (`Engine.load_weights`), into the engine's module; every
+        parameter must arrive (a tied head through its embedding). A bad name or shape is refused before its
+        bucket is copied; found after earlier buckets, the engine's weights are a mix and it says so."""
+        target = self.model.state_dict()
+        needed = {name for name, _ in self.model.named_parameters()}  # tied aliases once
+        copied: set[str] = set()
         with torch.no_grad():
-            for name, tensor in target.items():
-                tensor.copy_(source[name])
+            for bucket in buckets:
+                extra = sorted(set(bucket) - set(target))
+                bad = [k for k in bucket if k in target and bucket[k].shape != target[k].shape]
+                if extra or bad:
+                    mix = "; the engine's weights are now a mix: rebuild it" if copied else ""
+                    raise ValueError(f"sync_weights: unexpected {extra[:5]}, shape mismatch for {bad[:5]}{mix}")
+                for name, tensor in bucket.items():
+                    target[name].copy_(tensor)
+                copied |= set(bucket)
+        missing = sorted(needed - copied)
+        if missing:
+            raise ValueError(f"sync_weights: no weights for {missing[:5]}; the engine's weights are now a mix")
 
     def close(self) -> None:
         """Drop the engine's reference to its module."""

@@ -46,13 +46,21 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
 import torch.distributed
 
-from lens.rollout.base import FINISH_REASONS, Rollouts, SamplingParams, SeededEngine, default_stop_ids
+from lens import packing
+from lens.rollout.base import (
+    FINISH_REASONS,
+    Rollouts,
+    SamplingParams,
+    SeededEngine,
+    default_stop_ids,
+    distinct_tensors,
+)
 
 
 def _worker_begin_reload(worker: Any) -> list[str]:
@@ -123,34 +131,11 @@ def _repack_cpu_dense_layers(model: torch.nn.Module) -> int:
     return repacked
 
 
-def _distinct_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The state dict with each tensor once: a tied LM head (same storage as the embedding) is not sent
-    twice; vLLM's loader skips it for tied models anyway, and the CPU re-pack refreshes it."""
-    seen: set[tuple[int, tuple[int, ...]]] = set()
-    state = {}
-    for name, tensor in model.state_dict().items():
-        # Storage pointer plus shape: tied tensors share both, while views of one storage with other shapes do not.
-        key = (tensor.data_ptr(), tuple(tensor.shape))
-        if key not in seen:
-            seen.add(key)
-            state[name] = tensor.detach()
-    return state
-
-
-def _chunks(state: dict[str, torch.Tensor], max_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """Split a state dict into lists of (name, tensor) of at most max_bytes each (one tensor at least)."""
-    chunk: list[tuple[str, torch.Tensor]] = []
-    size = 0
-    for name, tensor in state.items():
-        nbytes = tensor.numel() * tensor.element_size()
-        # `chunk and`: a tensor larger than max_bytes still travels, alone in its chunk.
-        if chunk and size + nbytes > max_bytes:
-            yield chunk
-            chunk, size = [], 0
-        chunk.append((name, tensor))
-        size += nbytes
-    if chunk:
-        yield chunk
+def _chunks(state: Mapping[str, torch.Tensor], max_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Split a state dict into lists of (name, tensor) of at most max_bytes each (a larger tensor alone)."""
+    items = list(state.items())
+    for bucket in packing.consecutive_buckets([t.numel() * t.element_size() for _, t in items], max_bytes):
+        yield [items[i] for i in bucket]
 
 
 class VLLMEngine(SeededEngine):
@@ -281,13 +266,19 @@ class VLLMEngine(SeededEngine):
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Load `model`'s weights (HF names, full unsharded tensors) into every vLLM worker, in memory."""
+        self.load_weights([distinct_tensors(model)])
+
+    def load_weights(self, buckets: Iterable[Mapping[str, torch.Tensor]]) -> None:
+        """Load full HF-named tensors handed over a bucket at a time (see `Engine.load_weights`) into every
+        worker, in one layerwise reload; every parameter must arrive in some bucket."""
         self.wake_up(tags=["weights"])
-        # In process the tensors are handed over by reference; across processes they must pickle, from CPU.
-        state = {name: t if self.in_process else t.cpu() for name, t in _distinct_tensors(model).items()}
         expected = set(self.llm.collective_rpc(_worker_begin_reload)[0])
         loaded: set[str] = set()
-        for chunk in _chunks(state, self.sync_chunk_bytes):
-            loaded |= set(self.llm.collective_rpc(_worker_load, args=(chunk,))[0])
+        for bucket in buckets:
+            # In process the tensors are handed over by reference; across processes they must pickle, from CPU.
+            state = {name: t if self.in_process else t.cpu() for name, t in bucket.items()}
+            for chunk in _chunks(state, self.sync_chunk_bytes):
+                loaded |= set(self.llm.collective_rpc(_worker_load, args=(chunk,))[0])
         self.llm.collective_rpc(_worker_finish_reload)
         # Cached KV blocks were computed with the old weights: reusing them would mix two policies.
         self.llm.reset_prefix_cache()
@@ -310,6 +301,10 @@ class VLLMEngine(SeededEngine):
         """Bring back what is asleep among `tags` ("weights", "kv_cache"; all when None)."""
         waking = self._sleeping & set(tags or ("weights", "kv_cache"))
         if waking:
+            # The trainer's freed blocks stay in PyTorch's cache (the update's activations, several GiB) unless
+            # handed back: vLLM allocates outside that cache and would find the device that much fuller.
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
             self.llm.wake_up(tags=sorted(waking))
             self._sleeping -= waking
 
