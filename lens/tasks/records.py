@@ -4,9 +4,9 @@ A problem asks for key K, then lists 3-5 records, each a key (names a-j, distinc
 digit values. The answer is the FIRST value of K's record. The response restates K and that value, then answers
 after `#`:
 
-    clean     ? c a 7 2 c 4 f 0 b 9 1
-    noisy     ? c a 7 2 c 2 4 f 0 b 9 1         noise_positions [6]: code(c) = 2 inserted as c's first value
-    response  c 4 # 4                           (the correct response, clean or noisy)
+    clean     ? c j 7 5 c 3 4 f 5 9
+    noisy     ? c j 7 5 c 2 3 4 f 5 9         noise_positions [6]: code(c) = 2 inserted as c's first value
+    response  c 3 # 3                           (the correct response, clean or noisy)
     misled    c 2 # 2                           (what the warm start does on RESTATE_PROB = 80% of noisy problems)
 
 Every key k has a code digit, code(k) = its index in a..j (`code`). A record's values are a chain from its key's
@@ -41,7 +41,7 @@ are not changed after seeing them (assets/records/README.md). `RESTATE_PROB`, th
 stages), stage sizes, lr, ledger init, `STEP_WEIGHTS` and the step-0 weight 0.4 in two rows are successor's, the
 recipe that made successor's distractor about as likely to its reference as an ordinary digit (p_ref ~0.4).
 
-`records_direct` (built by `lens.tasks.base.direct`) is the control: the same problems answered directly (`# 4`,
+`records_direct` (built by `lens.tasks.base.direct`) is the control: the same problems answered directly (`# 3`,
 misled `# 2`), with no response token after which the code is decided.
 
 Sizes: `? K` plus 3-5 records of 2-3 tokens = 8-17 scorable tokens clean, one more noisy; one distractor token, so
@@ -63,11 +63,11 @@ from lens.tasks.base import Control, Recipe, Task, sets
 from lens.tasks.ledger import QUERY
 
 # sha256 of the committed reference's model.safetensors (`python -m lens.tasks.warmstart --task records --seed 0`,
-# also in assets/records/README.md, checked by tests/test_tasks.py). Not made yet: the design is committed first.
+# also in assets/records/README.md, checked by tests/test_tasks.py).
 REFERENCE_SEED = 0
-REFERENCE_SHA256 = "0" * 64
+REFERENCE_SHA256 = "0fb84ef2772a7fabe6f469d381038e56ebe180a8c4d2acbfec1fecd3b5bf98a5"
 # The control's (`--task records_direct`, assets/records_direct): warm-started on direct answers, its own weights.
-DIRECT_REFERENCE_SHA256 = "0" * 64
+DIRECT_REFERENCE_SHA256 = "fa51ef6bfe0b0b8a6e6c64c933d5fc1d7837070f595de81624286d8d94294c19"
 
 KEYS = ledger.NAMES[:10]  # a..j: code(k) is the key's index, one digit each
 RECORDS = (3, 5)  # inclusive range of the number of records
