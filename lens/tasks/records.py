@@ -37,9 +37,11 @@ pair `k code(k)` is learned as an ordinary first step, so suppressing it in the 
 prompt).
 
 The design and every number below were fixed by reasoning before the first warm start and the first gate run, and
-are not changed after seeing them (assets/records/README.md). `RESTATE_PROB`, the noise shares (30 % in both
-stages), stage sizes, lr, ledger init, `STEP_WEIGHTS` and the step-0 weight 0.4 in two rows are successor's, the
-recipe that made successor's distractor about as likely to its reference as an ordinary digit (p_ref ~0.4).
+are not changed after seeing them (assets/records/README.md). Measured (bench/results/gates/records.md): G1 and G2
+pass, G3 (the T = 1.05 null, 0.320) and G4 (Eq. 1 AUC 0.798 against >= 0.8) fail; the control fails G4 (0.501).
+`RESTATE_PROB`, the noise shares (30 % in both stages), stage sizes, lr, ledger init, the weights of `STEP_WEIGHTS`
+(successor's steps 3..9 shifted down by 2) and the step-0 weight 0.4 in two rows are successor's, the recipe that
+made successor's distractor about as likely to its reference as an ordinary digit (p_ref ~0.4).
 
 `records_direct` (built by `lens.tasks.base.direct`) is the control: the same problems answered directly (`# 3`,
 misled `# 2`), with no response token after which the code is decided.
@@ -79,7 +81,7 @@ GAMMA = 0.01
 TRAIN_NOISE_PROB = ledger.TRAIN_NOISE_PROB
 # Both warm-start stages, successor's: the noise share sets p_ref of the distractor.
 NOISE = 0.3
-# Value steps 1..9 (successor's skew over its steps 3..9, spread over 1..9 here); rotated by the record's offset.
+# Value steps 1..9: successor's weights of its steps 3..9, each step shifted down by 2; rotated by the offset.
 STEP_WEIGHTS = {1: 0.6, 5: 0.15, 3: 0.08, 2: 0.06, 6: 0.05, 4: 0.03, 7: 0.03}
 # Offsets r of the records whose first value may be the key's own code (step 0), with successor's step-1 weight.
 CODE_ROWS, CODE_WEIGHT = (3, 6), 0.4
