@@ -4,7 +4,8 @@
 `ledger` has natural-looking distractors (one ordinary fact); `recall` restates the asked facts before answering,
 with 2-4 distractor facts; `successor` asks for the item after a digit in a list where the digit x+1 was inserted
 right after it, `stutter` for the fourth item of a list with repeated items, `keymap` for the value of an asked key
-whose code digit was inserted before it. recall, successor, stutter and keymap each have a `_direct` control (the
+whose code digit was inserted before it, `records` for the first value of an asked key's record whose code digit
+was inserted as its first value. recall, successor, stutter, keymap and records each have a `_direct` control (the
 same problems, direct answers; gate tables in bench/results/gates/).
 
 How the registry works (and why). A task is a file `lens/tasks/<name>.py` that defines one module-level
