@@ -42,7 +42,10 @@ each has tests of both polarities in tests/test_reward.py):
   integer powers are compared as written.
 - R12 choices (`extract_choice`): A-J in any case or width (`g)` too), from the answer clause; negated
   letters do not count (a negation without a verb only in lower case: "(C) Not enough information" is an
-  option's text); a last line that is only a letter, which after `</think>` beats a marker inside it.
+  option's text). "X not Y" and "X, not Y" commit to X: a verbless "not" between two letters negates the
+  one after it ("(D) not (C)" is D, "h, not j" is H). A bare lower-case letter counts as a word of its own,
+  first in the clause or joined to a letter, never inside prose ("a bit"); a last line that is only a
+  letter, which after `</think>` beats a marker inside it.
 - R13 text (`normalize_text`): case, wrappers (`\\texttt{}`, `\\underline{}`, `_word_`), quotes, an
   enclosing pair of brackets, numbers by value (`-1.51e3` is -1510).
 - R14 decimals (in `lens.reward`): plain numbers compare exactly, so a near miss (`0.5000000001`) is wrong:
@@ -51,8 +54,11 @@ each has tests of both polarities in tests/test_reward.py):
   decimal. A decimal never answers an irrational gold (`1.414214` for `\\sqrt{2}`): the exact value was
   asked for.
 - R15 negation and endorsement: "the answer is not 19" states no answer, unless a correction on its line
-  ("; it is 38") gives one (`_NEGATION_RE`); another value or letter called right too after the final
-  answer ("(F) also works", `_ALSO_RE`, `_ALSO_VALUE_RE`) is a hedge: the completion does not commit.
+  ("; it is 38") gives one (`_NEGATION_RE`); before a word only a correction makes it a negation ("not
+  blue; it is green" is green, `_WORD_NEGATION_RE`), since "not entailed" may be the answer. Another value
+  or letter called right too after the final answer ("(F) also works", `_ALSO_RE`, `_ALSO_VALUE_RE`; against
+  an answer in words, another word: "green is also correct", `_ALSO_WORD_RE`) is a hedge: the completion does
+  not commit.
 """
 
 from __future__ import annotations
@@ -198,8 +204,10 @@ _ANSWER_MARKER_RE = re.compile(
 )
 # "The answer is not 19": a statement that the value is NOT the answer. What follows a correction ("but",
 # "it is", "rather") on its line is the answer; without one the statement names none.
-# Only before a value (math, a number, a sign, a capital letter): "not defined" and "not entailed" are words.
+# Before a value (math, a number, a sign, a capital letter) it always negates. Before a word it negates only
+# when a correction follows on its line ("not blue; it is green"): alone, "not entailed" may be the answer.
 _NEGATION_RE = re.compile(r"[\s*]*(?i:not|never|no\s+longer)\s*(?=[$\d(+\-\u2212]|\\[(\[a-zA-Z]|[A-Z]\b)")
+_WORD_NEGATION_RE = re.compile(r"[\s*]*(?i:not|never|no\s+longer)\b")
 _CORRECTION_RE = re.compile(r"(?i:\bbut\b|\bit\s+is\b|\bit's\b|\brather\b|\binstead\b)[\s:,]*")
 # What may stand before a marker that starts its line: decoration and "Final" ("**Final Answer:** 7").
 _LINE_PREFIX_RE = re.compile(r"[\s#*>-]*(?:(?i:final)[\s*]+)?")
@@ -275,15 +283,16 @@ def _marker_answer(text: str, last: re.Match[str]) -> str | None:
     the next), else the rest of its line; None when nothing follows, "" when the statement is negated (it
     states that there is no answer here, R15)."""
     rest = text[last.end() : last.end() + 4 * MAX_ANSWER_CHARS].lstrip(_LEADING_NOISE)
-    negated = _NEGATION_RE.match(rest)
+    negated = _NEGATION_RE.match(rest) or _WORD_NEGATION_RE.match(rest)
     if negated is not None:
         line = rest.partition("\n")[0]
         correction = None
         for correction in _CORRECTION_RE.finditer(line, negated.end()):  # noqa: B007 (the last one)
             pass
-        if correction is None:
+        if correction is not None:
+            rest = rest[correction.end() :]
+        elif negated.re is _NEGATION_RE:
             return ""
-        rest = rest[correction.end() :]
     line, _, after = rest.partition("\n")
     if not line.strip(_LEADING_NOISE + "."):
         rest = after.lstrip(" \t\n*")  # `The answer is:` then the answer on the next line
@@ -320,6 +329,21 @@ _CLAUSE_START = (
 )
 _ALSO_VALUE_RE = re.compile(
     rf"(?:\$([^$\n]{{1,80}})\$|(?:(?<![\w.\\])[a-z]\s*=\s*|{_CLAUSE_START})([-\u2212]?\d+(?:[.,/]\d+)*)(?![\w.]))(?:{_ENDORSED})",
+    re.IGNORECASE,
+)
+# An answer in words ("green", "not entailed", "(B)") has a letter and none of these: no digit, no math.
+_NOT_WORDS_RE = re.compile(r"[\d\\$^_{}=]")
+# Against an answer in words, a word called right too (R15): one word where a clause starts ("Actually, green
+# is also correct"), a quoted phrase ("'light green' also works") or, anywhere, a letter in parentheses ("(B)
+# is also valid", as for choices). A pronoun ("this is also correct") names no value; numbers and math are
+# `_ALSO_VALUE_RE`'s.
+_PRONOUNS = (
+    r"it|this|that|these|those|which|what|who|both|either|neither|each|all|everything|anything|something|nothing|"
+    r"one|same|he|she|they|we|you|i|there|here|so"
+)
+_ALSO_WORD_RE = re.compile(
+    rf"(?:{_CLAUSE_START}[*_]*(?:[\"'\u2018\u201c]([^\"'\u2019\u201d\n]{{1,40}})[\"'\u2019\u201d]|(?!(?:{_PRONOUNS})\b)([a-z][\w-]*))"
+    rf"|(?<!\w)(\([a-z]\)))[*_]*(?:{_ENDORSED})",
     re.IGNORECASE,
 )
 _FOREIGN_TAIL_RE = re.compile(r"(?<=[\d})\]a-zA-Z])\s*[\u3040-\u30ff\u4e00-\u9fff]+$")
@@ -389,7 +413,8 @@ def _statement(region: str) -> tuple[bool, str | None]:
 
 
 def _unless_also_value(region: str, after: int, answer: str | None) -> str | None:
-    """`answer`, or None when the text after it calls another value right too ("$7$ also works", R15)."""
+    """`answer`, or None when the text after it calls another value right too ("$7$ also works"; against an
+    answer in words, "green is also correct", R15)."""
     if answer is None:
         return None
     own = _SPACES_RE.sub("", answer)
@@ -397,6 +422,13 @@ def _unless_also_value(region: str, after: int, answer: str | None) -> str | Non
         value = m.group(1) or m.group(2)
         if _SPACES_RE.sub("", value.strip("$")) != own:
             return None
+    unwrapped = _TEXT_WRAP_RE.sub(r"\1", answer)
+    if re.search(r"[A-Za-z]", unwrapped) and not _NOT_WORDS_RE.search(unwrapped):
+        own = normalize_text(answer)
+        for m in _ALSO_WORD_RE.finditer(region, after, after + 400):
+            value = next(g for g in m.groups() if g)
+            if normalize_text(value) != own:
+                return None
     return answer
 
 
@@ -448,9 +480,13 @@ _CHOICE_MARKER_RE = re.compile(
     rf"|(?:{_FOREIGN_MARKERS})[\s:*]*"
 )
 _NOTHING_AFTER_RE = re.compile(r"[\s*]*(?:[.!?]|$)")
-# One candidate letter: "(C)" / "(c)", or "C" as its own token (not the article "A" or the pronoun "I").
-# A letter closed by a parenthesis only ("g) an individual's phenotype") counts as parenthesized.
-_CANDIDATE_RE = re.compile(r"\(([A-Ja-j])\)|(?:^|(?<=\s))([A-Ja-j])\)(?=\s|$)|\b([A-J])\b(?!['\w])")
+# A lower-case letter standing as a word of its own: before a punctuation mark, the end of its clause, or a
+# word that joins or negates letters ("h, not j", "e or f"); never the article in "a bit" or the "e" of "e.g.".
+_LOWER_LETTER = r"(?<![\w'.\\])[a-j](?=\**\s*(?:[,;!?/]|\.(?!\w)|$)|\s+(?:or|and|nor|not|vs|rather|instead)\b)"
+# One candidate letter: "(C)" / "(c)", or "C" as its own token (not the article "A" or the pronoun "I"), or a
+# lower-case letter so standing. A letter closed by a parenthesis only ("g) an individual's phenotype") counts
+# as parenthesized.
+_CANDIDATE_RE = re.compile(rf"\(([A-Ja-j])\)|(?:^|(?<=\s))([A-Ja-j])\)(?=\s|$)|\b([A-J])\b(?!['\w])|({_LOWER_LETTER})")
 # Where the answer clause ends and its justification starts ("(B), since (A) fails").
 _CLAUSE_END_RE = re.compile(
     r"[;:\n]|\.\s|\s[-\u2013\u2014]+\s(?!\(?[A-Ja-j]\)?(?:\W|$))|\b(?:because|since|as|given|which|whereas|while|than|unlike|so|hence|thus|"
@@ -463,9 +499,16 @@ _NEGATED_BEFORE_RE = re.compile(
     re.IGNORECASE,
 )
 # With a verb in any case ("(J) is wrong"); without one only in lower case: "(C) Not enough information" and
-# "(G) False, False" are the option's own words.
-_NEGATIONS = r"not\b|wrong|incorrect|false|ruled\s+out|eliminated|excluded|invalid"
-_NEGATED_AFTER_RE = re.compile(rf"\)?\**\s*(?:(?i:is|are|was|seems)\s*(?i:{_NEGATIONS})|(?:{_NEGATIONS}))")
+# "(G) False, False" are the option's own words. A verbless "not" before another letter negates that letter,
+# not the one before it: "(D) not (C)" and "D not C" commit to D.
+_VERBLESS_NEGATIONS = r"wrong|incorrect|false|ruled\s+out|eliminated|excluded|invalid"
+_NEGATIONS = rf"not\b|{_VERBLESS_NEGATIONS}"
+_LETTER_AHEAD = (
+    rf"\s*(?:(?:option|choice)\s+)?\**(?:\(?[A-Ja-j]\)|[B-HJ]\b(?!['\w])|[AI]\b(?!['\w]|\s+[a-z])|{_LOWER_LETTER})"
+)
+_NEGATED_AFTER_RE = re.compile(
+    rf"\)?\**\s*(?:(?i:is|are|was|seems)\s*(?i:{_NEGATIONS})|not\b(?!{_LETTER_AHEAD})|(?:{_VERBLESS_NEGATIONS}))"
+)
 # A range of letters ("A-J", "A through J") names all of them: a hedge like "A or J".
 _RANGE_RE = re.compile(r"\s*(?:[-\u2013\u2014]|\bto\b|\bthrough\b|\bthru\b)\s*", re.IGNORECASE)
 _HEDGE_RE = re.compile(
@@ -499,8 +542,10 @@ def _clause_letters(clause: str) -> list[str]:
     Negated letters ("not (J)", "(J) is wrong") and the words "A"/"I" never count. Parenthesized letters
     always count; a bare capital counts when it is the first letter of a clause without parentheses, or is
     joined to another letter by "or", "and", "/", commas ("D or possibly A", "B/D", "B or (C)"); other bare
-    capitals are text ("(B) 4 J": J is the option's unit, joules). A lower-case letter counts only
-    parenthesized or alone ("final answer: i").
+    capitals are text ("(B) 4 J": J is the option's unit, joules). A lower-case letter counts parenthesized,
+    alone ("final answer: i"), or standing as a word of its own ("h, not j") first in the clause or joined to
+    another letter; elsewhere it is text ("a bit", "12 g."). A verbless "not" between two letters negates the
+    second: "(D) not (C)" names D.
     """
     bare = _BARE_LETTER_RE.fullmatch(clause)
     if bare is not None:
@@ -513,8 +558,8 @@ def _clause_letters(clause: str) -> list[str]:
             continue
         if _NEGATED_AFTER_RE.match(clause, m.end()):
             continue
-        found.append((m, (m.group(1) or m.group(2) or m.group(3)).upper()))
-    any_parenthesized = any(not m.group(3) for m, _ in found)
+        found.append((m, (m.group(1) or m.group(2) or m.group(3) or m.group(4)).upper()))
+    any_parenthesized = any(m.group(1) or m.group(2) for m, _ in found)
     between = [clause[a.end() : b.start()].lstrip(")") for (a, _), (b, _) in itertools.pairwise(found)]
     # Joined by a word, a separator or a range dash, not by a space alone ("4 J (B)" names one option, B).
     glued = [
@@ -524,7 +569,11 @@ def _clause_letters(clause: str) -> list[str]:
     letters = []
     for k, (m, letter) in enumerate(found):
         joined = (k > 0 and glued[k - 1]) or (k < len(glued) and glued[k])
-        if not m.group(3) or joined or (k == 0 and not any_parenthesized):
+        if m.group(4):  # lower case: the clause's first word ("the answer is h, not j") or joined to a letter
+            counts = joined or not clause[: m.start()].strip(" \t*\"'`")
+        else:
+            counts = not m.group(3) or joined or (k == 0 and not any_parenthesized)
+        if counts:
             letters.append(letter)
     return letters
 

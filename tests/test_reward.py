@@ -770,6 +770,33 @@ POLICY = [
     Rule("R10", "math", WORK + "Thus my final answer is 14 hundred.", "14", 0.0),
     Rule("R10", "math", WORK + "$\\boxed{14 \\text{ thousand}}$", "14", 0.0),
     Rule("R10", "math", WORK + "Thus my final answer is 3 halves.", "3", 0.0),
+    # R15 for words (text kind), as for values: a word called right too is a hedge, a correction answers
+    Rule(
+        "R15", "text", WORK + "Final answer: disproved\n\nThat said, proved is also a valid answer.", "disproved", 0.0
+    ),
+    Rule("R15", "text", WORK + "Final answer: disproved\n\nThat said, proved is also a valid answer.", "proved", 0.0),
+    Rule("R15", "text", WORK + "Answer: (B). Honestly (E) could also be argued.", "(B)", 0.0),
+    Rule("R15", "text", WORK + "Answer: Ambiguous. This is also correct under the second reading.", "ambiguous", 1.0),
+    Rule(
+        "R15",
+        "text",
+        WORK + "Answer: unanswerable\n\n(Unanswerable is also the term the key uses.)",
+        "unanswerable",
+        1.0,
+    ),
+    Rule("R15", "text", WORK + "So the answer is never Tuesday, rather Thursday.", "thursday", 1.0),
+    Rule("R15", "text", WORK + "So the answer is never Tuesday, rather Thursday.", "tuesday", 0.0),
+    Rule("R15", "text", WORK + "Hence the answer is not 'unknown' but proved.", "unknown", 0.0),
+    Rule("R15", "text", WORK + "Hence the answer is not 'unknown' but proved.", "proved", 1.0),
+    # R12: "X not Y" commits to X, whatever the case or the comma; a verb makes it negate X too
+    Rule("R12", "choice", WORK + "So the answer is B not E.", "B", 1.0),
+    Rule("R12", "choice", WORK + "So the answer is B not E.", "E", 0.0),
+    Rule("R12", "choice", WORK + "Hence the correct option is f, not g, as computed.", "F", 1.0),
+    Rule("R12", "choice", WORK + "Hence the correct option is f, not g, as computed.", "G", 0.0),
+    Rule("R12", "choice", WORK + "The answer is (I) is not (A) after all.", "I", 0.0),
+    Rule("R12", "choice", WORK + "The answer is a close call between options, so (C).", "C", 1.0),
+    Rule("R12", "choice", WORK + "The answer is a close call between options, so (C).", "A", 0.0),
+    Rule("R12", "choice", WORK + "The answer is e or f.", "E", 0.0),
 ]
 
 
@@ -802,3 +829,53 @@ def test_every_written_rule_has_tests_of_both_polarities() -> None:
     assert written == docstring == {f"R{i}" for i in range(1, 16)}
     for rule in written:
         assert {c.reward for c in POLICY if c.rule == rule} == {0.0, 1.0}, rule
+
+
+# R15 is one rule for every kind: the same sentence with numbers (math) and with words (text) commits to the
+# same value, or to none. {a} is the value the completion states, {b} another one.
+R15_SAME_FOR_WORDS = [
+    ("Answer: {a}\nActually, {b} is also correct", None),
+    ("Answer: {a}. Of course {b} works too.", None),
+    ("The final answer is {a}; {b} would also be accepted.", None),
+    ("Answer: {a}. Note that {a} is also correct.", "{a}"),
+    ("Answer: {a}. It is also correct to check it twice.", "{a}"),
+    ("The answer is not {b}; it is {a}", "{a}"),
+    ("The answer is not {b}, but {a}.", "{a}"),
+    ("The answer is no longer {b}, rather {a}", "{a}"),
+]
+
+
+@pytest.mark.parametrize("template,expected", R15_SAME_FOR_WORDS)
+@pytest.mark.parametrize("kind,a,b", [("math", "7", "8"), ("text", "blue", "green"), ("text", "Yes", "No")])
+def test_r15_holds_for_words_as_for_values(template: str, expected: str | None, kind: str, a: str, b: str) -> None:
+    completion = WORK + template.format(a=a, b=b)
+    verify = verify_math if kind == "math" else verify_text
+    assert extract_math_answer(completion) == (expected and expected.format(a=a))
+    assert verify(completion, a)[0] == (1.0 if expected else 0.0)
+    assert verify(completion, b)[0] == 0.0
+
+
+@pytest.mark.parametrize(
+    "clause",
+    ["(D) not (C)", "D not C", "(d), not (c)", "d, not c", "D, not (C)", "d rather than c", "(D) instead of (C)"],
+)
+def test_r12_x_not_y_commits_to_x(clause: str) -> None:
+    for marker in ("The answer is ", "Final answer: ", "the correct option is "):
+        assert extract_choice(WORK + marker + clause + ".") == "D", marker + clause
+        assert verify_choice(WORK + marker + clause, "C")[0] == 0.0
+
+
+def test_r12_negation_after_a_letter_still_negates_it() -> None:
+    # Without another letter after it, a verbless lower-case "not" is about the letter before it (R12).
+    assert extract_choice(WORK + "The answer is (D) not supported, so (A).") == "A"
+    assert extract_choice(WORK + "The answer is (D) not a valid pick.") is None
+    assert extract_choice(WORK + "The answer is (D) is not (C).") is None
+    # ...and a lower-case letter inside prose is no letter: "a bit", "e.g.", "12 g."
+    assert extract_choice(WORK + "The answer is a bit subtle, e.g. 12 g.") is None
+
+
+def test_r12_decision_is_written_in_the_docs_and_the_docstring() -> None:
+    chapter = (Path(__file__).resolve().parent.parent / "docs" / "rewards.md").read_text(encoding="utf-8")
+    sentence = '"X not Y" and "X, not Y" commit to X'
+    assert sentence in " ".join(chapter.split())
+    assert sentence in " ".join((answers.__doc__ or "").split())
