@@ -16,6 +16,12 @@ def trainer_env() -> dict[str, str]:
     return env
 
 
+def comparable(rows: list[dict]) -> list[dict]:
+    """metrics.jsonl rows without what depends on the machine and not the run: wall and CPU times, the load."""
+    machine = ("time/", "cpu/", "load/")
+    return [{k: v for k, v in r.items() if not k.startswith(machine) and k != "tokens_per_s"} for r in rows]
+
+
 def logged_steps(run_dir: Path) -> list[int]:
     """Steps of the complete lines of metrics.jsonl so far (the trainer may be writing the last one)."""
     try:

@@ -183,8 +183,9 @@ def _step(name: str, *overrides: str) -> tuple[G.StepGroups, dict[str, float], l
         order=PromptSampler(2, seed=0, shuffle=False),
         timer=metrics.Timer(),
         rng=torch.Generator().manual_seed(0),
-        trainer=SimpleNamespace(module=None),  # the oracle reads no model
+        trainer=SimpleNamespace(module=SimpleNamespace(config=None)),  # the oracle reads no model
         ref=None,
+        functions=None,  # no reward.functions
     )
     sg, stats = methods.build(cfg).sample(run, 1)
     return sg, stats, prompts

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from processes import logged_steps, trainer_env
+from processes import comparable, logged_steps, trainer_env
 
 from lens.tasks import vartrack
 
@@ -57,7 +57,7 @@ def _tails(logs: Path) -> str:
 
 def _rows(run_dir: Path) -> list[dict]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "tokens_per_s"} for r in rows]
+    return comparable(rows)
 
 
 def _saved_steps(run_dir: Path) -> list[int]:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from processes import comparable
 from safetensors.torch import load_file
 
 from lens import algos, report, scoring, step_logprobs, train, variants
@@ -209,12 +210,6 @@ def test_resume_after_a_crash_is_exact(tiny_model, tmp_path, monkeypatch):
     monkeypatch.setattr(train, "update", real)
     train.main(_args(tiny_model, crashed, *base, "checkpoint.resume=auto"))
 
-    def comparable(rows):
-        return [
-            {k: v for k, v in r.items() if not k.startswith(("time/", "cpu/", "load/")) and k != "tokens_per_s"}
-            for r in rows
-        ]
-
     assert comparable(_rows(crashed)) == comparable(_rows(straight))
     # The first step of each process is flagged as the warm-up (left out of lens.report's time figures).
     warm = {name: [r["step"] for r in _rows(d) if "time/warmup" in r] for name, d in (("s", straight), ("c", crashed))}
@@ -371,14 +366,7 @@ def test_resume_with_several_optimizer_steps_per_batch_is_exact(tiny_model, tmp_
         train.main(_args(tiny_model, crashed, *base))
     monkeypatch.setattr(train, "update", real)
     train.main(_args(tiny_model, crashed, *base, "checkpoint.resume=auto"))
-    keep = [
-        {k: v for k, v in r.items() if not k.startswith(("time/", "cpu/", "load/")) and k != "tokens_per_s"}
-        for r in _rows(crashed)
-    ]
-    want = [
-        {k: v for k, v in r.items() if not k.startswith(("time/", "cpu/", "load/")) and k != "tokens_per_s"}
-        for r in _rows(straight)
-    ]
+    keep, want = comparable(_rows(crashed)), comparable(_rows(straight))
     assert keep == want and [r["optimizer_steps"] for r in keep] == [8.0, 8.0, 8.0]
     assert len({r["lr"] for r in keep}) == 3  # the cosine moves per optimizer step
     a, b = _final_weights(straight), _final_weights(crashed)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from processes import logged_steps, trainer_env
+from processes import comparable, logged_steps, trainer_env
 from safetensors.torch import load_file
 
 from lens.stop import request_stop
@@ -33,10 +33,7 @@ def _run(cmd: list[str], timeout: float = 600) -> None:
 
 def _rows(run_dir: Path) -> list[dict]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [
-        {k: v for k, v in r.items() if not k.startswith(("time/", "cpu/", "load/")) and k != "tokens_per_s"}
-        for r in rows
-    ]
+    return comparable(rows)
 
 
 def _weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:

@@ -162,8 +162,9 @@ def test_a_lens_step_with_trial_deletion_samples_r_per_candidate_and_deletes_the
         order=PromptSampler(2, seed=0, shuffle=False),
         timer=metrics.Timer(),
         rng=torch.Generator().manual_seed(0),
-        trainer=SimpleNamespace(module=None),  # random scores read no model
+        trainer=SimpleNamespace(module=SimpleNamespace(config=None)),  # random scores read no model
         ref=None,
+        functions=None,  # no reward.functions
     )
     _, stats = methods.build(cfg).sample(run, 5)
     # whatever order the random scores give the three tokens, only deleting 11 samples above 1 of 4
