@@ -13,11 +13,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from fake_runs import fake_run
 
-from lens import algos, dist, gates, methods, metrics, purify, report, scoring, tasks, variants
+from lens import algos, dist, gates, methods, purify, report, scoring, tasks, variants
 from lens import groups as G
 from lens.config import load_config
-from lens.data import PromptSampler
 from lens.problem import Problem
 from lens.purify import Prompt
 from lens.rollout import Rollouts
@@ -170,23 +170,7 @@ def _step(name: str, *overrides: str) -> tuple[G.StepGroups, dict[str, float], l
         None, [f"algorithm.name={name}", "algorithm.m=4", "data.batch_size=2", *overrides], cuda_available=False
     )
     prompts = [Prompt([10 + i, 20, 21, 99], (0, 3), ("other", "distractor", "answer")) for i in range(2)]
-    run = SimpleNamespace(
-        cfg=cfg,
-        rank=0,
-        world=1,
-        sampler=_Sampler(),
-        tokenizer=_Tokenizer(),
-        verifier=_Verifier(),
-        prompts=prompts,
-        answers=["a", "a"],
-        uids=["u0", "u1"],
-        order=PromptSampler(2, seed=0, shuffle=False),
-        timer=metrics.Timer(),
-        rng=torch.Generator().manual_seed(0),
-        trainer=SimpleNamespace(module=SimpleNamespace(config=None)),  # the oracle reads no model
-        ref=None,
-        functions=None,  # no reward.functions
-    )
+    run = fake_run(cfg, prompts, sampler=_Sampler(), tokenizer=_Tokenizer(), verifier=_Verifier())
     sg, stats = methods.build(cfg).sample(run, 1)
     return sg, stats, prompts
 

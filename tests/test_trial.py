@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from fake_runs import fake_run
 
-from lens import methods, metrics, trial
+from lens import methods, trial
 from lens.config import load_config
-from lens.data import PromptSampler
 from lens.purify import Prompt
 from lens.rollout import Rollouts
 
@@ -149,23 +149,7 @@ def test_a_lens_step_with_trial_deletion_samples_r_per_candidate_and_deletes_the
     )
     prompts = [Prompt([10 + i, 10, 11, 12, 99], (1, 4), ("other", "distractor", "answer")) for i in range(2)]
     sampler = _Sampler()
-    run = SimpleNamespace(
-        cfg=cfg,
-        rank=0,
-        world=1,
-        sampler=sampler,
-        tokenizer=_Tokenizer(),
-        verifier=_Verifier(),
-        prompts=prompts,
-        answers=["a", "a"],
-        uids=["u0", "u1"],
-        order=PromptSampler(2, seed=0, shuffle=False),
-        timer=metrics.Timer(),
-        rng=torch.Generator().manual_seed(0),
-        trainer=SimpleNamespace(module=SimpleNamespace(config=None)),  # random scores read no model
-        ref=None,
-        functions=None,  # no reward.functions
-    )
+    run = fake_run(cfg, prompts, sampler=sampler, tokenizer=_Tokenizer(), verifier=_Verifier())
     _, stats = methods.build(cfg).sample(run, 5)
     # whatever order the random scores give the three tokens, only deleting 11 samples above 1 of 4
     assert stats["lens/deleted_distractor"] == 2 and stats["lens/tokens_deleted"] == 2
