@@ -1,5 +1,6 @@
 """End-to-end tests of lens/train.py on the committed tiny model of the built-in task (CPU, in-process)."""
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -14,6 +15,10 @@ from lens.config import load_config, parse_args
 from lens.tasks import vartrack
 
 ALGORITHMS = tuple(variants.METHODS)  # every method of the table, so a new entry is trained here too
+# What the trainer of one optimizer step per rollout batch (before optim.mini_batch_size and optim.epochs existed)
+# logged and saved in test_every_algorithm_runs_two_steps, method by method: the defaults must reproduce it bit for
+# bit. Bits are a property of a torch build and CPU kernels, so the file names those it was made with.
+BEFORE_MINI_BATCHES = Path(__file__).parent / "data" / "one_step_per_batch.json"
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +68,32 @@ def test_every_algorithm_runs_two_steps(tiny_model, tmp_path, algorithm):
     assert all(torch.isfinite(torch.tensor(r["loss/total"])) for r in rows)
     assert {"eval/clean", "eval/noisy", "bins/failure", "time/generate", "grad_norm"} <= set(last)
     assert (tmp_path / "checkpoints").is_dir()
+    _same_as_before_mini_batches(algorithm, tmp_path)
+
+
+def _weights_sha256(path: Path) -> str:
+    tensors = load_file(path)
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        h.update(name.encode())
+        h.update(tensors[name].contiguous().view(-1).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _same_as_before_mini_batches(algorithm: str, run_dir: Path) -> None:
+    """The run's metrics (each value the earlier trainer logged) and final weights equal the earlier trainer's."""
+    before = json.loads(BEFORE_MINI_BATCHES.read_text())
+    if algorithm not in before["methods"]:
+        return  # a method added since: it has no earlier run to equal
+    here = {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    if {k: before[k] for k in here} != here:
+        pytest.skip(f"bits pinned on {before['torch']}/{before['cpu_capability']}, this machine: {here}")
+    expected = before["methods"][algorithm]
+    rows = comparable(_rows(run_dir, before_training=True))
+    assert len(rows) == len(expected["rows"])
+    for step, (got, want) in enumerate(zip(rows, expected["rows"], strict=True)):
+        assert {k: got.get(k) for k in want} == want, f"step {step}"
+    assert _weights_sha256(run_dir / expected["checkpoint"]) == expected["weights_sha256"]
 
 
 @pytest.mark.parametrize("algorithm", ["dapo", "greso"])

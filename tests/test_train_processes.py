@@ -167,9 +167,12 @@ def _saved_steps(run_dir: Path) -> list[int]:
 def test_a_stop_request_stops_every_rank_exits_0_and_resumes_exactly(tmp_path, nproc):
     # `python -m lens.stop RUN_DIR` (a file torchrun never sees): every rank stops after the same step, one
     # checkpoint, and torchrun exits 0, where a SIGTERM to torchrun exits 1 (next test). The request is consumed,
-    # so `--resume auto` trains on to the same metrics as a run never stopped.
+    # so `--resume auto` trains on to the same metrics as a run never stopped. On two ranks the update takes
+    # mini-batches over two epochs (4 optimizer steps per rollout batch): their per-epoch shuffle resumes too.
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    ppo = ["optim.mini_batch_size=4", "optim.epochs=2"] if nproc == 2 else []
     cmd = [TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", TRAIN, *BASE, "optim.steps=5", "checkpoint.every=0"]
+    cmd += ppo
     # The reference runs alongside (its own rendezvous port): the test takes two startups, not three.
     reference = subprocess.Popen(
         [*cmd, f"run_dir={straight}"], env=trainer_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -186,6 +189,7 @@ def test_a_stop_request_stops_every_rank_exits_0_and_resumes_exactly(tmp_path, n
     assert _saved_steps(stopped) == [steps[0], 5]
     assert reference.wait(timeout=300) == 0
     assert _rows(stopped) == _rows(straight)
+    assert {r["optimizer_steps"] for r in _rows(stopped) if r["step"] > 0} == {4.0 if ppo else 1.0}
 
 
 def test_sigterm_to_torchrun_saves_but_torchrun_exits_1(tmp_path):
