@@ -9,17 +9,23 @@ each has tests of both polarities in tests/test_reward.py):
   the whole completion.
 - R2 final answer (`extract_final`): the last closed `<answer>...</answer>` (a box or marker inside it,
   else its text); else the last closed `\\boxed{}`/`\\fbox{}` (a label such as `\\text{Answer: }` inside
-  it dropped), unless a "Final answer"/"Final result" marker follows it; else the text after the last
-  marker ("answer is", "Answer:", a "Final Answer" heading line, "Final result:"; the same in Spanish,
-  Portuguese, Italian, French, German, Russian, Chinese, Japanese: `_FOREIGN_MARKERS`, because a model
-  answering in its prompt's language states its answer as plainly): its math span (on the next line when
-  the marker ends its line) or the rest of its line.
+  it dropped), unless a "Final answer"/"Final result" marker follows it, or any marker stating a value
+  (`_restated_value`: "\\boxed{12} ... on reflection the answer is 15" is 15, the last committed statement;
+  words there, "the answer is correct", are about the box); else the text after the last marker ("answer
+  is", "Answer:", a "Final Answer" heading line, "Final result:", GSM8K's `#### 26` line, which its
+  reference solutions end with, only when the line is just a number; the same in Spanish, Portuguese,
+  Italian, French, German, Russian, Chinese, Japanese: `_FOREIGN_MARKERS`, because a model answering in its
+  prompt's language states its answer as plainly): its math span (on the next line when the marker ends its
+  line, display math `\\[ 42 \\]` included) or the rest of its line.
 - R3 cut off: a last box or answer tag that never closes is no answer, never an earlier box or a number.
 - R4 truncation (in `lens.reward`): training scores a length-cut completion `reward.truncated`;
   evaluation scores its text.
 - R5 fallback, evaluation only (`fallback_last_number`): the last math span or plain number outside
-  math, whichever ends later, so `$\\sqrt{130}$` gives `\\sqrt{130}` and not 130.
-- R6 hedges: boxes glued by "or"/"and"/commas/"possibly" (`_LIST_GLUE_RE`) and math spans so glued after
+  math, whichever ends later, so `$\\sqrt{130}$` gives `\\sqrt{130}` and not 130. Kinds `math` and `text`
+  (compared by R13: `3.50` answers 3.5); `choice` has none: a letter last in prose chooses nothing.
+- R6 hedges: a last box followed by "or" and another value in any form (`_ALTERNATIVE_AFTER_RE`: a number,
+  interval `[2, 5)`, tuple, set, fraction, `x+1`, math in `$`/`\\(`) is no answer; boxes glued by
+  "or"/"and"/commas/"possibly" (`_LIST_GLUE_RE`) and math spans so glued after
   a marker are ONE list answer, and so are values joined by words inside an answer (`split_items`); a
   list never equals a single gold. Hedge words count inside `\\text{}`/`\\textbf{}` too (a wrapper
   changes the look of a word, not its meaning). Final-answer lines in a row (`_line_run`) are one
@@ -34,8 +40,9 @@ each has tests of both polarities in tests/test_reward.py):
   `\\%`, a trailing unit or plain words after a number ("5 tiles"), a `x =` prefix, digit grouping (periods
   too: `1.034.289`), colour, `\\operatorname{sin}`, matrix environments (read as `pmatrix`), Unicode
   math (`unicode_math`: `√3`, `10¹⁹`, `∞`, before NFKC; a mixed number `1⅖` is 7/5, as every reader takes
-  it, never NFKC's `12⁄5`), and scientific notation `1.87e6` rewritten as `1.87\\times10^{6}`, which
-  math-verify would otherwise read as 1.87·e·6. In `lens.reward`: one comma before 1-2 or 4+ digits is a
+  it, never NFKC's `12⁄5`; so is `2\\frac{1}{2}`, a whole number directly before a proper `\\frac`), and
+  scientific notation `1.87e6` rewritten as `1.87\\times10^{6}`, which math-verify would otherwise read as
+  1.87·e·6. In `lens.reward`: one comma before 1-2 or 4+ digits is a
   decimal comma when the gold is one number (`6,2`); against a list gold it separates items.
 - R11 degenerate values and determinism: in `lens.reward` (math-verify's side): an infinity anywhere in an
   answer, or a function where it is undefined (`\\log(0)-\\log(0)`), never equals a finite gold; huge
@@ -45,7 +52,9 @@ each has tests of both polarities in tests/test_reward.py):
   option's text). "X not Y" and "X, not Y" commit to X: a verbless "not" between two letters negates the
   one after it ("(D) not (C)" is D, "h, not j" is H). A bare lower-case letter counts as a word of its own,
   first in the clause or joined to a letter, never inside prose ("a bit"); a last line that is only a
-  letter, which after `</think>` beats a marker inside it.
+  letter (`**D**`, `(G)`: ending on the letter alone names it), which after `</think>` beats a marker inside
+  it. "I'd go with B" / "I'll choose (C)" are markers (a pick stated as plainly as "Answer:"); "if I choose
+  (A)" supposes one.
 - R13 text (`normalize_text`): case, wrappers (`\\texttt{}`, `\\underline{}`, `_word_`), quotes, an
   enclosing pair of brackets, numbers by value (`-1.51e3` is -1510).
 - R14 decimals (in `lens.reward`): plain numbers compare exactly, so a near miss (`0.5000000001`) is wrong:
@@ -57,8 +66,9 @@ each has tests of both polarities in tests/test_reward.py):
   ("; it is 38") gives one (`_NEGATION_RE`); before a word only a correction makes it a negation ("not
   blue; it is green" is green, `_WORD_NEGATION_RE`), since "not entailed" may be the answer. Another value
   or letter called right too after the final answer ("(F) also works", `_ALSO_RE`, `_ALSO_VALUE_RE`; against
-  an answer in words, another word: "green is also correct", `_ALSO_WORD_RE`) is a hedge: the completion does
-  not commit.
+  an answer in words, another word or phrase of as many words: "green is also correct", "apple cherry banana
+  is also correct", `_ALSO_WORD_RE`; not a pronoun or a phrase a determiner starts, which describe) is a
+  hedge: the completion does not commit.
 """
 
 from __future__ import annotations
@@ -200,6 +210,9 @@ _ANSWER_MARKER_RE = re.compile(
     r"(?i:answer|final\s+result)\s*(?:is\b|:)[\s:]*|(?i:answer)\s*\*\*\s*:?[\s:]*"
     # A "Final Answer" heading on its own line: the answer follows on the next line.
     r"|(?im:^[#*\s]{0,8}final\s+answer[*\s]{0,8}$)"
+    # GSM8K's final line `#### 26`: its reference solutions end with it and models trained on them write it.
+    # Only a line that is just a number: `#### 2. Set up` is a markdown heading.
+    r"|(?m:^[ \t]*####[ \t]*(?=(?:\\?\$)?[-\u2212]?\d[\d,]*(?:\.\d+)?[ \t.]*$))"
     rf"|(?:{_FOREIGN_MARKERS})[\s:]*"
 )
 # "The answer is not 19": a statement that the value is NOT the answer. What follows a correction ("but",
@@ -233,9 +246,12 @@ _LIST_GLUE_RE = re.compile(rf"{_GLUE_SPACE}*(?:{_GLUE_WORD}{_GLUE_SPACE}*)*", re
 _OFFER_WORDS = r"or|and/or|possibly|perhaps|maybe"
 _ALTERNATIVE_AFTER_RE = re.compile(
     rf"{_GLUE_SPACE}*(?i:{_WORD_COMMANDS}\{{[\s,]*(?:(?:{_OFFER_WORDS})\b[\s,]*)+\}}|(?:{_OFFER_WORDS})\b){_GLUE_SPACE}*"
-    # the second value: math in $ or \( \[, any command (`\frac`, `\sqrt`, `\pi`, `\boxed`), a number, a
-    # Unicode math sign, or a single letter
-    r"(?:(?i:possibly|perhaps|maybe)\s+)?(?:\$|\\[(\[]|\\[A-Za-z]+|[-+(\d\u221a\u221e\u03c0]|[A-Za-z]\b)"
+    # the second value, in every form a value takes: math in $ or \( \[, a set `\{1, 3\}`, any command
+    # (`\frac`, `\sqrt`, `\pi`, `\boxed`), a number or sign, a tuple or interval (`(2, 5]`, `[2, 5)`), a
+    # Unicode math sign or fraction
+    r"(?:(?i:possibly|perhaps|maybe)\s+)?(?:\$|\\[(\[{]|\\[A-Za-z]+|[-+(\[\d\u221a\u221e\u03c0\u2212\u00bc-\u00be\u2150-\u215e]"
+    # a decimal `.5`, one letter (`x`, `D`) or a short name in an expression (`ab+1`), never a word ("or so")
+    r"|\.\d|[A-Za-z]\b|[A-Za-z]{1,3}(?=\s*(?:[+*/^_=<>]|-\s*[\d\\(])))"
 )
 _THINK_END = "</think>"
 _ANSWER_TAG_RE = re.compile(r"<answer>|</answer>", re.IGNORECASE)
@@ -333,17 +349,23 @@ _ALSO_VALUE_RE = re.compile(
 )
 # An answer in words ("green", "not entailed", "(B)") has a letter and none of these: no digit, no math.
 _NOT_WORDS_RE = re.compile(r"[\d\\$^_{}=]")
-# Against an answer in words, a word called right too (R15): one word where a clause starts ("Actually, green
-# is also correct"), a quoted phrase ("'light green' also works") or, anywhere, a letter in parentheses ("(B)
-# is also valid", as for choices). A pronoun ("this is also correct") names no value; numbers and math are
-# `_ALSO_VALUE_RE`'s.
+# Against an answer in words, words called right too (R15): a phrase where a clause starts ("Actually, green
+# is also correct", "Actually, apple cherry banana is also correct"), a quoted phrase ("'light green' also
+# works") or, anywhere, a letter in parentheses ("(B) is also valid", as for choices). A pronoun ("this is also
+# correct") or a phrase a determiner starts ("the answer is also correct", "my reasoning is also valid")
+# describes and names no value (alone, "No" or "A" may be the other answer); numbers and math are
+# `_ALSO_VALUE_RE`'s. The words of a phrase never include the verb of the endorsement ("is", "works").
 _PRONOUNS = (
     r"it|this|that|these|those|which|what|who|both|either|neither|each|all|everything|anything|something|nothing|"
     r"one|same|he|she|they|we|you|i|there|here|so"
 )
+_DETERMINERS = r"the|an?|my|our|your|his|her|its|their|every|any|some|no|another|other"
+_PHRASE_WORD = r"(?!(?:is|are|was|could|might|may|would|can|should|seems?|also|equally|works?)\b)[a-z][\w-]*"
+# Read at every position (a lookahead), so "Of course dark green works too" is also read from "dark".
 _ALSO_WORD_RE = re.compile(
-    rf"(?:{_CLAUSE_START}[*_]*(?:[\"'\u2018\u201c]([^\"'\u2019\u201d\n]{{1,40}})[\"'\u2019\u201d]|(?!(?:{_PRONOUNS})\b)([a-z][\w-]*))"
-    rf"|(?<!\w)(\([a-z]\)))[*_]*(?:{_ENDORSED})",
+    rf"(?=(?:{_CLAUSE_START}[*_]*(?:[\"'\u2018\u201c]([^\"'\u2019\u201d\n]{{1,40}})[\"'\u2019\u201d]"
+    rf"|(?!(?:{_PRONOUNS})\b|(?:{_DETERMINERS})[ \t]+{_PHRASE_WORD})({_PHRASE_WORD}(?:[ \t]+{_PHRASE_WORD}){{0,5}}))"
+    rf"|(?<!\w)(\([a-z]\)))[*_]*(?:{_ENDORSED}))",
     re.IGNORECASE,
 )
 _FOREIGN_TAIL_RE = re.compile(r"(?<=[\d})\]a-zA-Z])\s*[\u3040-\u30ff\u4e00-\u9fff]+$")
@@ -397,6 +419,9 @@ def _statement(region: str) -> tuple[bool, str | None]:
             marked = _after_answer_marker(region[final.start() :])
             if marked is not None:
                 return True, marked or None
+        restated, value = _restated_value(region, chain[-1][1])
+        if restated:  # "\boxed{12} ... on reflection the answer is 15": the last statement
+            return True, value
         if _ALTERNATIVE_AFTER_RE.match(region, chain[-1][1]):
             return True, None
         contents = [_box_content(c) for _, _, c in chain]
@@ -412,6 +437,34 @@ def _statement(region: str) -> tuple[bool, str | None]:
     return True, _unless_also_value(region, last.end() if last else 0, marked)
 
 
+# A value right after a marker: math, or a number with at most words after it on its sentence ("15 cm.").
+_VALUE_AFTER_MARKER_RE = re.compile(
+    r"[\s*:]*(?:\$|\\[(\[]|(?:\\?\$)?[-\u2212]?\d[\d,]*(?:\.\d+)?(?:/\d+)?[ \t]*[A-Za-z \t]*(?:[.!]|\n|$))"
+)
+
+
+def _restated_value(region: str, after: int) -> tuple[bool, str | None]:
+    """(whether a marker after the last box states a value, that value or None when it is hedged).
+
+    "\\boxed{12}. On reflection, the answer is 15" answers 15: the last committed statement is the answer
+    (R2), as when "Final answer:" follows a box. Only a value counts: words after a marker that follows a box
+    are about it ("the answer is correct", "this answer is consistent with the data"), so the box stands, and
+    so it does after a negation with no correction ("the answer is not 15").
+    """
+    last = None
+    for last in _ANSWER_MARKER_RE.finditer(region, after):  # noqa: B007 (the last one)
+        pass
+    if last is None:
+        return False, None
+    rest = region[last.end() :]
+    if _NEGATION_RE.match(rest) is None and _VALUE_AFTER_MARKER_RE.match(rest) is None:
+        return False, None
+    marked = _after_answer_marker(region[after:])
+    if not marked:
+        return False, None
+    return True, _unless_also_value(region, last.end(), marked)
+
+
 def _unless_also_value(region: str, after: int, answer: str | None) -> str | None:
     """`answer`, or None when the text after it calls another value right too ("$7$ also works"; against an
     answer in words, "green is also correct", R15)."""
@@ -425,8 +478,13 @@ def _unless_also_value(region: str, after: int, answer: str | None) -> str | Non
     unwrapped = _TEXT_WRAP_RE.sub(r"\1", answer)
     if re.search(r"[A-Za-z]", unwrapped) and not _NOT_WORDS_RE.search(unwrapped):
         own = normalize_text(answer)
+        words = len(own.split())
         for m in _ALSO_WORD_RE.finditer(region, after, after + 400):
             value = next(g for g in m.groups() if g)
+            # An unquoted phrase names another answer when it is one word or as many words as the answer:
+            # longer, it is a sentence about it ("Note that apple banana cherry is also correct").
+            if m.group(2) and len(value.split()) not in (1, words):
+                continue
             if normalize_text(value) != own:
                 return None
     return answer
@@ -477,6 +535,9 @@ _CHOICE_MARKER_RE = re.compile(
     # "..., which is option (J)" and "Option (C) is correct": the letter follows the marker.
     r"|(?i:\b(?:is|be)\s+(?:option|choice)\s+)"
     r"|(?i:\b(?:option|choice)\s+)(?=\(?[A-Ja-j]\)?\s+is\s+(?:the\s+)?(?:correct|right|best|answer)\b)"
+    # A first-person pick ("I'd go with B", "I'll choose (C)"): a choice stated as plainly as "Answer: B".
+    # Only the would/will forms: "if I choose (A), then ..." supposes a pick, it does not make one.
+    r"|(?i:\b(?:I|we)(?:'d|\u2019d|'ll|\u2019ll|\s+would|\s+will)\s+(?:go\s+with|choose|pick|select)\s+)"
     rf"|(?:{_FOREIGN_MARKERS})[\s:*]*"
 )
 _NOTHING_AFTER_RE = re.compile(r"[\s*]*(?:[.!?]|$)")
@@ -683,6 +744,9 @@ _MATRIX_ENV_RE = re.compile(r"\\(begin|end)\{(?:[bB]matrix|matrix|smallmatrix|ar
 _BRACKETED_MATRIX_RE = re.compile(r"^[(\[](\\begin\{pmatrix\}.*\\end\{pmatrix\})[)\]]$")
 _DEGREE_RE = re.compile(r"\^\s*\{?\\circ\}?|\\circ|°|\\degree|\^\s*\{\s*\\text\{\s*o\s*\}\s*\}")
 _FRAC_SHORT_RE = re.compile(r"\\frac\s*(\d)\s*(\d)|\\frac\s*\{([^{}]*)\}\s*(\d)|\\frac\s*(\d)\s*\{")
+# A whole number directly before a proper `\frac` of digits (`2\frac{1}{2}`): one mixed number, as `2½` is
+# (R10). Not after a letter, digit, brace or script (`x^2\frac{1}{2}`, `\cdot2\frac12` are products).
+_LATEX_MIXED_RE = re.compile(r"(?<![\w.,}^_\\])(\d{1,9})\\frac\{(\d{1,9})\}\{(\d{1,9})\}")
 _SCI_RE = re.compile(r"(-?\d+(?:\.\d+)?)\s*[eE]\s*([+-]?\d+)")
 _TIMES_TEN_RE = re.compile(r"(-?\d+(?:\.\d+)?)\s*(?:\\times|\\cdot|×|\*)\s*10\s*\^\s*\{?\s*([+-]?\d+)\s*\}?")
 # Words after a number that change its value ("5 hundred", "3 halves", `2 \text{ squared}`): never phrasing.
@@ -773,6 +837,14 @@ def _mixed_number(m: re.Match[str]) -> str:
     return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
 
 
+def _latex_mixed_number(m: re.Match[str]) -> str:
+    """`2\\frac{1}{2}` -> `\\frac{5}{2}`; kept as written unless the fraction is proper (`2\\frac{3}{2}`)."""
+    whole, num, den = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    if not 0 < num < den:
+        return m.group()
+    return f"\\frac{{{whole * den + num}}}{{{den}}}"
+
+
 def unicode_math(text: str) -> str:
     """Unicode math as LaTeX, then NFKC: `√3` -> `\\sqrt{3}`, `10¹⁹` -> `10^{19}`, `∞` -> `\\infty`, `π` -> `\\pi`,
     a mixed number `2¾` -> `\\frac{11}{4}`."""
@@ -846,6 +918,7 @@ def normalize_math_unit(answer: str, *, strip_var: bool = True) -> tuple[str, st
     # Spaces go, except between letters: `\sin x` must not become the unknown command `\sinx`.
     s = _INNER_SPACE_RE.sub("", s).rstrip(".")
     s = _expand_short_fracs(s)
+    s = _LATEX_MIXED_RE.sub(_latex_mixed_number, s)
     if _THOUSANDS_RE.fullmatch(s):
         s = s.replace("{,}", "").replace(",", "")
     elif _PERIOD_GROUPING_RE.fullmatch(s):  # `1.034.289`, `1.034,5`: periods group digits, a comma is the point

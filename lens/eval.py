@@ -104,8 +104,9 @@ def extract_answer(kind: str, text: str, *, fallback_last_number: bool = True) -
 
     math: the last closed \\boxed{...}, else after "answer is"/"Answer:", else (evaluation only, as the
     benchmarks' own graders do) the last math span or number; choice: the letter; text: the boxed content,
-    else the text after the answer marker; vartrack: the first word after the first `#`; exact: the stripped
-    completion. The same functions as the verifiers (lens/answers.py), so the two cannot drift.
+    else the text after the answer marker, else (evaluation only) the last math span or number; vartrack: the
+    first word after the first `#`; exact: the stripped completion. The same functions as the verifiers
+    (lens/answers.py), so the two cannot drift.
     """
     if kind == "math":
         # Delegated, never re-implemented: samples.jsonl must show exactly what the verifier compared.
@@ -113,7 +114,7 @@ def extract_answer(kind: str, text: str, *, fallback_last_number: bool = True) -
     if kind == "choice":
         return reward.extract_choice(text)
     if kind == "text":
-        return answers.extract_final(text)
+        return answers.extract_final(text, fallback_last_number=fallback_last_number)
     if kind == "vartrack":
         # The first `#` only, the rule of the task's verifier, so the answer shown is the one it scored.
         tokens = text.partition("#")[2].split(maxsplit=1) if "#" in text else []

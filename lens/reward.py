@@ -31,7 +31,7 @@ Truncation policy (R3-R5; docs/rewards.md, "The reward policy"):
 - A completion that ended by length (`finish_reason == "length"` passed to `Verifier.score`) is not scored:
   it gets `truncated_reward` (default 0.0, as DAPO treats over-long outputs) and reason `truncated`.
 - The last-number fallback is off by default (training); evaluation turns it on per benchmark with
-  `fallback_last_number=True`.
+  `fallback_last_number=True`. It applies to `math` and `text`; `choice` has none.
 - Evaluation (`lens.eval.evaluate_set`) passes no finish reasons: it scores the text it got, as the
   benchmarks' graders do (a closed box before the cut counts there).
 
@@ -639,13 +639,19 @@ def verify_choice(completion: str, answer: str, *, max_chars: int = DEFAULT_MAX_
     return _CORRECT if chosen == gold else _WRONG
 
 
-def verify_text(completion: str, answer: str, *, max_chars: int = DEFAULT_MAX_CHARS) -> Verdict:
-    """Scores a free-form answer (boxed or after "answer is"/"Answer:") by normalized, case-free equality."""
+def verify_text(
+    completion: str, answer: str, *, max_chars: int = DEFAULT_MAX_CHARS, fallback_last_number: bool = False
+) -> Verdict:
+    """Scores a free-form answer (boxed or after "answer is"/"Answer:") by normalized, case-free equality.
+
+    fallback_last_number: with no statement, read the last number or math span (R5, evaluation only), compared
+    by the same rules (`3.50` answers `3.5`).
+    """
     gold = _gold("text", answer)
     text = _precheck(completion, max_chars)
     if not isinstance(text, str):
         return text
-    pred = extract_final(text)
+    pred = extract_final(text, fallback_last_number=fallback_last_number)
     if pred is None or not pred.strip():
         return (0.0, "no_answer")
     if len(pred) > MAX_ANSWER_CHARS:
@@ -741,10 +747,10 @@ class Verifier:
 
     Use as a context manager (or call `close()`): `with Verifier("math") as v: v.score(completions, answers)`.
     timeout_s: CPU-time budget per math item (see the module docstring). truncated_reward: the reward of a
-    completion that ended by length. fallback_last_number: let `math` read the last number or math span when
-    there is no box and no answer marker (evaluation only). max_chars: longer completions are `too_long`.
-    max_memory_mb: address-space growth cap of each worker (None: no cap). cache_size: how many math-verify
-    verdicts on (prediction, gold) pairs to remember across batches (0: none).
+    completion that ended by length. fallback_last_number: let `math` and `text` read the last number or math
+    span when there is no box and no answer marker (evaluation only; `choice` has no fallback). max_chars:
+    longer completions are `too_long`. max_memory_mb: address-space growth cap of each worker (None: no cap).
+    cache_size: how many math-verify verdicts on (prediction, gold) pairs to remember across batches (0: none).
     """
 
     def __init__(
@@ -811,7 +817,10 @@ class Verifier:
             scored = self._score_math([completions[i] for i in rows], [golds[i] for i in rows])
         else:
             fn = _INLINE_VERIFIERS[self.kind]
-            scored = [fn(completions[i], golds[i], max_chars=self.max_chars) for i in rows]
+            # Only `text` has an evaluation fallback besides math (R5): a letter or token merely last in prose
+            # is never a choice.
+            extra = {"fallback_last_number": self.fallback_last_number} if self.kind == "text" else {}
+            scored = [fn(completions[i], golds[i], max_chars=self.max_chars, **extra) for i in rows]
         verdicts: list[Verdict] = [(self.truncated_reward, "truncated")] * len(golds)
         for i, verdict in zip(rows, scored, strict=True):
             verdicts[i] = verdict

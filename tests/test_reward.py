@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from lens import answers
+from lens import eval as lens_eval
 from lens.answers import normalize_math
 from lens.reward import (
     DEFAULT_MAX_CHARS,
@@ -83,7 +84,8 @@ def test_extract_boxed(text: str, expected: str | None) -> None:
         ("we get 12 and then 1,000 apples", "1000"),
         ("the ratio is -3/4", "-3/4"),
         ("nothing numeric", None),
-        (r"\boxed{9} although the answer is 8", "9"),  # boxed wins over the fallbacks
+        (r"\boxed{9} and a last number 8", "9"),  # boxed wins over the fallbacks
+        (r"\boxed{9} although the answer is 8", "8"),  # a value stated after the box is the last statement (R2)
     ],
 )
 def test_extract_math_answer_fallbacks(text: str, expected: str | None) -> None:
@@ -797,6 +799,50 @@ POLICY = [
     Rule("R12", "choice", WORK + "The answer is a close call between options, so (C).", "C", 1.0),
     Rule("R12", "choice", WORK + "The answer is a close call between options, so (C).", "A", 0.0),
     Rule("R12", "choice", WORK + "The answer is e or f.", "E", 0.0),
+    # R2: a marker stating a value after the last box is the last statement; words there leave the box
+    Rule("R2", "math", WORK + "Thus $\\boxed{30}$.\nWait, recounting the pairs, the answer is $33$.", "33", 1.0),
+    Rule("R2", "math", WORK + "Thus $\\boxed{30}$.\nWait, recounting the pairs, the answer is $33$.", "30", 0.0),
+    Rule("R2", "math", WORK + "Thus $\\boxed{30}$. I am confident this answer is right.", "30", 1.0),
+    Rule("R2", "math", WORK + "Thus $\\boxed{30}$. Hence the answer is not 33.", "30", 1.0),
+    Rule("R2", "math", WORK + "Thus $\\boxed{30}$. Hence the answer is not 33.", "33", 0.0),
+    # R2: GSM8K's `####` line is a marker; a `####` heading is not
+    Rule("R2", "math", "She buys 4 packs of 6 and gives 3 away.\n#### 21", "21", 1.0),
+    Rule("R2", "math", "She buys 4 packs of 6 and gives 3 away.\n#### 21", "3", 0.0),
+    Rule("R2", "math", "#### 1. Counting\nShe buys 4 packs of 6 and gives 3 away, 21 left.", "21", 0.0),
+    Rule("R2", "math", "#### 1. Counting\nShe buys 4 packs of 6 and gives 3 away, 21 left.", "21", 1.0, "eval"),
+    # R2: a marker that ends its line takes the display math below it
+    Rule("R2", "math", WORK + "Therefore the answer is:\n\n\\[\n  -\\frac{3}{8}\n\\]", "-3/8", 1.0),
+    Rule("R2", "math", WORK + "Therefore the answer is:\n\n\\[\n  -\\frac{3}{8}\n\\]", "3/8", 0.0),
+    # R5 per kind: text reads the last number in evaluation only; choice never reads a last letter in prose
+    Rule("R5", "text", WORK + "Counting the swaps, the ball changes hands 11.0 times", "11", 1.0, "eval"),
+    Rule("R5", "text", WORK + "Counting the swaps, the ball changes hands 11.0 times", "11", 0.0, "train"),
+    Rule("R5", "text", WORK + "Counting the swaps, the ball changes hands 11.0 times", "12", 0.0, "eval"),
+    Rule("R5", "choice", WORK + "Weighing the options, B fits best", "B", 0.0, "eval"),
+    Rule("R5", "choice", WORK + "Weighing the options.\n\n**B**", "B", 1.0, "train"),
+    # R6: a last box, "or", then another value of any shape
+    Rule("R6", "math", WORK + "The range is $\\boxed{(0, 4]}$ or $(0, 4)$.", "(0, 4]", 0.0),
+    Rule("R6", "math", WORK + "The range is $\\boxed{(0, 4]}$ or so I believe.", "(0, 4]", 1.0),
+    # R10: a whole number directly before a proper \frac is a mixed number
+    Rule("R10", "math", WORK + "The rope is $\\boxed{3\\frac{3}{4}}$ metres long.", "15/4", 1.0),
+    Rule("R10", "math", WORK + "The rope is $\\boxed{3\\frac{3}{4}}$ metres long.", "9/4", 0.0),
+    Rule("R10", "math", WORK + "So $\\boxed{3\\cdot\\frac{3}{4}}$.", "15/4", 0.0),
+    # R12: a would/will pick is a marker, a supposed one is not; a last line of only a letter is the answer
+    Rule("R12", "choice", WORK + "Having ruled out the rest, I would pick (E).", "E", 1.0),
+    Rule("R12", "choice", WORK + "Having ruled out the rest, I would pick (E).", "A", 0.0),
+    Rule("R12", "choice", WORK + "Suppose I pick (E); then the charge doubles.", "E", 0.0),
+    Rule("R12", "choice", WORK + "Hence the right answer must be (J), given the units.", "J", 1.0),
+    Rule("R12", "choice", WORK + "Comparing the rates.\n(H)", "H", 1.0),
+    Rule("R12", "choice", WORK + "Comparing the rates.\n(H)", "G", 0.0),
+    # R15: a phrase of as many words as an answer in words, called right too, is a hedge
+    Rule(
+        "R15",
+        "text",
+        WORK + "Answer: red green blue\nActually, red blue green is equally valid.",
+        "red green blue",
+        0.0,
+    ),
+    Rule("R15", "text", WORK + "Answer: red green blue\nSo red green blue is also correct.", "red green blue", 1.0),
+    Rule("R15", "text", WORK + "Answer: red green blue\nThe ordering above is also correct.", "red green blue", 1.0),
 ]
 
 
@@ -879,3 +925,102 @@ def test_r12_decision_is_written_in_the_docs_and_the_docstring() -> None:
     sentence = '"X not Y" and "X, not Y" commit to X'
     assert sentence in " ".join(chapter.split())
     assert sentence in " ".join((answers.__doc__ or "").split())
+
+
+# R6: whatever shape the value after "or" has, a last box followed by it is a hedge; "or" and words is not.
+@pytest.mark.parametrize(
+    "box,other",
+    [
+        ("[-1, 6)", "[1, 6)"),
+        ("(-1, 6]", "(1, 6]"),
+        ("(4, -9)", "(4, 9)"),
+        ("\\{2, 7\\}", "\\{2, 8\\}"),
+        ("5/9", "4/9"),
+        ("\\frac{5}{9}", "\\frac{4}{9}"),
+        ("y - 2", "y+2"),
+        ("11", "-11"),
+        ("11", "$12$"),
+        ("11", "\\(12\\)"),
+        ("11", ".5"),
+        ("11", "\u00bd"),
+    ],
+)
+def test_r6_box_then_or_then_any_value_is_no_answer(box: str, other: str) -> None:
+    completion = WORK + f"We conclude $\\boxed{{{box}}}$ or {other}"
+    assert extract_math_answer(completion) is None
+    assert verify_math(completion, box)[1] == "no_answer"
+
+
+@pytest.mark.parametrize("tail", ["or so.", "or rather, that is what the table shows.", "or, in words, eleven."])
+def test_r6_box_then_or_then_words_keeps_the_box(tail: str) -> None:
+    completion = WORK + f"We conclude $\\boxed{{11}}$ {tail}"
+    assert verify_math(completion, "11")[0] == 1.0
+
+
+# R15 for phrases: each endorsement of another phrase of as many words is a hedge; the same phrase, a pronoun,
+# or a phrase a determiner starts is not.
+@pytest.mark.parametrize(
+    "endorsement",
+    ["{p} is also correct.", "{p} also works.", "{p} would also be accepted.", "{p} works too.", "{p} is valid too."],
+)
+def test_r15_another_phrase_called_right_too_is_a_hedge(endorsement: str) -> None:
+    answer = "left middle right"
+    for opener in ("Actually, ", "Hmm, but ", "Of course "):
+        completion = WORK + f"Answer: {answer}.\n" + opener + endorsement.format(p="middle left right")
+        assert verify_text(completion, answer)[1] == "no_answer", completion
+        same = WORK + f"Answer: {answer}.\n" + opener + endorsement.format(p=answer)
+        assert verify_text(same, answer)[0] == 1.0, same
+    for describing in ("It", "The order I gave", "My derivation"):
+        completion = WORK + f"Answer: {answer}.\n" + endorsement.format(p=describing)
+        assert verify_text(completion, answer)[0] == 1.0, completion
+
+
+# R5 for text: the evaluation fallback compares the last number by the text kind's rules; training refuses it.
+@pytest.mark.parametrize(
+    "said,gold,reward", [("7.50", "7.5", 1.0), ("0.0", "0", 1.0), ("\u221212", "-12", 1.0), ("-12", "12", 0.0)]
+)
+def test_r5_text_fallback_reads_the_last_number_in_evaluation_only(said: str, gold: str, reward: float) -> None:
+    completion = WORK + f"Walking through each trade in turn, the purse ends up holding {said} crowns"
+    assert verify_text(completion, gold, fallback_last_number=True)[0] == reward
+    assert verify_text(completion, gold)[1] == "no_answer"
+    assert lens_eval.extract_answer("text", completion) is not None
+    assert lens_eval.extract_answer("text", completion, fallback_last_number=False) is None
+
+
+# R2: GSM8K's final line, in the forms models write it; headings that begin with a number are not it.
+@pytest.mark.parametrize(
+    "line,gold", [("#### 72", "72"), ("####  1,250", "1250"), ("#### -4", "-4"), ("#### $18", "18")]
+)
+def test_r2_gsm8k_final_line_is_a_marker(line: str, gold: str) -> None:
+    completion = "Each box holds 9 and there are 8 boxes, so 72 in all; she keeps 5.\n" + line
+    assert verify_math(completion, gold)[0] == 1.0
+    assert verify_math(completion, "5")[0] == 0.0
+
+
+@pytest.mark.parametrize("heading", ["#### 2. Solve for x", "#### 3 Cases", "### 72"])
+def test_r2_hash_headings_are_no_marker(heading: str) -> None:
+    assert extract_math_answer(heading + "\nWe get x = 4 after dividing.") is None
+
+
+# R10: a whole number directly before a proper \frac of digits is a mixed number; anything between is not.
+@pytest.mark.parametrize(
+    "written,gold,reward",
+    [
+        ("4\\frac{2}{3}", "14/3", 1.0),
+        ("4 \\frac23", "14/3", 1.0),
+        ("-1\\dfrac{1}{8}", "-9/8", 1.0),
+        ("4\\frac{2}{3}", "8/3", 0.0),
+        ("4\\times\\frac{2}{3}", "14/3", 0.0),
+        ("a^4\\frac{2}{3}", "\\frac{2}{3}a^{4}", 1.0),
+    ],
+)
+def test_r10_latex_mixed_numbers(written: str, gold: str, reward: float) -> None:
+    assert verify_math(WORK + f"$\\boxed{{{written}}}$", gold)[0] == reward
+
+
+def test_decisions_on_markers_and_mixed_numbers_are_written_in_the_docs_and_the_docstring() -> None:
+    chapter = " ".join((Path(__file__).resolve().parent.parent / "docs" / "rewards.md").read_text().split())
+    docstring = " ".join((answers.__doc__ or "").split())
+    for phrase in ("`#### 26`", "the last committed statement", "2\\frac{1}{2}", "I'd go with B", "`choice` has"):
+        assert phrase in docstring, phrase
+        assert phrase in chapter, phrase
