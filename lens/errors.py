@@ -34,6 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn, ParamSpec, TypeVar
 
+from lens import console
+
 
 class UsageError(ValueError):
     """A bad command line: an unknown flag, a missing argument, a value argparse could not convert."""
@@ -119,6 +121,7 @@ def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         show_warnings_once()
         quiet_library_noise()
+        console.quiet_library_bars()
         try:
             return fn(*args, **kwargs)
         except USER_ERRORS as error:

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from lens import answers, data, errors, preflight, reward, reward_fns, tasks
+from lens import answers, console, data, errors, preflight, reward, reward_fns, tasks
 from lens.config import load_config
 from lens.reward import REASONS, Verifier
 from lens.rollout import Engine, SamplingParams, make_engine
@@ -180,6 +180,10 @@ def _chunk_sampling(sampling: SamplingParams, first_row: int) -> SamplingParams:
     return sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + first_row)
 
 
+# Prompts per generate call of lens.eval and of the trainer's evaluation: a progress bar moves once per batch.
+BATCH_PROMPTS = 64
+
+
 def evaluate_set(
     engine: Engine,
     tokenizer: Any,
@@ -196,10 +200,9 @@ def evaluate_set(
 
     batch_size: prompts per generate call (None: all at once). With a seeded `sampling` the samples do not
     depend on it (sample j of prompt i draws from seed + i * n + j); unseeded calls draw a seed per batch.
-    progress: the label of a progress bar over the prompts on stderr (None: no bar, as in training).
+    progress: the label of a progress bar over the prompts on stderr (None: no bar, as on ranks > 0): tqdm on
+    a terminal, a plain line every half minute elsewhere (`lens.console.bar`). It moves once per batch.
     """
-    from tqdm import tqdm
-
     # Checked before sampling: a mismatch found after minutes of generation would waste them all.
     if len(prompts) != len(answers) or not prompts:
         raise ValueError(f"evaluate: need as many answers as prompts (> 0), got {len(prompts)} and {len(answers)}")
@@ -215,7 +218,8 @@ def evaluate_set(
     reasons: list[str] = []
     lengths: list[int] = []
     finish: list[str] = []
-    bar = tqdm(total=len(prompts), desc=progress, unit="prompt", disable=progress is None, leave=False)
+    # No closing line off a terminal: the caller prints the set's result.
+    bar = console.bar(len(prompts), desc=progress, unit="prompt", disable=progress is None, final=False, leave=False)
     for lo in range(0, len(prompts), step):
         chunk = [list(p) for p in prompts[lo : lo + step]]
         # Offset by the global row (lo * n), so batching never changes which seed a sample draws.
@@ -385,7 +389,7 @@ def add_common_args(parser: argparse.ArgumentParser, *, default_benchmarks: str)
     parser.add_argument("--device", default="auto", help="auto (cuda if available) | cpu | cuda | cuda:N")
     parser.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU) | float32 | ...")
     # 64 bounds the HF engine's memory on long math responses; results do not depend on it (seeded rows).
-    parser.add_argument("--batch-size", type=_positive_int, default=64, help="prompts per generate call")
+    parser.add_argument("--batch-size", type=_positive_int, default=BATCH_PROMPTS, help="prompts per generate call")
     parser.add_argument(
         "--no-last-number-fallback",
         action="store_true",
