@@ -39,7 +39,7 @@ from tokenizers.models import WordLevel
 from torch import nn
 from tqdm import tqdm
 
-from lens import checkpoint, data, errors, gates, preflight, purify, scoring, tasks, trial_gate, variants
+from lens import checkpoint, console, data, errors, gates, preflight, purify, scoring, tasks, trial_gate, variants
 from lens.probes import AuditPrompt, load_frozen, load_tokenizer, precision_at_k, roc_auc, task_prompts
 from lens.tasks import vartrack
 
@@ -432,7 +432,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     # `detect` has its own flags: its parser is chosen by the first word (argparse subparsers would make the
     # single-policy audit, the common case, a subcommand too)
     if argv[:1] == ["detect"]:
-        parser = errors.ArgumentParser(prog="python -m lens.audit detect", description=run_detect.__doc__)
+        parser = errors.ArgumentParser(prog=console.command("lens.audit", "detect"), description=run_detect.__doc__)
         _common(parser)
         which = parser.add_mutually_exclusive_group(required=True)
         which.add_argument("--policy", nargs="+", help="policy checkpoints (HF directories), one table each")
@@ -443,7 +443,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.command = "detect"
         return args
     parser = errors.ArgumentParser(
-        prog="python -m lens.audit",
+        prog=console.command("lens.audit"),
         description=run_audit.__doc__,
         epilog="subcommands:\n" + "\n".join(f"  {name:8} {text}" for name, text in SUBCOMMANDS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,

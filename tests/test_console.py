@@ -85,3 +85,15 @@ def test_every_script_named_is_a_console_script(module: str) -> None:
     pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
     script = console.SCRIPTS[module]
     assert f'{script} = "' in pyproject
+
+
+def test_a_usage_error_names_its_command_once(capsys) -> None:
+    # Was: `lens: error: python -m lens.report: python -m lens.report: give at least one RUN_DIR ... (see --help)
+    # (see --help)`: the parser's complaint was caught and wrapped by the parser again.
+    from lens import report
+
+    with pytest.raises(SystemExit) as e:
+        report.main([])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count(console.command("lens.report")) == 1 and err.count("(see --help)") == 1
+    assert "give at least one RUN_DIR" in err

@@ -118,8 +118,11 @@ def test_check_without_a_manifest_offers_to_write_one(tmp_path: Path) -> None:
     (tmp_path / "math500" / "test.jsonl").write_text('{"problem": "1+1?", "answer": "2"}\n')
     cmd = [sys.executable, "-m", "lens.data", "check", str(tmp_path)]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    assert done.returncode == 2 and f"python -m lens.data check {tmp_path} --write-manifest" in done.stderr
-    done = subprocess.run([*cmd, "--write-manifest"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 2 and f"check {tmp_path} --write-manifest" in done.stderr
+    # The command it offers runs as printed (was a bare `python -m ...`: another interpreter, or none, on PATH).
+    offered = done.stderr.rsplit("`", 2)[-2]
+    assert not offered.startswith("python ")
+    done = subprocess.run(offered, shell=True, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0 and "1 sets: math500" in done.stdout and f"{tmp_path}: ok" in done.stdout
     assert json.loads((tmp_path / "manifest.json").read_text())["math500"]["rows"] == 1
 
