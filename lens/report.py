@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from lens import console, errors, variants
+from lens import checkpoint, console, errors, variants
 from lens.config import STAGES as TRAIN_STAGES
 from lens.reward import BINS
 
@@ -210,6 +210,7 @@ def load_run(run_dir: str | Path, label: str | None = None) -> Run:
     """Read <run_dir>/config.yaml and <run_dir>/metrics.jsonl; a repeated step (after a resume) keeps
     its LAST row. Raises ValueError naming the file (and line) on a missing file or a bad row."""
     path = Path(run_dir)
+    checkpoint.refuse_tool_output(path, "", "lens.report reads the run directories that lens-train writes")
     metrics_path = path / METRICS_FILE
     if not metrics_path.is_file():
         raise ValueError(f"{metrics_path}: not found ({path} is not a run directory written by lens/train.py)")
