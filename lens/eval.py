@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from lens import answers, console, data, errors, preflight, reward, reward_fns, tasks
+from lens.checkpoint import refuse_tool_output
 from lens.config import load_config
 from lens.reward import REASONS, Verifier
 from lens.rollout import Engine, SamplingParams, make_engine
@@ -643,6 +644,8 @@ def trained_defaults(parser: argparse.ArgumentParser, argv: list[str] | None) ->
     the held-out sets (`--benchmarks trained`), samples per problem, sampling, seed, rendering and data keys,
     so that `lens.eval --model <checkpoint>` scores what the run logged as `eval/<set>`. Flags still win."""
     known, _ = parser.parse_known_args(argv)
+    # An output folder of lens.eval is no model: transformers would fail on it with an unrelated message.
+    refuse_tool_output(known.model, "--model", "give a run directory, a checkpoint or a model directory")
     step = trained_checkpoint(known.model)
     if step is None:
         return
