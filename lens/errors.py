@@ -63,10 +63,10 @@ def one_line(error: BaseException) -> str:
 
 
 def show_warnings_once() -> None:
-    """Each warning (category and text) at most once per process. Python's filters remember what they
-    showed in a per-module registry that is cleared whenever any library touches the filters (the "once"
-    action included), so DeepSpeed's collective deprecations came back every step; the dedup therefore sits
-    in `warnings.showwarning`, after the filters, which still decide what is shown at all."""
+    """Each warning (category and text) at most once per process, and only on rank 0. Python's filters
+    remember what they showed in a per-module registry that is cleared whenever any library touches the
+    filters (the "once" action included), so DeepSpeed's collective deprecations came back every step; the
+    dedup therefore sits in `warnings.showwarning`, after the filters, which still decide what is shown."""
     # Idempotent: every entry point calls it, and wrapping twice would stack two sets for nothing.
     if getattr(warnings.showwarning, "lens_once", False):
         return
@@ -74,7 +74,9 @@ def show_warnings_once() -> None:
 
     def once(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> None:
         key = (category, str(message))
-        if key not in shown:
+        # Under torchrun every rank reads the same config and data and warns alike: rank 0 speaks for all, as
+        # it prints the user errors (two ranks printed each skipped-prompts warning twice).
+        if key not in shown and os.environ.get("RANK", "0") == "0":
             shown.add(key)
             show(message, category, *args, **kwargs)
 

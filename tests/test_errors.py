@@ -6,6 +6,7 @@ Run: `.venv/bin/python -m pytest tests/test_errors.py -q`.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -75,6 +76,20 @@ def test_a_repeated_library_warning_is_shown_once():
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0 and done.stderr.count("all_gather_into_tensor is deprecated") == 1
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_a_warning_is_shown_by_rank_0_alone(rank: str) -> None:
+    # Was: `torchrun --nproc_per_node=2 lens/train.py ... data.max_prompt_len=30` printed each "skipped N prompts
+    # longer than data.max_prompt_len" warning once per rank: every rank loads the same data.
+    code = (
+        "import warnings\nfrom lens.errors import cli_errors\n@cli_errors\ndef main():\n"
+        "    warnings.warn('data set train: skipped 3 prompts', UserWarning)\n"
+        "main()"
+    )
+    env = {**os.environ, "RANK": rank}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and done.stderr.count("skipped 3 prompts") == (1 if rank == "0" else 0)
 
 
 def test_a_refused_launch_prints_nothing_but_its_line(tmp_path):
