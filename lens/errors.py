@@ -11,7 +11,8 @@ raise UsageError instead of printing usage. A TypeError is a bug unless lens rai
 user typed (`ValueTypeError`).
 Under torchrun (RANK set) only rank 0 prints, since every rank usually hits the same mistake, and every
 rank writes its line to torchrun's error file (TORCHELASTIC_ERROR_FILE), so a mistake only rank 1 finds
-(a checkpoint file of its own) is not lost: torchrun's failure report shows it, and `lens.launch`
+(a checkpoint file of its own) is not lost (before the process group exists, local rank 0 alone writes: the
+command line and config are every rank's alike): torchrun's failure report shows it, and `lens.launch`
 prints it alone (under lens.launch, LENS_LAUNCHER set, the workers print nothing: the launcher does).
 A rank that fails because another rank left with a user error (its next collective breaks) exits 2
 quietly, rank 0 printing the other rank's line (`peer_user_error`). Set LENS_DEBUG=1 for the full
@@ -131,7 +132,10 @@ def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
                 raise
             line = f"lens: error: {one_line(error)}"
             # Every rank records, whether it prints or not: the launcher must see a mistake only rank 1 found.
-            record_for_launcher(line)
+            # A mistake found before the process group exists (the command line, the config) is every rank's
+            # alike: local rank 0's line is enough (torchrun's report showed it once per rank, 4 ranks: 5 times).
+            if os.environ.get("LOCAL_RANK", "0") == "0" or _process_group_up():
+                record_for_launcher(line)
             if os.environ.get("RANK", "0") == "0" and LAUNCHER_ENV not in os.environ:
                 print(line, file=sys.stderr, flush=True)
             # `from None`: the interpreter must not print the traceback we are hiding.
@@ -176,6 +180,12 @@ def console_script(main: Callable[[list[str] | None], object]) -> Callable[[], i
 
     run.__doc__ = main.__doc__
     return run
+
+
+def _process_group_up() -> bool:
+    """Whether this worker has joined its process group (torch.distributed initialised; never imported here)."""
+    dist = sys.modules.get("torch.distributed")
+    return bool(dist is not None and dist.is_available() and dist.is_initialized())
 
 
 def record_for_launcher(line: str) -> None:
