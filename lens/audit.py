@@ -37,7 +37,6 @@ from typing import Any
 import torch
 from tokenizers.models import WordLevel
 from torch import nn
-from tqdm import tqdm
 
 from lens import checkpoint, console, data, errors, gates, preflight, purify, scoring, tasks, trial_gate, variants
 from lens.probes import AuditPrompt, load_frozen, load_tokenizer, precision_at_k, roc_auc, task_prompts
@@ -242,7 +241,7 @@ def run_audit(args: argparse.Namespace) -> list[dict[str, Any]]:
     if not prompts:
         raise ValueError(f"--data {args.data!r}: no prompts to audit")
     # The stages take minutes on a real model: a bar over them on stderr (load, score, accuracy before/after).
-    with tqdm(total=4 if args.accuracy else 2, desc="audit", unit="stage") as bar:
+    with console.bar(4 if args.accuracy else 2, desc="audit", unit="stage") as bar:
         bar.set_postfix_str("loading the models")
         policy, ref = load_frozen(args.policy), load_frozen(args.ref)
         bar.update()
@@ -368,7 +367,7 @@ def run_detect(args: argparse.Namespace) -> dict[str, dict[str, dict[str, float]
     ref = load_frozen(args.ref)
     results: dict[str, dict[str, dict[str, float]]] = {}
     # Scoring a checkpoint takes minutes on a real model: a bar over (checkpoint, scorer) pairs on stderr.
-    with tqdm(total=len(policies) * len(scorers), desc="detect", unit="score") as bar:
+    with console.bar(len(policies) * len(scorers), desc="detect", unit="score") as bar:
         for label, path in policies:
             policy = load_frozen(path)
             results[label] = {}

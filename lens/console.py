@@ -110,6 +110,12 @@ class LineBar:
             self._print()
         self.disable = True
 
+    def __enter__(self) -> LineBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def bar(
     total: int,

@@ -28,8 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from lens import console, data, errors
 
 MANIFEST = "manifest.json"
@@ -152,8 +150,8 @@ def prepare(names: Sequence[str], out: Path) -> dict[str, dict[str, Any]]:
     manifest = read_manifest(out) if (out / MANIFEST).is_file() else {}
     written = {}
     # A big set takes minutes to download and convert: a bar over the sets on stderr.
-    bar = tqdm(names, desc="prepare", unit="set")
-    for name in bar:
+    bar = console.bar(len(names), desc="prepare", unit="set")
+    for name in names:
         bar.set_postfix_str(name)
         rows = _rows_of(name, CATALOG[name])
         rel = data.BENCHMARKS[name].path.removesuffix(".gz")  # written uncompressed: plain JSON Lines
@@ -163,7 +161,9 @@ def prepare(names: Sequence[str], out: Path) -> dict[str, dict[str, Any]]:
         tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         tmp.replace(path)  # never a half-written set under the final name
         written[name] = {"file": rel, "rows": len(rows), "sha256": sha256(path), "source": CATALOG[name].spec}
+        bar.update()
         bar.write(f"{name}: {len(rows)} rows -> {path}")
+    bar.close()
     manifest.update(written)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return written

@@ -56,7 +56,7 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
 
 def test_prepare_writes_the_layout_the_loader_reads(fake_hub: list, tmp_path: Path, capsys) -> None:
     assert datahub.main(["prepare", "math500", "mmlu_pro", "dapo_math_17k", "--out", str(tmp_path)]) == 0
-    assert "prepare: 100%" in capsys.readouterr().err  # the progress bar over the sets
+    assert "prepare: 3/3 sets (100%)" in capsys.readouterr().err  # progress over the sets (capsys: plain lines)
     assert fake_hub == [
         ("HuggingFaceH4/MATH-500", None, "test"),
         ("TIGER-Lab/MMLU-Pro", None, "test"),
