@@ -815,9 +815,10 @@ def _refuse_or_warn(changes: list[str], allow_change: bool, *, refusal: str, war
 
 def tool_output(path: str | os.PathLike) -> str | None:
     """`lens.eval (results.json)` when `path` is the output folder of a tool that reads runs and holds no run
-    itself (none of `RUN_MARKERS`); None otherwise."""
+    itself (none of `RUN_MARKERS`) nor a model (config.json: a model directory may ship a results.json of its
+    own); None otherwise."""
     root = Path(path)
-    if any((root / name).exists() for name in RUN_MARKERS):
+    if any((root / name).exists() for name in (*RUN_MARKERS, "config.json")):
         return None
     found = [f"{tool} ({name})" for name, tool in TOOL_OUTPUTS.items() if (root / name).is_file()]
     return ", ".join(found) or None

@@ -33,9 +33,12 @@ def test_the_trainer_refuses_an_evaluation_output_as_run_dir(eval_output: Path) 
         with pytest.raises(ValueError, match=re.escape(f"run_dir {eval_output} {SAYS}")):
             checkpoint.check_run_dir(eval_output, {}, resume)
     assert checkpoint.tool_output(eval_output.parent) is None
-    # A run directory someone evaluated into is still a run: the checks of a used run directory answer it.
-    (eval_output / "metrics.jsonl").write_text("")
-    assert checkpoint.tool_output(eval_output) is None
+    # A model that ships a results.json is a model; a run directory someone evaluated into is still a run (the
+    # checks of a used run directory answer it).
+    for marker in ("config.json", "metrics.jsonl"):
+        (eval_output / marker).write_text("")
+        assert checkpoint.tool_output(eval_output) is None
+        (eval_output / marker).unlink()
 
 
 def test_report_and_eval_refuse_an_evaluation_output(eval_output: Path) -> None:
