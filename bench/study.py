@@ -80,7 +80,7 @@ from typing import Any
 
 import yaml
 
-from lens import data
+from lens import console, data
 from lens.config import load_config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -810,8 +810,9 @@ def study_runs(
 
 
 def shown(cmd: list[str]) -> str:
-    """A command as the dry run prints it: `python -m ...` with paths inside the repository made relative."""
-    return " ".join(["python", *cmd[1:]]).replace(f"{REPO}/", "")
+    """A command as the dry run prints it: the running interpreter (`.venv/bin/python -m ...`: a bare `python`
+    may be another one, without lens) with paths inside the repository made relative."""
+    return " ".join([console.python(), *cmd[1:]]).replace(f"{REPO}/", "")
 
 
 def dry_run(plan: Plan, tasks: Sequence[str], arms: Sequence[str], seeds: Sequence[int], runs: Path, out: Path) -> None:

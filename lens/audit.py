@@ -37,9 +37,8 @@ from typing import Any
 import torch
 from tokenizers.models import WordLevel
 from torch import nn
-from tqdm import tqdm
 
-from lens import checkpoint, data, errors, gates, preflight, purify, scoring, tasks, trial_gate, variants
+from lens import checkpoint, console, data, errors, gates, preflight, purify, scoring, tasks, trial_gate, variants
 from lens.probes import AuditPrompt, load_frozen, load_tokenizer, precision_at_k, roc_auc, task_prompts
 from lens.tasks import vartrack
 
@@ -242,7 +241,7 @@ def run_audit(args: argparse.Namespace) -> list[dict[str, Any]]:
     if not prompts:
         raise ValueError(f"--data {args.data!r}: no prompts to audit")
     # The stages take minutes on a real model: a bar over them on stderr (load, score, accuracy before/after).
-    with tqdm(total=4 if args.accuracy else 2, desc="audit", unit="stage") as bar:
+    with console.bar(4 if args.accuracy else 2, desc="audit", unit="stage") as bar:
         bar.set_postfix_str("loading the models")
         policy, ref = load_frozen(args.policy), load_frozen(args.ref)
         bar.update()
@@ -368,7 +367,7 @@ def run_detect(args: argparse.Namespace) -> dict[str, dict[str, dict[str, float]
     ref = load_frozen(args.ref)
     results: dict[str, dict[str, dict[str, float]]] = {}
     # Scoring a checkpoint takes minutes on a real model: a bar over (checkpoint, scorer) pairs on stderr.
-    with tqdm(total=len(policies) * len(scorers), desc="detect", unit="score") as bar:
+    with console.bar(len(policies) * len(scorers), desc="detect", unit="score") as bar:
         for label, path in policies:
             policy = load_frozen(path)
             results[label] = {}
@@ -432,7 +431,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     # `detect` has its own flags: its parser is chosen by the first word (argparse subparsers would make the
     # single-policy audit, the common case, a subcommand too)
     if argv[:1] == ["detect"]:
-        parser = errors.ArgumentParser(prog="python -m lens.audit detect", description=run_detect.__doc__)
+        parser = errors.ArgumentParser(prog=console.command("lens.audit", "detect"), description=run_detect.__doc__)
         _common(parser)
         which = parser.add_mutually_exclusive_group(required=True)
         which.add_argument("--policy", nargs="+", help="policy checkpoints (HF directories), one table each")
@@ -443,7 +442,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.command = "detect"
         return args
     parser = errors.ArgumentParser(
-        prog="python -m lens.audit",
+        prog=console.command("lens.audit"),
         description=run_audit.__doc__,
         epilog="subcommands:\n" + "\n".join(f"  {name:8} {text}" for name, text in SUBCOMMANDS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from lens import config as lens_config
-from lens import errors
+from lens import console, errors
 
 STAGES = lens_config.STAGES
 # Benchmark settings forced on every run: time training steps only (no evaluation, no TensorBoard).
@@ -184,7 +184,7 @@ def run_interleaved(args: argparse.Namespace, root: Path) -> dict[str, list[dict
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = errors.ArgumentParser(prog="python -m lens.bench_step", description=__doc__.split("\n")[0])
+    p = errors.ArgumentParser(prog=console.command("lens.bench_step"), description=__doc__.split("\n")[0])
     p.add_argument("--config", default=None, help="YAML preset; default: the built-in CPU run")
     # 12 steps, 1 dropped: 11 interleaved pairs, enough for a median and quartiles while a CPU run stays short.
     p.add_argument("--steps", type=int, default=12, help="training steps per algorithm, warm-up included")

@@ -79,6 +79,13 @@ FORMAT = 3
 DATA_SOURCES = "data_sources.json"
 # What makes a run directory somebody's: its metrics, its config, its checkpoints.
 RUN_MARKERS = ("metrics.jsonl", CONFIG, CHECKPOINTS)
+# What the tools that read runs write into their output folders (file -> tool): such a folder is no run.
+TOOL_OUTPUTS = {
+    "results.json": "lens.eval",
+    "robustness.json": "lens.robustness",
+    "detection.json": "lens.audit detect",
+    "summary.json": "lens.report",
+}
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _CHUNK = 8 << 20  # bytes per read while hashing: big enough to run at disk speed, small in memory
 
@@ -806,6 +813,28 @@ def _refuse_or_warn(changes: list[str], allow_change: bool, *, refusal: str, war
         warnings.warn(warning.format(listed), stacklevel=3)
 
 
+def tool_output(path: str | os.PathLike) -> str | None:
+    """`lens.eval (results.json)` when `path` is the output folder of a tool that reads runs and holds no run
+    itself (none of `RUN_MARKERS`) nor a model (config.json: a model directory may ship a results.json of its
+    own); None otherwise."""
+    root = Path(path)
+    if any((root / name).exists() for name in (*RUN_MARKERS, "config.json")):
+        return None
+    found = [f"{tool} ({name})" for name, tool in TOOL_OUTPUTS.items() if (root / name).is_file()]
+    return ", ".join(found) or None
+
+
+def refuse_tool_output(path: str | os.PathLike, what: str, instead: str) -> None:
+    """ValueError, one line naming the folder and what it is, when `path` is a tool's output folder
+    (`tool_output`) given where a run directory belongs (`what`: the flag that named it, or ""; `instead`: the advice).
+    Training there would mix a run into the results, and a tool would misread them or fail on a missing file."""
+    found = tool_output(path)
+    if found is not None:
+        raise ValueError(
+            f"{what + ' ' if what else ''}{path} is the output folder of {found}, not a run directory; {instead}"
+        )
+
+
 def refuse_used_run_dir(run_dir: str | os.PathLike, config: Mapping[str, Any] | None = None) -> None:
     """A fresh run's check: ValueError when run_dir holds another run's metrics.jsonl, config.yaml or
     checkpoints. Read-only (lens.launch asks before it starts the workers). With this run's `config`, the
@@ -837,6 +866,9 @@ def _guarded(key: str) -> bool:
     return key not in FREE_KEYS and not key.startswith(FREE_SECTIONS)
 
 
+RUN_DIR_INSTEAD = "give the run its own run_dir (or, to continue a run, the run_dir it was started with)"
+
+
 def check_run_dir(
     run_dir: str | os.PathLike, config: Mapping[str, Any], resume: str | None, *, allow_config_change: bool = False
 ) -> Path | None:
@@ -849,6 +881,7 @@ def check_run_dir(
     it (with auto and no checkpoint yet: against run_dir/config.yaml) by `check_resume_config`.
     """
     root = Path(run_dir)
+    refuse_tool_output(root, "run_dir", RUN_DIR_INSTEAD)
     if resume in (None, "", "none"):
         refuse_used_run_dir(root, config)
     path = resolve_resume(resume, root)

@@ -630,8 +630,15 @@ def _check_defining(spec: variants.MethodSpec, raw: dict[str, Any]) -> None:
 def _warn_ignored(spec: variants.MethodSpec, raw: dict[str, Any]) -> None:
     # Only values that differ from the default warn: presets spell out defaults for readability.
     defaults = dict(_flat_items(Config().to_dict()))
+    # `resolve` writes data.batch_size into an unset gen_batch_size: a saved config.yaml (read again by
+    # `lens.eval --model RUN_DIR`) holds that value without anyone having set it.
+    data_raw = raw.get("data")
+    batch = data_raw.get("batch_size") if isinstance(data_raw, dict) else None
+    resolved = {"algorithm.dapo.gen_batch_size": batch if batch is not None else defaults["data.batch_size"]}
     for key, value in _flat_items(raw):
         section = key.rsplit(".", 1)[0]
+        if key in resolved and value == resolved[key]:
+            continue
         if (key in spec.ignored or section in spec.ignored) and key in defaults and value != defaults[key]:
             warnings.warn(f"{key}={value!r} is ignored by algorithm.name={spec.name}", UserWarning, stacklevel=4)
 

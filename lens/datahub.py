@@ -28,9 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
-from lens import data, errors
+from lens import console, data, errors
 
 MANIFEST = "manifest.json"
 # The DAPO-Math-17k hub copy wraps every problem in an instruction that asks for "Answer: X" on the last
@@ -152,8 +150,8 @@ def prepare(names: Sequence[str], out: Path) -> dict[str, dict[str, Any]]:
     manifest = read_manifest(out) if (out / MANIFEST).is_file() else {}
     written = {}
     # A big set takes minutes to download and convert: a bar over the sets on stderr.
-    bar = tqdm(names, desc="prepare", unit="set")
-    for name in bar:
+    bar = console.bar(len(names), desc="prepare", unit="set")
+    for name in names:
         bar.set_postfix_str(name)
         rows = _rows_of(name, CATALOG[name])
         rel = data.BENCHMARKS[name].path.removesuffix(".gz")  # written uncompressed: plain JSON Lines
@@ -163,7 +161,9 @@ def prepare(names: Sequence[str], out: Path) -> dict[str, dict[str, Any]]:
         tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         tmp.replace(path)  # never a half-written set under the final name
         written[name] = {"file": rel, "rows": len(rows), "sha256": sha256(path), "source": CATALOG[name].spec}
+        bar.update()
         bar.write(f"{name}: {len(rows)} rows -> {path}")
+    bar.close()
     manifest.update(written)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return written
@@ -194,8 +194,8 @@ def read_manifest(root: Path) -> dict[str, dict[str, Any]]:
         raise FileNotFoundError(f"{root}: no such data directory")
     if not file.is_file():
         raise ValueError(
-            f"{root}: no {MANIFEST} (`python -m lens.data prepare` writes one); to record the files there as they "
-            f"are now, run `python -m lens.data check {root} --write-manifest`"
+            f"{root}: no {MANIFEST} (`{console.command('lens.data', 'prepare')}` writes one); to record the files "
+            f"there as they are now, run `{console.command('lens.data', 'check', root, '--write-manifest')}`"
         )
     try:
         manifest = json.loads(file.read_text(encoding="utf-8"))
@@ -225,7 +225,7 @@ def check(root: Path) -> list[str]:
 
 @errors.cli_errors
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = errors.ArgumentParser(prog="python -m lens.data", description="Get and verify lens's data sets")
+    parser = errors.ArgumentParser(prog=console.command("lens.data"), description="Get and verify lens's data sets")
     sub = parser.add_subparsers(dest="command", required=True)
     prep = sub.add_parser("prepare", help="download named sets from the Hugging Face hub (needs network)")
     prep.add_argument("names", nargs="+", help=f"set names ({', '.join(CATALOG)}) or all")

@@ -11,7 +11,8 @@ raise UsageError instead of printing usage. A TypeError is a bug unless lens rai
 user typed (`ValueTypeError`).
 Under torchrun (RANK set) only rank 0 prints, since every rank usually hits the same mistake, and every
 rank writes its line to torchrun's error file (TORCHELASTIC_ERROR_FILE), so a mistake only rank 1 finds
-(a checkpoint file of its own) is not lost: torchrun's failure report shows it, and `lens.launch`
+(a checkpoint file of its own) is not lost (before the process group exists, local rank 0 alone writes: the
+command line and config are every rank's alike): torchrun's failure report shows it, and `lens.launch`
 prints it alone (under lens.launch, LENS_LAUNCHER set, the workers print nothing: the launcher does).
 A rank that fails because another rank left with a user error (its next collective breaks) exits 2
 quietly, rank 0 printing the other rank's line (`peer_user_error`). Set LENS_DEBUG=1 for the full
@@ -33,6 +34,8 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn, ParamSpec, TypeVar
+
+from lens import console
 
 
 class UsageError(ValueError):
@@ -61,10 +64,10 @@ def one_line(error: BaseException) -> str:
 
 
 def show_warnings_once() -> None:
-    """Each warning (category and text) at most once per process. Python's filters remember what they
-    showed in a per-module registry that is cleared whenever any library touches the filters (the "once"
-    action included), so DeepSpeed's collective deprecations came back every step; the dedup therefore sits
-    in `warnings.showwarning`, after the filters, which still decide what is shown at all."""
+    """Each warning (category and text) at most once per process, and only on rank 0. Python's filters
+    remember what they showed in a per-module registry that is cleared whenever any library touches the
+    filters (the "once" action included), so DeepSpeed's collective deprecations came back every step; the
+    dedup therefore sits in `warnings.showwarning`, after the filters, which still decide what is shown."""
     # Idempotent: every entry point calls it, and wrapping twice would stack two sets for nothing.
     if getattr(warnings.showwarning, "lens_once", False):
         return
@@ -72,7 +75,9 @@ def show_warnings_once() -> None:
 
     def once(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> None:
         key = (category, str(message))
-        if key not in shown:
+        # Under torchrun every rank reads the same config and data and warns alike: rank 0 speaks for all, as
+        # it prints the user errors (two ranks printed each skipped-prompts warning twice).
+        if key not in shown and os.environ.get("RANK", "0") == "0":
             shown.add(key)
             show(message, category, *args, **kwargs)
 
@@ -119,6 +124,7 @@ def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         show_warnings_once()
         quiet_library_noise()
+        console.quiet_library_bars()
         try:
             return fn(*args, **kwargs)
         except USER_ERRORS as error:
@@ -126,7 +132,10 @@ def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
                 raise
             line = f"lens: error: {one_line(error)}"
             # Every rank records, whether it prints or not: the launcher must see a mistake only rank 1 found.
-            record_for_launcher(line)
+            # A mistake found before the process group exists (the command line, the config) is every rank's
+            # alike: local rank 0's line is enough (torchrun's report showed it once per rank, 4 ranks: 5 times).
+            if os.environ.get("LOCAL_RANK", "0") == "0" or _process_group_up():
+                record_for_launcher(line)
             if os.environ.get("RANK", "0") == "0" and LAUNCHER_ENV not in os.environ:
                 print(line, file=sys.stderr, flush=True)
             # `from None`: the interpreter must not print the traceback we are hiding.
@@ -171,6 +180,12 @@ def console_script(main: Callable[[list[str] | None], object]) -> Callable[[], i
 
     run.__doc__ = main.__doc__
     return run
+
+
+def _process_group_up() -> bool:
+    """Whether this worker has joined its process group (torch.distributed initialised; never imported here)."""
+    dist = sys.modules.get("torch.distributed")
+    return bool(dist is not None and dist.is_available() and dist.is_initialized())
 
 
 def record_for_launcher(line: str) -> None:

@@ -40,7 +40,8 @@ from typing import Any
 
 import torch
 
-from lens import answers, data, errors, preflight, reward, reward_fns, tasks
+from lens import answers, console, data, errors, preflight, reward, reward_fns, tasks
+from lens.checkpoint import refuse_tool_output
 from lens.config import load_config
 from lens.reward import REASONS, Verifier
 from lens.rollout import Engine, SamplingParams, make_engine
@@ -181,6 +182,10 @@ def _chunk_sampling(sampling: SamplingParams, first_row: int) -> SamplingParams:
     return sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + first_row)
 
 
+# Prompts per generate call of lens.eval and of the trainer's evaluation: a progress bar moves once per batch.
+BATCH_PROMPTS = 64
+
+
 def evaluate_set(
     engine: Engine,
     tokenizer: Any,
@@ -197,10 +202,9 @@ def evaluate_set(
 
     batch_size: prompts per generate call (None: all at once). With a seeded `sampling` the samples do not
     depend on it (sample j of prompt i draws from seed + i * n + j); unseeded calls draw a seed per batch.
-    progress: the label of a progress bar over the prompts on stderr (None: no bar, as in training).
+    progress: the label of a progress bar over the prompts on stderr (None: no bar, as on ranks > 0): tqdm on
+    a terminal, a plain line every half minute elsewhere (`lens.console.bar`). It moves once per batch.
     """
-    from tqdm import tqdm
-
     # Checked before sampling: a mismatch found after minutes of generation would waste them all.
     if len(prompts) != len(answers) or not prompts:
         raise ValueError(f"evaluate: need as many answers as prompts (> 0), got {len(prompts)} and {len(answers)}")
@@ -216,7 +220,8 @@ def evaluate_set(
     reasons: list[str] = []
     lengths: list[int] = []
     finish: list[str] = []
-    bar = tqdm(total=len(prompts), desc=progress, unit="prompt", disable=progress is None, leave=False)
+    # No closing line off a terminal: the caller prints the set's result.
+    bar = console.bar(len(prompts), desc=progress, unit="prompt", disable=progress is None, final=False, leave=False)
     for lo in range(0, len(prompts), step):
         chunk = [list(p) for p in prompts[lo : lo + step]]
         # Offset by the global row (lo * n), so batching never changes which seed a sample draws.
@@ -386,7 +391,7 @@ def add_common_args(parser: argparse.ArgumentParser, *, default_benchmarks: str)
     parser.add_argument("--device", default="auto", help="auto (cuda if available) | cpu | cuda | cuda:N")
     parser.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU) | float32 | ...")
     # 64 bounds the HF engine's memory on long math responses; results do not depend on it (seeded rows).
-    parser.add_argument("--batch-size", type=_positive_int, default=64, help="prompts per generate call")
+    parser.add_argument("--batch-size", type=_positive_int, default=BATCH_PROMPTS, help="prompts per generate call")
     parser.add_argument(
         "--no-last-number-fallback",
         action="store_true",
@@ -640,6 +645,8 @@ def trained_defaults(parser: argparse.ArgumentParser, argv: list[str] | None) ->
     the held-out sets (`--benchmarks trained`), samples per problem, sampling, seed, rendering and data keys,
     so that `lens.eval --model <checkpoint>` scores what the run logged as `eval/<set>`. Flags still win."""
     known, _ = parser.parse_known_args(argv)
+    # An output folder of lens.eval is no model: transformers would fail on it with an unrelated message.
+    refuse_tool_output(known.model, "--model", "give a run directory, a checkpoint or a model directory")
     step = trained_checkpoint(known.model)
     if step is None:
         return

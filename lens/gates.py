@@ -86,7 +86,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lens import algos, checkpoint, errors, model, probes, purify, scoring, tasks
+from lens import algos, checkpoint, console, errors, model, probes, purify, scoring, tasks
 from lens.config import REPO_ROOT, Config, load_config
 from lens.errors import cli_errors
 
@@ -957,7 +957,7 @@ def _seeds(text: str) -> tuple[int, ...]:
 @cli_errors
 def main_g3(argv: list[str]) -> dict[str, Any]:
     """`python -m lens.audit g3 ...`: the replicated G3 of a task."""
-    parser = errors.ArgumentParser(prog="python -m lens.audit g3", description=run_g3.__doc__)
+    parser = errors.ArgumentParser(prog=console.command("lens.audit", "g3"), description=run_g3.__doc__)
     add_task_argument(parser)
     parser.add_argument("--warm-start", action="append", required=True, help="a reference checkpoint dir (repeat)")
     parser.add_argument("--seeds", type=_seeds, default=G3_REPLICATION_SEEDS, help="perturbation seeds, 0,1,2")
@@ -979,7 +979,7 @@ def _positive_int(text: str) -> int:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = errors.ArgumentParser(prog="python -m lens.audit gates", description=run_gates.__doc__)
+    parser = errors.ArgumentParser(prog=console.command("lens.audit", "gates"), description=run_gates.__doc__)
     add_task_argument(parser)
     parser.add_argument(
         "--out",

@@ -139,6 +139,7 @@ def check_before_workers(train_args: list[str], world: int | None = None) -> str
     if args.dry_run:
         return None
     runlock.check_free(cfg.run_dir)
+    checkpoint.refuse_tool_output(cfg.run_dir, "run_dir", checkpoint.RUN_DIR_INSTEAD)
     if cfg.checkpoint.resume in (None, "", "none"):
         checkpoint.refuse_used_run_dir(cfg.run_dir, cfg.to_dict())
     else:

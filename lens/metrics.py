@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from lens import algos, dist
+from lens import algos, console, dist
 from lens.checkpoint import latest
 from lens.reward import BINS
 
@@ -482,33 +482,39 @@ def format_metrics(metrics: Mapping[str, Any], keys: Sequence[str] = PROGRESS_KE
 
 
 class Progress:
-    """A tqdm bar over optimizer steps with ETA and the key numbers of the last step (rank 0 only).
+    """A bar over optimizer steps with ETA and the key numbers of the last step (rank 0 only): tqdm on a
+    terminal, plain periodic lines elsewhere (`lens.console.bar`: a log file holds no carriage returns).
 
     The rate and ETA leave out the first step of the process: that step carries the one-time warm-up
     (allocator, lazy imports, any compile: `time/warmup`) and at the default run is several times a
     steady step, so counting it predicted many times the real remaining time. The bar's clock restarts
     after it, and the rate is the plain average over the steps since (smoothing 0), not an EMA that
-    the warm-up step would dominate.
+    the warm-up step would dominate. terminal: None asks stderr (tests force a kind).
     """
 
     def __init__(
-        self, total_steps: int, *, initial: int = 0, keys: Sequence[str] = PROGRESS_KEYS, enabled: bool = True
+        self,
+        total_steps: int,
+        *,
+        initial: int = 0,
+        keys: Sequence[str] = PROGRESS_KEYS,
+        enabled: bool = True,
+        terminal: bool | None = None,
     ) -> None:
-        from tqdm import tqdm
-
         self.keys = tuple(keys)
         self._warm = False
         # A warning printed while the bar is drawn would be glued onto it: shown above it instead.
         self._showwarning = warnings.showwarning
         if enabled:
             warnings.showwarning = self._above_bar
-        self._bar = tqdm(
-            total=total_steps,
+        self._bar = console.bar(
+            total_steps,
             initial=initial,
             desc="lens",
             unit="step",
-            dynamic_ncols=True,
             disable=not enabled,
+            terminal=terminal,
+            dynamic_ncols=True,
             smoothing=0,
         )
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from lens import errors, variants
+from lens import checkpoint, console, errors, variants
 from lens.config import STAGES as TRAIN_STAGES
 from lens.reward import BINS
 
@@ -210,6 +210,7 @@ def load_run(run_dir: str | Path, label: str | None = None) -> Run:
     """Read <run_dir>/config.yaml and <run_dir>/metrics.jsonl; a repeated step (after a resume) keeps
     its LAST row. Raises ValueError naming the file (and line) on a missing file or a bad row."""
     path = Path(run_dir)
+    checkpoint.refuse_tool_output(path, "", "lens.report reads the run directories that lens-train writes")
     metrics_path = path / METRICS_FILE
     if not metrics_path.is_file():
         raise ValueError(f"{metrics_path}: not found ({path} is not a run directory written by lens/train.py)")
@@ -975,7 +976,7 @@ def parse_label(spec: str) -> tuple[str, list[str]]:
 @errors.cli_errors
 def main(argv: Sequence[str] | None = None) -> int:
     """The CLI (see the module docstring); exits with status 2 and a message naming the file on bad input."""
-    parser = errors.ArgumentParser(prog="python -m lens.report", description=__doc__.split("\n\n")[0])
+    parser = errors.ArgumentParser(prog=console.command("lens.report"), description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="run directories written by lens/train.py")
     parser.add_argument("--label", action="append", default=[], metavar="NAME=DIR[,DIR...]", help="label runs")
     parser.add_argument("--baseline", help="label of the efficiency baseline (default: grpo, else the first)")
@@ -998,6 +999,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary = write_report(
             groups, out, baseline=args.baseline, metric=args.metric, phases=args.phases, smooth=args.smooth
         )
+    except errors.UsageError:
+        raise  # the parser's own complaint, already naming the command: wrapped again it said it twice
     except ValueError as e:
         parser.error(str(e))
     for note in summary["caveats"]:

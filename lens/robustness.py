@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from lens import data, errors
+from lens import console, data, errors
 from lens import eval as ev
 from lens.reward import Verifier
 from lens.rollout import Engine, SamplingParams
@@ -168,7 +168,7 @@ def load_pairs(args: argparse.Namespace) -> list[Pair]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = errors.ArgumentParser(
-        prog="python -m lens.robustness",
+        prog=console.command("lens.robustness"),
         description="Accuracy drop under injected distractors. Known benchmarks: " + ", ".join(ev.known_benchmarks()),
     )
     ev.add_common_args(parser, default_benchmarks=",".join(ev.MATH_BENCHMARKS))

@@ -52,7 +52,7 @@ from lens import (
 )
 from lens.config import Config, parse_args
 from lens.errors import cli_errors
-from lens.eval import eval_sampling, evaluate_set
+from lens.eval import BATCH_PROMPTS, eval_sampling, evaluate_set
 from lens.purify import rendered_prompts
 from lens.reward import Verifier
 from lens.rollout import HFEngine, default_stop_ids, make_engine
@@ -494,10 +494,19 @@ def run_eval(run: Run, eval_sets: dict[str, preflight.RenderedSet], verifiers: d
     (sampling seed = seed + 12345, fixed, so evaluations are comparable)."""
     c, r = run.cfg, run.cfg.rollout
     params = eval_sampling(temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens, seed=c.seed)
+    # In batches of lens.eval's default size, so that rank 0's bar moves while a large set is scored (the
+    # samples do not depend on the batch size: each draws from the seed of its row).
+    opts = {"n": c.data.eval_n, "sampling": params, "batch_size": BATCH_PROMPTS}
     with run.timer("eval"):
         return {
             f"eval/{name}": evaluate_set(
-                run.sampler, run.tokenizer, verifiers[es.kind], es.ids, es.answers, n=c.data.eval_n, sampling=params
+                run.sampler,
+                run.tokenizer,
+                verifiers[es.kind],
+                es.ids,
+                es.answers,
+                progress=f"eval {name}" if run.rank == 0 else None,
+                **opts,
             ).accuracy
             for name, es in eval_sets.items()
         }

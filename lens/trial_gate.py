@@ -44,7 +44,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lens import errors, gates, probes, scoring, trial
+from lens import console, errors, gates, probes, scoring, trial
 from lens.config import REPO_ROOT, load_config
 from lens.errors import cli_errors
 
@@ -355,7 +355,7 @@ def _positive_int(text: str) -> int:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = errors.ArgumentParser(prog="python -m lens.audit trial", description=run.__doc__)
+    parser = errors.ArgumentParser(prog=console.command("lens.audit", "trial"), description=run.__doc__)
     gates.add_task_argument(parser)
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="directory of TASK.md and TASK.json")
     for key in DEFAULTS:

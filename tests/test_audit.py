@@ -247,7 +247,8 @@ def test_detect_on_a_run_of_every_family(family: str, family_models: dict[str, P
     assert done.returncode == 0, done.stderr
     report = json.loads((tmp_path / "out" / "detection.json").read_text())
     metrics = report["checkpoints"][1]["scorers"]["random"]
-    assert "detect: 100%" in done.stderr and "4/4" in done.stderr  # a bar over 2 checkpoints x 2 scorers
+    # Progress over 2 checkpoints x 2 scorers; piped, a plain line (no carriage returns) at the end.
+    assert "detect: 4/4 scores (100%)" in done.stderr and "\r" not in done.stderr
     assert metrics["distractors"] >= 3 and metrics["tokens"] > metrics["distractors"]
 
 
@@ -265,7 +266,7 @@ def test_html_shows_readable_text_and_a_legend(family_models: dict[str, Path], t
     src.write_text(json.dumps({"problem": "What is the sum of 2 and 3?\nPut it in a box.", "answer": "5"}) + "\n")
     done = _audit_cli("--policy", model, "--ref", model, "--data", str(src), "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
-    assert "audit: 100%" in done.stderr  # the progress bar over the stages
+    assert "audit: 2/2 stages (100%)" in done.stderr  # progress over the stages (piped: a plain line)
     page = (tmp_path / "out" / "index.html").read_text()
     assert "Ġ" not in page and "Ċ" not in page
     assert '"> the</span>' in page and '">\n</span>' in page

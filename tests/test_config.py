@@ -283,6 +283,17 @@ def test_keys_the_algorithm_ignores_warn():
         cpu("algorithm.name=greso", "algorithm.dapo.max_gen_batches=3", "algorithm.greso.alpha=0.3")
 
 
+def test_a_saved_config_read_again_does_not_warn_about_what_lens_resolved(tmp_path):
+    # Was: `lens.eval --model RUN_DIR` of a GRPO run warned "algorithm.dapo.gen_batch_size=8 is ignored by
+    # algorithm.name=grpo": a value the trainer had written itself for the unset `auto`.
+    cpu("algorithm.name=grpo", "data.batch_size=8").save(tmp_path / "config.yaml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_config(tmp_path / "config.yaml", validate=False).algorithm.dapo.gen_batch_size == 8
+    with pytest.warns(UserWarning, match=r"algorithm\.dapo\.gen_batch_size=16 is ignored by algorithm\.name=grpo"):
+        cpu("algorithm.name=grpo", "data.batch_size=8", "algorithm.dapo.gen_batch_size=16")
+
+
 def test_yaml_round_trip_and_save(tmp_path):
     cfg = cpu("algorithm.name=dapo", "optim.betas=[0.9, 0.95]", "data.train_size=100")
     assert from_dict(yaml.safe_load(cfg.to_yaml())) == cfg

@@ -20,7 +20,7 @@ from shared_data import DATA_DIR
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from lens import data
+from lens import console, data
 from lens.data import (
     BENCHMARKS,
     MATH_PROMPT,
@@ -106,7 +106,8 @@ def test_load_benchmark_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(FileNotFoundError) as err:
         load_benchmark("openr1_math_46k", data_dir=tmp_path / "cfg")
     message = str(err.value)  # every place, in order, and the way to get the set
-    places = ["data.dir", "LENS_DATA_DIR", "user cache", "python -m lens.data prepare"]
+    # The way to get it runs as printed: this environment's lens-data, or its interpreter, never a bare `python`.
+    places = ["data.dir", "LENS_DATA_DIR", "user cache", console.command("lens.data", "prepare", "openr1_math_46k")]
     assert [message.index(p) for p in places] == sorted(message.index(p) for p in places)
     assert str(tmp_path / "cfg" / "openr1_math_46k" / "train.jsonl") in message
 

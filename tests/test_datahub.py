@@ -56,7 +56,7 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
 
 def test_prepare_writes_the_layout_the_loader_reads(fake_hub: list, tmp_path: Path, capsys) -> None:
     assert datahub.main(["prepare", "math500", "mmlu_pro", "dapo_math_17k", "--out", str(tmp_path)]) == 0
-    assert "prepare: 100%" in capsys.readouterr().err  # the progress bar over the sets
+    assert "prepare: 3/3 sets (100%)" in capsys.readouterr().err  # progress over the sets (capsys: plain lines)
     assert fake_hub == [
         ("HuggingFaceH4/MATH-500", None, "test"),
         ("TIGER-Lab/MMLU-Pro", None, "test"),
@@ -118,8 +118,11 @@ def test_check_without_a_manifest_offers_to_write_one(tmp_path: Path) -> None:
     (tmp_path / "math500" / "test.jsonl").write_text('{"problem": "1+1?", "answer": "2"}\n')
     cmd = [sys.executable, "-m", "lens.data", "check", str(tmp_path)]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    assert done.returncode == 2 and f"python -m lens.data check {tmp_path} --write-manifest" in done.stderr
-    done = subprocess.run([*cmd, "--write-manifest"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 2 and f"check {tmp_path} --write-manifest" in done.stderr
+    # The command it offers runs as printed (was a bare `python -m ...`: another interpreter, or none, on PATH).
+    offered = done.stderr.rsplit("`", 2)[-2]
+    assert not offered.startswith("python ")
+    done = subprocess.run(offered, shell=True, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0 and "1 sets: math500" in done.stdout and f"{tmp_path}: ok" in done.stdout
     assert json.loads((tmp_path / "manifest.json").read_text())["math500"]["rows"] == 1
 

@@ -6,6 +6,7 @@ Run: `.venv/bin/python -m pytest tests/test_errors.py -q`.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -75,6 +76,38 @@ def test_a_repeated_library_warning_is_shown_once():
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0 and done.stderr.count("all_gather_into_tensor is deprecated") == 1
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_a_warning_is_shown_by_rank_0_alone(rank: str) -> None:
+    # Was: `torchrun --nproc_per_node=2 lens/train.py ... data.max_prompt_len=30` printed each "skipped N prompts
+    # longer than data.max_prompt_len" warning once per rank: every rank loads the same data.
+    code = (
+        "import warnings\nfrom lens.errors import cli_errors\n@cli_errors\ndef main():\n"
+        "    warnings.warn('data set train: skipped 3 prompts', UserWarning)\n"
+        "main()"
+    )
+    env = {**os.environ, "RANK": rank}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and done.stderr.count("skipped 3 prompts") == (1 if rank == "0" else 0)
+
+
+@pytest.mark.parametrize("local_rank", ["0", "1"])
+def test_a_mistake_in_the_command_line_reaches_torchruns_report_once(tmp_path: Path, local_rank: str) -> None:
+    # Was: `torchrun --nproc_per_node=4 lens/train.py ... optim.stepz=3` showed the bad key 5 times: rank 0's line
+    # and each rank's error file in torchrun's report. Found before the process group exists, it is every rank's.
+    code = (
+        "from lens.config import load_config\nfrom lens.errors import cli_errors\n"
+        "cli_errors(load_config)(None, ['optim.stepz=3'])"
+    )
+    error_file = tmp_path / "error.json"
+    env = {**os.environ, "RANK": local_rank, "LOCAL_RANK": local_rank, "TORCHELASTIC_ERROR_FILE": str(error_file)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env)
+    assert done.returncode == 2
+    assert error_file.exists() == (local_rank == "0")
+    assert done.stderr == (
+        "lens: error: unknown config key optim.stepz (did you mean optim.steps?)\n" * (local_rank == "0")
+    )
 
 
 def test_a_refused_launch_prints_nothing_but_its_line(tmp_path):

@@ -361,7 +361,8 @@ def test_evaluating_step_20_after_step_40_keeps_both_results(tmp_path: Path) -> 
 
     first = evaluate(40)
     assert first.returncode == 0 and evaluate(20).returncode == 0
-    assert "vartrack_clean" in first.stderr and "prompt/s" in first.stderr  # a progress bar per set
+    # Piped: no bar drawn into the output (a plain line only for a set that takes half a minute), the set's line.
+    assert "\r" not in first.stderr and "vartrack_clean: avg@1" in first.stdout
     results = {step: tmp_path / "runs" / "eval" / f"lens_s0_step{step}" / "results.json" for step in (40, 20)}
     step_40 = results[40].read_text()
     assert json.loads(results[20].read_text())["benchmarks"] and json.loads(step_40)["benchmarks"]
@@ -397,3 +398,44 @@ def test_eval_reads_the_trainers_data_keys(tmp_path: Path) -> None:
     assert [p.answer for p in sets[0].problems] == ["0", "2", "4"]
     args = ev.parse_args(["--model", str(vartrack.ASSETS_DIR), "--benchmarks", str(file), "--problem-key", "question"])
     assert (args.problem_key, args.answer_key) == ("question", "answer")
+
+
+def test_evaluation_progress_off_a_terminal_is_plain_lines(vartrack_engine, capsys, monkeypatch) -> None:
+    # Was: piped to a file, the bar's carriage returns and ANSI codes came between the log lines.
+    from lens import console
+
+    monkeypatch.setattr(console, "LINE_INTERVAL_S", 0.0)  # a line per batch
+    prompts, answers = _vartrack_prompts("clean", 4)
+    sampling = ev.eval_sampling(temperature=1.0, top_p=1.0, max_tokens=8, seed=0)
+    tokenizer, verifier = vartrack.load_tokenizer(), Verifier("vartrack")
+    ev.evaluate_set(
+        vartrack_engine, tokenizer, verifier, prompts, answers, n=2, sampling=sampling, batch_size=2, progress="clean"
+    )
+    err = capsys.readouterr().err
+    assert "\r" not in err and "\x1b" not in err
+    heads = [line.split(",")[0] for line in err.splitlines()]
+    assert heads == ["clean: 2/4 prompts (50%)", "clean: 4/4 prompts (100%)"]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_the_trainers_evaluation_shows_its_progress_on_rank_0(monkeypatch, rank: int) -> None:
+    # Was: no progress at all while the trainer scored its held-out sets (one generate call, no bar).
+    import contextlib
+    from types import SimpleNamespace
+
+    from lens import train
+    from lens.config import Config
+
+    calls = []
+
+    def fake_evaluate_set(*args, **kwargs):
+        calls.append(kwargs)
+        return SimpleNamespace(accuracy=0.5)
+
+    monkeypatch.setattr(train, "evaluate_set", fake_evaluate_set)
+    timer = lambda _: contextlib.nullcontext()  # noqa: E731
+    run = SimpleNamespace(cfg=Config(), rank=rank, sampler=None, tokenizer=None, timer=timer)
+    sets = {"clean": SimpleNamespace(kind="vartrack", ids=[[1]], answers=["1"])}
+    assert train.run_eval(run, sets, {"vartrack": None}) == {"eval/clean": 0.5}
+    assert calls[0]["progress"] == ("eval clean" if rank == 0 else None)
+    assert calls[0]["batch_size"] == ev.BATCH_PROMPTS  # the bar moves per batch

@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "lens",
             "lens.errors",
+            "lens.console",
             "lens.problem",
             "lens.variants",
             "lens.lifeline",

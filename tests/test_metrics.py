@@ -148,7 +148,7 @@ def test_logger_disabled_and_wandb_missing(tmp_path):
 def test_console_helpers(capsys):
     line = mx.format_metrics({"reward/mean": 0.41234, "time/step": 1.5, "other": 3.0, "loss/pg": None})
     assert line == "reward/mean=0.4123 time/step=1.5"
-    with mx.Progress(4, initial=1, enabled=True) as bar:
+    with mx.Progress(4, initial=1, enabled=True, terminal=True) as bar:
         bar.update(2, {"reward/mean": 0.5})
         bar.update(4, {"reward/mean": 0.75})
         assert bar._bar.n == 4
@@ -159,10 +159,24 @@ def test_console_helpers(capsys):
     assert math.isfinite(len(mx.format_table(["a"], [])))
 
 
-def test_progress_rate_leaves_out_the_warmup_step(monkeypatch) -> None:
+def test_progress_off_a_terminal_prints_plain_lines(capsys) -> None:
+    # Was: piped to a file (CI, nohup), the bar's carriage returns and ANSI codes came between the log lines.
+    with mx.Progress(8, enabled=True) as bar:  # capsys's stderr is no terminal
+        for step in range(1, 9):
+            bar.update(step, {"reward/mean": 0.5, "zero_variance_share": 1.0 if step == 3 else 0.0})
+    captured = capsys.readouterr()
+    assert "\r" not in captured.err and "\x1b" not in captured.err
+    assert captured.err.splitlines()[-1].startswith("lens: 8/8 steps (100%)")
+    assert captured.out.splitlines() == [
+        "step 3: no group carries signal (each group's rollouts got one reward): nothing learned"
+    ]
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_progress_rate_leaves_out_the_warmup_step(monkeypatch, terminal) -> None:
     # A 100 s first step then 1 s steps: the ETA must follow the 1 s steps (it predicted ~100 s per step).
     now = [0.0]
-    with mx.Progress(10, enabled=True) as bar:
+    with mx.Progress(10, enabled=True, terminal=terminal) as bar:
         monkeypatch.setattr(bar._bar, "_time", lambda: now[0])
         bar._bar.start_t = bar._bar.last_print_t = 0.0
         now[0] = 100.0
@@ -170,9 +184,12 @@ def test_progress_rate_leaves_out_the_warmup_step(monkeypatch) -> None:
         for step in range(2, 5):
             now[0] += 1.0
             bar.update(step, {"time/step": 1.0})
-        fmt = bar._bar.format_dict
-        rate = (fmt["n"] - fmt["initial"]) / fmt["elapsed"] if fmt["rate"] is None else fmt["rate"]
-        assert rate == pytest.approx(1.0)
+        if terminal:
+            fmt = bar._bar.format_dict
+            rate = (fmt["n"] - fmt["initial"]) / fmt["elapsed"] if fmt["rate"] is None else fmt["rate"]
+            assert rate == pytest.approx(1.0)
+        else:
+            assert "1 s/step, ETA 6 s" in bar._bar.line()
 
 
 def test_batch_counts():

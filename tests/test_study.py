@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lens import console
+
 REPO = Path(__file__).resolve().parent.parent
 SPEC = importlib.util.spec_from_file_location("study", REPO / "bench" / "study.py")
 study = importlib.util.module_from_spec(SPEC)
@@ -329,7 +331,8 @@ def test_dry_run_prints_the_plan_and_every_command(tmp_path, capsys):
     study.main(["--plan", str(plan_path), "--tasks", "smoke", "--dry-run", "--out", str(tmp_path / "out")])
     printed = capsys.readouterr().out
     assert "primary comparisons: lens - grpo" in printed and "task smoke: apart (no gate table" in printed
-    assert "pilot: python -m lens.train --config configs/cpu_smoke.yaml algorithm.name=lens" in printed
+    # The running interpreter, not a bare `python` that may be another one (without lens).
+    assert f"pilot: {console.python()} -m lens.train --config configs/cpu_smoke.yaml algorithm.name=lens" in printed
     assert printed.count("seed=") == 1 + 3 * 2 and "data.batch_size=<pilot>" in printed
 
 

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from lens import errors, tasks
+from lens import console, errors, tasks
 
 # Re-exported: callers know the record as lens.data.Problem; it is defined below the tasks that build it.
 from lens.problem import Problem
@@ -572,8 +572,6 @@ def load(source: str | os.PathLike[str], **options: Any) -> list[Problem]:
 # The data directory and the named sets
 # ----------------------------------------------------------------------------------------------------
 
-PREPARE_HINT = "python -m lens.data prepare NAME --out DIR"
-
 
 def data_dirs(configured: str | os.PathLike[str] | None = None) -> list[tuple[str, Path]]:
     """Where named sets are looked for, in order, with what put each place on the list: `data.dir` of the
@@ -641,7 +639,8 @@ def find_data(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path
     get = (
         f"it has no hub source: put its file at DIR/{spec.path} yourself"
         if not spec.hub
-        else f"get it with `{PREPARE_HINT.replace('NAME', name)}` (needs network access to the Hugging Face hub "
+        else f"get it with `{console.command('lens.data', 'prepare', name, '--out', 'DIR')}` (needs network access "
+        "to the Hugging Face hub "
         "and the `hub` extra)"
     )
     raise FileNotFoundError(

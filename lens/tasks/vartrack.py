@@ -34,6 +34,7 @@ from transformers import (
     Qwen2Config,
 )
 
+from lens import console
 from lens.padding import left_pad
 from lens.problem import Problem
 from lens.reward import verify_vartrack
@@ -232,7 +233,9 @@ def load_reference(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     """Load the committed warm-start checkpoint (fp32, eval mode) and its tokenizer, offline."""
     if not (Path(path) / "model.safetensors").is_file():
-        raise ValueError(f"no model.safetensors in {path}: run `python -m lens.tasks.warmstart --out {path}`")
+        raise ValueError(
+            f"no model.safetensors in {path}: run `{console.command('lens.tasks.warmstart', '--out', path)}`"
+        )
     # fp32 and local only: the committed figures were measured in fp32, and tests run offline.
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, local_files_only=True)
     return model.to(device).eval(), load_tokenizer(path)
