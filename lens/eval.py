@@ -758,6 +758,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.trained_from is not None:  # the export of a run directory or a step directory is its hf/ folder
         args.model = str(Path(args.trained_from) / "hf")
     out = out_dir(args, "eval")
+    preflight.check_tokenizer_files(args.model, "--model")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     opts = {"template": args.template, "system_prompt": args.system_prompt, "max_prompt_len": args.max_prompt_len}
     # every data file is read and rendered before the model loads, so bad data fails fast

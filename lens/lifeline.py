@@ -1,7 +1,7 @@
-"""A worker's ties to the process that launched it: it dies with its launcher, and knows when it was launched.
+"""A worker's ties to the process that launched it: it dies with its launcher, and can name processes.
 
     die_with_launcher()     # the first thing a torchrun worker does: SIGKILL when torchrun's agent dies
-    launch_time()           # when the launch command started: the agent's start under torchrun
+    start_ticks(pid)        # when a process started (ticks since boot): with its pid, a name of that process
 
 torchrun's agent forwards SIGTERM and SIGINT to its workers, but a SIGKILLed agent forwards nothing: its
 workers were adopted by init and trained on, writing checkpoints into a run directory that the operator was
@@ -11,8 +11,8 @@ would finish its step and write one more checkpoint, or wait forever in a collec
 nodes; checkpoints are atomic, so a killed worker loses at most its unsaved steps.
 
 Only under torchrun (TORCHELASTIC_RUN_ID set): the parent of `python -m lens.train` is a shell, and a
-`nohup` run must survive that shell. Linux only; elsewhere both functions fall back (no signal; this
-module's import time). The kernel signals when the THREAD that started the worker ends: torchrun's agent
+`nohup` run must survive that shell. Linux only; elsewhere there is no signal, and `start_ticks` raises
+OSError. The kernel signals when the THREAD that started the worker ends: torchrun's agent
 (and lens.launch, which runs it) starts the workers from its main thread.
 
 This module imports no torch: the trainer calls it before its heavy imports, so a worker whose launcher is
@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-_IMPORTED = time.time()
 
 
 def launched_by_torchrun() -> bool:
@@ -51,20 +50,17 @@ def die_with_launcher() -> None:
         raise SystemExit(f"lens: the launcher (pid {parent}) is gone; this worker exits")
 
 
-def process_start(pid: int) -> float:
-    """Wall-clock time (time.time() scale) at which process `pid` started, from /proc/PID/stat (Linux;
-    resolution one clock tick, 10 ms). OSError when there is no such process or no /proc."""
+def start_ticks(pid: int) -> int:
+    """When process `pid` started, in clock ticks since boot, from /proc/PID/stat (Linux): exact and the same
+    on every read, so (pid, start_ticks) names one process, never a later one given the same pid. OSError when
+    there is no such process or no /proc."""
     # "pid (comm) state ..." with comm free to hold spaces and parentheses: split after the last ')'.
-    # starttime is field 22 of the line, the 20th after comm, in clock ticks since boot.
-    fields = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-    since_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    # starttime is field 22 of the line, the 20th after comm.
+    return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19])
+
+
+def process_start(pid: int) -> float:
+    """Wall-clock time (time.time() scale) at which process `pid` started (`start_ticks`; resolution one clock
+    tick, 10 ms). OSError when there is no such process or no /proc."""
+    since_boot = start_ticks(pid) / os.sysconf("SC_CLK_TCK")
     return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - since_boot)
-
-
-def launch_time() -> float:
-    """When the command that launched this run started: the torchrun agent's start for a torchrun worker,
-    this process's start otherwise (this module's import time where /proc cannot tell)."""
-    try:
-        return process_start(os.getppid() if launched_by_torchrun() else os.getpid())
-    except (OSError, ValueError, IndexError, AttributeError):
-        return _IMPORTED

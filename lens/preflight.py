@@ -111,11 +111,32 @@ def check_model_paths(cfg: Config) -> None:
             check_model_source(path, key)
 
 
+# The files a model folder's tokenizer is read from (one is enough): the tokenizers serialization, a BPE or
+# WordPiece vocabulary, a SentencePiece model (tokenizer.model, spiece.model), a tiktoken file.
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "*.model", "*.tiktoken")
+
+
+def check_tokenizer_files(path: str, key: str) -> None:
+    """ValueError in one line naming `key` when the local model folder `path` holds no tokenizer: from such a
+    folder HF builds an empty tokenizer for some models (every text encodes to no tokens) and fails for others
+    with "You need to have sentencepiece or tiktoken installed", which installing either does not cure. A hub
+    id is left to HF."""
+    folder = Path(resolve_path(path))
+    if not folder.is_dir() or any(p.is_file() for pattern in TOKENIZER_FILES for p in folder.glob(pattern)):
+        return
+    if (folder / "checkpoints").is_dir() or folder.name == "checkpoints" or (folder / "meta.json").is_file():
+        hint = "a run directory whose checkpoints have no hf/ export yet: evaluate one that has (checkpoints/step_*/hf)"
+    else:
+        hint = "save the tokenizer beside the weights (tokenizer.save_pretrained(DIR))"
+    raise ValueError(f"{key}={path}: no tokenizer in {folder} (none of {', '.join(TOKENIZER_FILES)}); {hint}")
+
+
 def load_tokenizer(cfg: Config) -> Any:
     from transformers import AutoTokenizer
 
     # Checked first so a typo in model.path fails in one line, not in HF's misleading repo-id error.
     check_model_paths(cfg)
+    check_tokenizer_files(cfg.model.path, "model.path")
     return AutoTokenizer.from_pretrained(resolve_path(cfg.model.path))
 
 

@@ -4,6 +4,7 @@
     ...                                 # the run
     lock.release()
     holder(run_dir)                     # who holds it now (None when free): lens.stop and lens.launch ask
+    recorded(run_dir)                   # whom the lock file names, live or not
     sees_lock(run_dir, lock.holder)     # another rank: is this the directory rank 0 locked (a shared one)?
 
 Two launches into one directory used to both train and write every step of metrics.jsonl twice (issue
@@ -53,6 +54,10 @@ class Holder:
     pid: int
     host: str
     since: float  # time.time() when it took the lock
+
+    def key(self) -> str:
+        """`lock:HOST:PID:SINCE`: this holding of a lock, and no later one (a stop request's addressee)."""
+        return f"lock:{self.host}:{self.pid}:{self.since!r}"
 
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))
@@ -159,7 +164,7 @@ def holder(run_dir: str | os.PathLike) -> Holder | None:
     """The live process on this host that holds run_dir's lock, or None (no lock file, a stale one, or a
     holder on another host, which this host cannot see: the trainer's `acquire` still decides). Read-only: a
     probe with flock could make a run that takes the lock at that moment fail."""
-    found = _recorded(run_dir)
+    found = recorded(run_dir)
     if found is None or found.host != socket.gethostname():
         return None
     try:
@@ -169,8 +174,9 @@ def holder(run_dir: str | os.PathLike) -> Holder | None:
         return None
 
 
-def _recorded(run_dir: str | os.PathLike) -> Holder | None:
-    """The holder run_dir's lock file names, live or not (None: no lock file, or no name in it)."""
+def recorded(run_dir: str | os.PathLike) -> Holder | None:
+    """The holder run_dir's lock file names, live or not (None: no lock file, or no name in it); lens.stop
+    addresses a request to it."""
     try:
         fd = os.open(lock_path(run_dir), os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -183,7 +189,7 @@ def _recorded(run_dir: str | os.PathLike) -> Holder | None:
 
 def held_elsewhere(run_dir: str | os.PathLike) -> bool:
     """Whether run_dir's lock file names a holder on another host (whose liveness this host cannot see)."""
-    found = _recorded(run_dir)
+    found = recorded(run_dir)
     return found is not None and found.host != socket.gethostname()
 
 

@@ -17,18 +17,22 @@ it is written into the directory (created if need be, where a process on this ho
 and no file written: a path that does not exist and that no process names (a typo), or the directory of a
 run that is no longer running (its lock free, no process launched into it).
 
-The trainer removes the file when it honours it, so `--resume auto` afterwards trains on. A file
-written before the run was launched (`lens.lifeline.launch_time`: torchrun's start) was left by a run
-that never honoured it (killed, crashed, or finished in the step it was written) and is removed with a
-warning as the run starts, rather than stopping the new run after one step. A file written after the
-launch is this run's, however early: while torchrun and the ranks start, or a resume verifies its
-checkpoint (a request 1 s after `--resume auto` used to be thrown away as stale).
+The trainer removes the file when it honours it, so `--resume auto` afterwards trains on. The request
+names the run it is for (`addressees`): the lock's holder, and the processes launched into the directory
+(the launcher, torchrun, the trainer: pid and start tick). As a run starts, rank 0 keeps a request that
+names it, however early it was written (while torchrun and the ranks start, or a resume verifies its
+checkpoint), and removes any other with a warning: one left by a run that never honoured it (killed,
+crashed, stopped or finished in the step it was written) or a STOP file made by hand before the run, rather
+than stopping the new run after one step. Names, not times: the run used to compare the file's mtime with
+its launch time, and a stop followed at once by a resume (within the 10 ms of a clock tick, or the skew of a
+network filesystem's clock) stopped the resumed run after its first step.
 
 This module imports no torch, so the command answers at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -37,9 +41,12 @@ from pathlib import Path
 
 from lens import errors
 from lens.errors import cli_errors
-from lens.runlock import held_elsewhere, holder, lock_path
+from lens.lifeline import launched_by_torchrun, start_ticks
+from lens.runlock import held_elsewhere, holder, lock_path, recorded
 
 STOP_REQUEST = "STOP"
+# The line of a request that names the run it is for; the line above it is for a person.
+_FOR = "for "
 # lens.checkpoint.CONFIG, which claim_run_dir writes before a run's first step: spelled out here because
 # lens.checkpoint imports torch (tests/test_stop.py checks that a claimed directory is accepted).
 _RUN_CONFIG = "config.yaml"
@@ -56,10 +63,11 @@ def run_found(run_dir: str | os.PathLike) -> bool:
     return (root / _RUN_CONFIG).is_file() or lock_path(root).is_file()
 
 
-def launched_into(run_dir: str | os.PathLike) -> bool:
-    """Whether a process on this host has `run_dir=<run_dir>` on its command line (a trainer, torchrun or
-    lens-train launched into it that may not have created the directory yet). Linux /proc; False elsewhere."""
-    target = os.path.realpath(run_dir)
+def launched_into(run_dir: str | os.PathLike) -> list[int]:
+    """The pids of the processes on this host with `run_dir=<run_dir>` on their command line (a trainer,
+    torchrun or lens-train launched into it that may not have created the directory yet). Linux /proc; []
+    elsewhere."""
+    target, pids = os.path.realpath(run_dir), []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             args = (proc / "cmdline").read_bytes().split(b"\0")
@@ -68,8 +76,38 @@ def launched_into(run_dir: str | os.PathLike) -> bool:
         except OSError:  # exited while we looked, or not ours to read
             continue
         if any(os.path.realpath(os.path.join(cwd, name)) == target for name in named):
-            return True
-    return False
+            pids.append(int(proc.name))
+    return pids
+
+
+def process_key(pid: int) -> str:
+    """`proc:HOST:PID:START` of a live process on this host (START: `lifeline.start_ticks`), which no later
+    process given the same pid shares. OSError when it is gone."""
+    return f"proc:{socket.gethostname()}:{pid}:{start_ticks(pid)}"
+
+
+def addressees(run_dir: str | os.PathLike, launched: list[int]) -> list[str]:
+    """Whom a request written now into run_dir is for: the holder its lock file names (`Holder.key`) and the
+    processes `launched` into it (`process_key`; one that exited since is left out)."""
+    found = recorded(run_dir)
+    keys = [found.key()] if found is not None else []
+    for pid in launched:
+        with contextlib.suppress(OSError):
+            keys.append(process_key(pid))
+    return keys
+
+
+def this_run(run_dir: str | os.PathLike) -> set[str]:
+    """The names a request for the calling trainer (rank 0, holding run_dir's lock) may carry: its lock
+    holding, itself, and under torchrun its launcher (torchrun or lens-train, which may have been named
+    before this process existed)."""
+    pids = [os.getpid(), *([os.getppid()] if launched_by_torchrun() else [])]
+    mine = set(addressees(run_dir, pids))
+    found = recorded(run_dir)
+    # Only our own holding: the lock file of a directory someone else holds names them, not us.
+    if found is not None and (found.host, found.pid) != (socket.gethostname(), os.getpid()):
+        mine.discard(found.key())
+    return mine
 
 
 def request_stop(run_dir: str | os.PathLike) -> Path:
@@ -108,11 +146,16 @@ def request_stop(run_dir: str | os.PathLike) -> Path:
                 f"run_dir {root}: no run is running there (its lock is free): it finished or ended; nothing to "
                 "stop, nothing was written (`--resume auto` continues a run that ended early)"
             )
-        root.mkdir(parents=launching, exist_ok=True)
+        root.mkdir(parents=bool(launching), exist_ok=True)
         request = request_path(root)
-        # Only the file's existence counts; the text is for a person who finds it.
+        # A running run honours the file by its existence; a starting one keeps it only if it names that run.
         when = time.strftime("%Y-%m-%d %H:%M:%S")
-        request.write_text(f"stop requested {when} by pid {os.getpid()} on {socket.gethostname()}\n")
+        text = f"stop requested {when} by pid {os.getpid()} on {socket.gethostname()}\n"
+        text += _FOR + " ".join(addressees(root, launching)) + "\n"
+        # Written whole, then renamed: a starting run that reads it must not find it half written (unnamed).
+        partial = root / f".{STOP_REQUEST}.{os.getpid()}"
+        partial.write_text(text)
+        os.replace(partial, request)
     except FileNotFoundError:
         raise
     except OSError as e:  # under a file, too long, not writable: one line, not a traceback
@@ -120,21 +163,23 @@ def request_stop(run_dir: str | os.PathLike) -> Path:
     return request
 
 
-def discard_stale_request(run_dir: str | os.PathLike, launched: float) -> bool:
-    """Remove a stop request in run_dir written before `launched` (the run's launch time) -> whether there
-    was one. No running trainer owned it: it was left by a run that ended without honouring it, or written
-    while no run was running. Honouring it would stop the new run after its first step, so it is removed
-    with a warning naming the file. A request written since the launch is kept: it is this run's.
+def discard_stale_request(run_dir: str | os.PathLike, mine: set[str]) -> bool:
+    """Remove a stop request in run_dir that names none of `mine` (`this_run`) -> whether there was one. No
+    running trainer of this run owned it: it was left by a run that ended without honouring it, or made by
+    hand before this run started. Honouring it would stop the new run after its first step, so it is removed
+    with a warning naming the file. A request `lens.stop` wrote for this run is kept, however early.
     """
     request = request_path(run_dir)
     try:
-        # mtime, not existence: a request written while this run starts is genuine.
-        if request.stat().st_mtime >= launched:
-            return False
+        lines = request.read_text(errors="replace").splitlines()
     except FileNotFoundError:
         return False
-    request.unlink(missing_ok=True)  # missing_ok: a concurrent start may have removed it since the stat
-    warnings.warn(f"removed {request}: a stop request left from before this run started", stacklevel=2)
+    named = {key for line in lines if line.startswith(_FOR) for key in line[len(_FOR) :].split()}
+    if named & mine:
+        return False
+    request.unlink(missing_ok=True)  # missing_ok: a concurrent start may have removed it since the read
+    why = "it names another run" if named else "it names no run (not written by lens-stop for this one)"
+    warnings.warn(f"removed {request}: a stop request left from before this run started ({why})", stacklevel=2)
     return True
 
 

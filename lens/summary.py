@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from lens import checkpoint, metrics
-from lens.config import Config, config_changes
+from lens.config import STAGES, Config, config_changes
 
 
 def start_line(cfg: Config, start: int) -> str:
@@ -41,8 +41,9 @@ def start_line(cfg: Config, start: int) -> str:
 def print_summary(cfg: Config) -> None:
     """The closing summary, from the run's whole metrics.jsonl (steps before a resume included): the
     held-out accuracy before training and at the last evaluation, when the run has them; the run's totals
-    (rollouts, tokens, LENS's counters summed over every step; steps where no group carried signal); where
-    the metrics, checkpoints and TensorBoard logs are, and the commands that read them."""
+    (rollouts, tokens, LENS's counters summed over every step; steps where no group carried signal); the
+    seconds of every stage of the steps (`stage_times`); where the metrics, checkpoints and TensorBoard logs
+    are, and the commands that read them."""
     rows = metrics_rows(Path(cfg.run_dir) / metrics.METRICS_FILE)
     if not rows:
         return
@@ -59,6 +60,12 @@ def print_summary(cfg: Config) -> None:
     blind = sum(1 for r in steps if r.get("zero_variance_share") == 1.0)
     totals["steps without signal"] = float(blind)  # every group all-correct or all-wrong: nothing to learn
     print(metrics.format_table([f"run totals ({len(steps)} steps)", "sum"], [(k, int(v)) for k, v in totals.items()]))
+    times = stage_times(steps)
+    if times:
+        whole = times.get("step", 0.0)
+        share = {k: f"{100 * v / whole:.0f} %" if whole else "-" for k, v in times.items()}
+        table = [(k, v, v / len(steps), share[k]) for k, v in times.items()]
+        print(metrics.format_table(["stage times", "total s", "s/step", "of step"], table))
     for line in next_commands(cfg):
         print(line)
 
@@ -77,6 +84,17 @@ SUMMED = (
     "dapo/missing_groups",
     "greso/skipped",
 )
+
+
+def stage_times(steps: list[dict[str, float]]) -> dict[str, float]:
+    """Seconds each stage of the training steps took, summed over the run (`time/<stage>` of every step row;
+    a stage a step did not enter counts 0 there), in the order a step runs them, then `step`, the whole step.
+    Evaluation is not a stage of a step and is not timed here."""
+    seen = {k[len("time/") :] for r in steps for k in r if k.startswith("time/")} - {"warmup", "step"}
+    order = [s for s in STAGES if s in seen] + sorted(seen - set(STAGES))
+    if any("time/step" in r for r in steps):
+        order.append("step")
+    return {s: sum(r.get(f"time/{s}", 0.0) for r in steps) for s in order}
 
 
 def metrics_rows(path: Path) -> list[dict[str, float]]:

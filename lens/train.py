@@ -58,7 +58,7 @@ from lens.reward import Verifier
 from lens.rollout import HFEngine, default_stop_ids, make_engine
 from lens.runstate import Run
 from lens.step_logprobs import PiOld, old_and_ref_logprobs
-from lens.stop import discard_stale_request, request_path
+from lens.stop import discard_stale_request, request_path, this_run
 from lens.summary import print_summary, start_line
 
 # ----------------------------------------------------------------------------------------------
@@ -191,7 +191,7 @@ def setup(cfg: Config) -> tuple[Run, dict[str, preflight.RenderedSet], dict[str,
     if resume_from is not None:  # on every rank, before `resume` reaches a collective that a missing rank would hang
         checkpoint.check_world_size(resume_from, world)
     if rank == 0:
-        discard_stale_request(cfg.run_dir, lifeline.launch_time())
+        discard_stale_request(cfg.run_dir, this_run(cfg.run_dir))
     tokenizer = preflight.load_tokenizer(cfg)
     # Data before models: a bad path, gold or template fails before minutes of loading weights.
     train_set, eval_problem_sets = preflight.load_data(cfg)

@@ -344,6 +344,24 @@ def test_cli_missing_model_and_data(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "vartrack_clean: no prompt fits --max-prompt-len=3" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_a_model_folder_without_a_tokenizer_is_a_one_line_error(tmp_path, capsys, model_type) -> None:
+    # Was: a Llama folder without tokenizer files ended in HF's "You need to have sentencepiece or tiktoken
+    # installed" (both were installed: the tokenizer was missing), and a Qwen2 one evaluated with an empty
+    # tokenizer; a run directory without a checkpoint and its checkpoints/ folder failed like the first.
+    plain = tmp_path / "weights_only"
+    plain.mkdir()
+    (plain / "config.json").write_text(json.dumps({"model_type": model_type}))
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    for folder, hint in ((plain, "tokenizer.save_pretrained"), (run, "no hf/ export"), (run / "checkpoints", "hf/")):
+        with pytest.raises(SystemExit) as exit_info:
+            ev.main(["--model", str(folder), "--benchmarks", "vartrack", "--limit", "1", "--out", str(tmp_path / "o")])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1, err
+        assert f"--model={folder}: no tokenizer in {folder} (none of tokenizer.json" in err and hint in err, err
+
+
 def test_evaluating_step_20_after_step_40_keeps_both_results(tmp_path: Path) -> None:
     """Every trainer export is named `hf`: the default output is named by the checkpoint's run and step, and
     an output that holds results is refused in one line (issue 26.5)."""

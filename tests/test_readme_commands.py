@@ -44,6 +44,10 @@ NOT_RUN = {
     ".venv/bin/lens-train --resume auto": "continues the main job, which this test does not run",
     ".venv/bin/lens-train --config paper_qwen3-4b_lens --dry-run": "needs Qwen3-4B-Base's tokenizer from the hub",
     ".venv/bin/lens-train data.train=my_problems.jsonl": "needs the user's file, math500 and Qwen2.5-3B",
+    ".venv/bin/lens-warmstart --data my_problems.jsonl": "needs the user's file (minutes); tests/test_warmstart.py "
+    "warm-starts on a generated one",
+    ".venv/bin/lens-train --config cpu_default data.train=my_problems.jsonl": "needs the user's file and its warm "
+    "start; tests/test_warmstart.py trains on a generated one",
     ".venv/bin/lens-train --nproc_per_node=8": "8 GPUs",
     ".venv/bin/lens-train --nnodes=4": "4 nodes",
     ".venv/bin/lens-train": "the main job: 40 LENS steps with evaluations (minutes)",

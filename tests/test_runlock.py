@@ -106,7 +106,7 @@ def test_release_leaves_an_existing_directory_as_it_was(tmp_path):
 
 
 def test_process_start_reads_when_a_process_started():
-    # The stop request's staleness is judged against it (lens.stop.discard_stale_request): 10 ms resolution.
+    # runlock.holder checks with it that a holder started before it took its lock: 10 ms resolution.
     before = time.time()
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     started = lifeline.process_start(child.pid)

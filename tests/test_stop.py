@@ -8,6 +8,7 @@ Run: `OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_stop.py -q`.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 from processes import logged_steps, trainer_env
 
-from lens import checkpoint, dist, runlock, stop
+from lens import checkpoint, dist, runlock, stop, train
 from lens.config import load_config
 from lens.tasks import vartrack
 
@@ -94,20 +95,58 @@ def test_a_request_before_the_run_made_its_directory_is_written_there(tmp_path):
     assert (target / "STOP").is_file() and f"no run has taken {target} yet" in done.stdout
 
 
-def test_a_request_from_before_the_launch_is_removed_and_a_later_one_kept(tmp_path):
-    # Issue 28.9: the trainer compares a request with its launch time (torchrun's start), so a request sent while
-    # the ranks start or a resume verifies its checkpoint is this run's, and only an older one is stale.
+def test_a_request_for_this_run_is_kept_and_any_other_removed(tmp_path):
+    # Issue 28.9: a request sent while the ranks start or a resume verifies its checkpoint is this run's. It names
+    # the run (its lock holding, the processes launched into the directory), so no clock decides.
     root = tmp_path / "run"
-    root.mkdir()
-    request = stop.request_path(root)
-    request.write_text("left by a run that was killed\n")
-    written = request.stat().st_mtime
-    assert not stop.discard_stale_request(root, launched=written)  # sent as the run launched: kept
-    assert request.exists()
+    lock = runlock.RunLock.acquire(root)
+    request = stop.request_stop(root)
+    assert f"for {lock.holder.key()}" in request.read_text()
+    os.utime(request, (0, 0))  # written "long before the launch" by its clock: it is still this run's
+    assert not stop.discard_stale_request(root, stop.this_run(root)) and request.exists()
+    lock.release()
+    # The next run in the directory (a resume): the request names the run before it.
+    lock = runlock.RunLock.acquire(root)
+    try:
+        with pytest.warns(UserWarning, match=r"removed .*STOP: a stop request left .* \(it names another run\)"):
+            assert stop.discard_stale_request(root, stop.this_run(root))
+        assert not request.exists()
+        assert not stop.discard_stale_request(root, stop.this_run(root))  # nothing left to remove
+        request.write_text("")  # made by hand before the run started, however recently: no run named
+        with pytest.warns(UserWarning, match=r"\(it names no run"):
+            assert stop.discard_stale_request(root, stop.this_run(root))
+    finally:
+        lock.release()
+
+
+def test_a_request_names_the_processes_launched_into_a_run_dir(tmp_path):
+    # A run that has not taken its lock yet is named by its processes (pid and start tick, not a time).
+    target = tmp_path / "new"
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", f"run_dir={target}"], stdin=-1)
+    try:
+        deadline = time.monotonic() + 60
+        while not stop.launched_into(target) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        request = stop.request_stop(target)
+        assert stop.process_key(child.pid) in request.read_text().split()
+    finally:
+        child.stdin.close()
+        child.wait()
+
+
+@pytest.mark.skipif(not (vartrack.ASSETS_DIR / "model.safetensors").exists(), reason="no checkpoint")
+def test_a_resume_right_after_a_stop_trains_to_the_end(tmp_path):
+    # Was: a STOP file written just before a resume (by hand, or by `lens-stop` for a run that ended without
+    # honouring it) counted as the resume's own when its mtime was not older than the launch time read from
+    # /proc (10 ms ticks; a trainer started in-process: the interpreter's start), and the resume stopped after
+    # one step.
+    run_dir = tmp_path / "run"
+    small = ["--config", "cpu_smoke", "data.batch_size=4", "checkpoint.every=1", f"run_dir={run_dir}"]
+    train.main([*small, "optim.steps=1"])
+    stop.request_path(run_dir).write_text("stop\n")  # the stop, then at once the resume
     with pytest.warns(UserWarning, match=r"removed .*STOP: a stop request left from before this run started"):
-        assert stop.discard_stale_request(root, launched=written + 1.0)
-    assert not request.exists()
-    assert not stop.discard_stale_request(root, launched=written + 1.0)  # nothing left to remove
+        train.main([*small, "optim.steps=3", "--resume", "auto"])
+    assert logged_steps(run_dir) == [0, 1, 2, 3] and not stop.request_path(run_dir).exists()
 
 
 def test_a_run_that_is_setting_up_accepts_a_request(tmp_path):

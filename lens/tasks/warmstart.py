@@ -20,6 +20,17 @@ noise shares, lr, and optionally `init`, another task's committed reference to s
 ledger start from ledger's). Every registered task (`lens.tasks.NAMES`) can be warm-started: the warm start
 reads its Task's `generate(n, seed=, noise_prob=, trigger=)` and its format's `build_tokenizer`,
 `model_config`, `prompt_ids` and `generation_config`.
+
+    lens-warmstart --data my_problems.jsonl --out runs/my_model --seed 0 [--problem-key K --answer-key K]
+
+warm-starts a tiny model on YOUR file instead (`warm_start_file`), so that GRPO on a CPU has a reward to
+learn from: a byte-level BPE tokenizer trained on the file's training rows (no download), a tiny Qwen2 from
+a config (`file_model_config`, sizes in `FileRecipe`), trained on `prompt -> \\boxed{answer}` with the loss on
+the answer only. The prompts are rendered exactly as `lens.train` renders them (plain template, data.prompt:
+the default instruction or --prompt, data.max_prompt_len of the default config) and the rows of the held-out
+split are left out, so `eval/<file>_heldout` of the following run measures problems the model never saw.
+Such a model learns the answer format and memorises training answers; docs/data.md says what it reaches on
+real data.
 """
 
 from __future__ import annotations
@@ -27,13 +38,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 import math
+import shlex
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from lens import errors, tasks
+from lens import errors, preflight, tasks
+from lens.config import Config, load_config
 from lens.problem import Problem
 from lens.tasks.base import Recipe, Task
 
@@ -93,21 +108,30 @@ def train_stage(
     """
     steps = len(data) // batch_size
     for step in range(steps):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, steps, peak_lr, warmup=min(100, max(1, steps // 10)))
+        lr = lr_at(step, steps, peak_lr, warmup=min(100, max(1, steps // 10)))
         # Batches in the data's fixed order, no shuffling: the committed weights are reproducible byte for byte.
-        loss = model(**collate(data[step * batch_size : (step + 1) * batch_size], pad_id)).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        # Clipped at norm 1: one batch of unusual sequences cannot undo what a stage has learned.
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        loss = optimizer_step(model, optimizer, collate(data[step * batch_size : (step + 1) * batch_size], pad_id), lr)
         if log_every and (step % log_every == 0 or step == steps - 1):
             print(f"  step {step + 1}/{steps} loss {loss.item():.4f}", flush=True)
         if probe is not None and probe_every and ((step + 1) % probe_every == 0 or step == steps - 1):
             print(f"  step {step + 1}/{steps} {probe()}", flush=True)
             # The probe switched to eval mode (no dropout); training resumes in train mode.
             model.train()
+
+
+def optimizer_step(
+    model: Qwen2ForCausalLM, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor], lr: float
+) -> torch.Tensor:
+    """One AdamW step at `lr` on the LM loss of `batch` (input_ids, attention_mask, labels: (B, L)) -> the loss."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    loss = model(**batch).loss
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    # Clipped at norm 1: one batch of unusual sequences cannot undo what a stage has learned.
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss
 
 
 def accuracy_probe(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, task: Task) -> Callable[[], str]:
@@ -205,32 +229,209 @@ def save(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, out: Path,
     return hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
 
 
+# --------------------------------------------------------------------------------------------------
+# A warm start on the user's own file
+# --------------------------------------------------------------------------------------------------
+
+# What the math verifier reads in a response: its last \boxed{...}.
+RESPONSE = "\\boxed{{{answer}}}"
+PAD, BOS, EOS = "<pad>", "<s>", "</s>"
+
+
+@dataclass(frozen=True)
+class FileRecipe:
+    """Sizes of a warm start on a file: passes over its training rows, batch, peak lr, BPE vocabulary, model."""
+
+    epochs: int = 30
+    batch_size: int = 16
+    lr: float = 3e-3
+    vocab_size: int = 1024
+    hidden_size: int = 128
+    layers: int = 2
+
+
+def file_config(data: str, problem_key: str, answer_key: str, train_size: int | None, prompt: str) -> Config:
+    """The default run's config on `data`: its template, prompt suffix, length cap and held-out split are the
+    ones the warm start renders with, so the model sees the prompts `lens.train` will give it."""
+    overrides = [f"data.train={data}", f"data.problem_key={problem_key}", f"data.answer_key={answer_key}"]
+    overrides.append(f"data.prompt={prompt}")
+    if train_size is not None:
+        overrides.append(f"data.train_size={train_size}")
+    return load_config(None, overrides, cuda_available=False)
+
+
+def file_tokenizer(texts: Sequence[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer trained on `texts`: every string encodes (unseen bytes included) and decodes
+    back exactly, which the trainer's scorable-span check needs. No chat template: prompts are plain."""
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[PAD, BOS, EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(texts, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token=BOS, eos_token=EOS, pad_token=PAD, clean_up_tokenization_spaces=False
+    )
+    tokenizer.padding_side = "left"  # HF generate appends to every row: the prompts must end together
+    return tokenizer
+
+
+def file_model_config(tokenizer: PreTrainedTokenizerFast, recipe: FileRecipe, positions: int) -> Qwen2Config:
+    """The tiny Qwen2 of a file warm start (hidden 128, 2 layers: 0.56M parameters at a 1024-token vocabulary)."""
+    return Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=recipe.hidden_size,
+        intermediate_size=3 * recipe.hidden_size,
+        num_hidden_layers=recipe.layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=positions,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        dtype="float32",
+    )
+
+
+def answer_batch(batch: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """(prompt ids, answer ids) pairs -> right-padded input_ids, attention_mask, labels (B, L); only the answer
+    tokens carry a label: the prompt is given, the model is taught what to answer."""
+    out = collate([prompt + answer for prompt, answer in batch], pad_id)
+    for row, (prompt, _) in enumerate(batch):
+        out["labels"][row, : len(prompt)] = IGNORE_INDEX
+    return out
+
+
+def warm_start_file(
+    data: str,
+    out: str | Path,
+    *,
+    seed: int,
+    problem_key: str = "problem",
+    answer_key: str = "answer",
+    train_size: int | None = None,
+    prompt: str = "auto",
+    recipe: FileRecipe = FileRecipe(),
+    log_every: int = 50,
+) -> str:
+    """Warm-start a tiny model on the training rows of `data` (a file `lens.train` reads as data.train) and save
+    model, tokenizer and generation config to `out` -> the sha256 of the weights. Deterministic on CPU: one
+    thread, deterministic kernels, a seeded row order."""
+    cfg = file_config(data, problem_key, answer_key, train_size, prompt)
+    train_set, _ = preflight.load_data(cfg)  # the default data.eval=[heldout]: its rows are left out here
+    if not train_set.problems:
+        raise ValueError(f"--data {data}: no training rows")
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    answers = {p.uid: RESPONSE.format(answer=p.answer) for p in train_set.problems}
+    texts = [train_set.prompt.replace("{problem}", p.problem) + answers[p.uid] for p in train_set.problems]
+    tokenizer = file_tokenizer(texts, recipe.vocab_size)
+    rendered = preflight.render_set(cfg, tokenizer, train_set)
+    pairs = [
+        (ids, [*tokenizer.encode(answers[uid], add_special_tokens=False), tokenizer.eos_token_id])
+        for ids, uid in zip(rendered.ids, rendered.uids, strict=True)
+    ]
+    positions = cfg.data.max_prompt_len + cfg.rollout.max_tokens
+    model = Qwen2ForCausalLM(file_model_config(tokenizer, recipe, positions)).float()
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    steps = max(1, math.ceil(recipe.epochs * len(pairs) / recipe.batch_size))
+    # Each pass a fresh seeded permutation of the rows, drawn up front: the order depends on the seed alone.
+    order = torch.cat([torch.randperm(len(pairs)) for _ in range(math.ceil(steps * recipe.batch_size / len(pairs)))])
+    print(f"{data}: {len(pairs)} training rows, {len(tokenizer)} tokens, {steps} steps x {recipe.batch_size}")
+    for step in range(steps):
+        lr = lr_at(step, steps, recipe.lr, warmup=min(100, max(1, steps // 10)))
+        rows = order[step * recipe.batch_size : (step + 1) * recipe.batch_size].tolist()
+        loss = optimizer_step(model, optimizer, answer_batch([pairs[r] for r in rows], tokenizer.pad_token_id), lr)
+        if log_every and (step % log_every == 0 or step == steps - 1):
+            print(f"  step {step + 1}/{steps} loss {loss.item():.4f}", flush=True)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.eval()
+    model.generation_config = GenerationConfig(
+        do_sample=True,
+        top_k=0,
+        max_new_tokens=cfg.rollout.max_tokens,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    return hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
+
+
 @errors.cli_errors
 def main(argv: Sequence[str] | None = None) -> None:
-    """CLI entry point: parse flags, run `warm_start`, print the sha256 of model.safetensors."""
+    """CLI entry point: parse flags, run `warm_start` (a built-in task) or `warm_start_file` (--data), print the
+    sha256 of model.safetensors."""
     parser = errors.ArgumentParser(
         prog="python -m lens.tasks.warmstart", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", required=True, help="output directory for the checkpoint")
-    parser.add_argument("--task", default="vartrack", choices=tasks.NAMES)
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--task", choices=tasks.NAMES, help="a built-in task (default vartrack)")
+    source.add_argument("--data", help="your own problems: a file or directory `data.train=` reads")
     parser.add_argument("--seed", type=int, default=0)
-    # Unset: the task's recipe (RECIPES).
-    parser.add_argument("--stage1-steps", type=int)
-    parser.add_argument("--stage2-steps", type=int)
+    # Unset: the task's recipe (RECIPES), or FileRecipe for --data.
     parser.add_argument("--batch-size", type=int)
     parser.add_argument("--lr", type=float)
-    parser.add_argument("--probe-every", type=int, default=0, help="log greedy eval accuracy every N steps")
+    task_flags = parser.add_argument_group("built-in tasks only")
+    task_flags.add_argument("--stage1-steps", type=int)
+    task_flags.add_argument("--stage2-steps", type=int)
+    task_flags.add_argument("--probe-every", type=int, default=0, help="log greedy eval accuracy every N steps")
+    file_flags = parser.add_argument_group("--data only (the names of lens.train's data.* keys)")
+    file_flags.add_argument("--problem-key", default="problem", help="the field holding the problem")
+    file_flags.add_argument("--answer-key", default="answer", help="the field holding the answer")
+    file_flags.add_argument("--prompt", default="auto", help="data.prompt of the run: a string with {problem}")
+    file_flags.add_argument("--train-size", type=int, help="use the first N rows (then train with data.train_size=N)")
+    file_flags.add_argument("--epochs", type=int, help=f"passes over the training rows (default {FileRecipe.epochs})")
+    file_flags.add_argument("--vocab-size", type=int, help=f"BPE vocabulary (default {FileRecipe.vocab_size})")
     args = parser.parse_args(argv)
-    digest = warm_start(
-        args.out,
-        seed=args.seed,
-        task=args.task,
-        stage1_steps=args.stage1_steps,
-        stage2_steps=args.stage2_steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        probe_every=args.probe_every,
-    )
+    if args.data is None:
+        misplaced = [f for f in ("train_size", "epochs", "vocab_size") if getattr(args, f) is not None]
+        misplaced += [f for f in ("problem_key", "answer_key", "prompt") if getattr(args, f) != parser.get_default(f)]
+        if misplaced:
+            parser.error(f"--{misplaced[0].replace('_', '-')} needs --data")
+        digest = warm_start(
+            args.out,
+            seed=args.seed,
+            task=args.task or "vartrack",
+            stage1_steps=args.stage1_steps,
+            stage2_steps=args.stage2_steps,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            probe_every=args.probe_every,
+        )
+    else:
+        misplaced = [f for f in ("stage1_steps", "stage2_steps") if getattr(args, f) is not None]
+        if misplaced or args.probe_every:
+            parser.error(f"--{(misplaced or ['probe_every'])[0].replace('_', '-')} is for built-in tasks, not --data")
+        given = {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr, "vocab_size": args.vocab_size}
+        recipe = FileRecipe(**{k: v for k, v in given.items() if v is not None})
+        if min(recipe.epochs, recipe.batch_size, recipe.vocab_size) < 1 or recipe.lr <= 0:
+            parser.error("--epochs, --batch-size, --vocab-size and --lr must be positive")
+        digest = warm_start_file(
+            args.data,
+            args.out,
+            seed=args.seed,
+            problem_key=args.problem_key,
+            answer_key=args.answer_key,
+            train_size=args.train_size,
+            prompt=args.prompt,
+            recipe=recipe,
+        )
+        keys = [f"data.{k}={getattr(args, k)}" for k in ("problem_key", "answer_key") if getattr(args, k) != k[:-4]]
+        keys += [f"data.train_size={args.train_size}"] if args.train_size is not None else []
+        keys += [shlex.quote(f"data.prompt={args.prompt}")] if args.prompt != "auto" else []
+        command = ["lens-train --config cpu_default", f"data.train={args.data}", *keys, f"model.path={args.out}"]
+        print(f"train on it: {' '.join(command)}")
     print(f"model.safetensors sha256 {digest}")
 
 
