@@ -156,19 +156,26 @@ def shown_path(path: str | os.PathLike) -> str:
     return str(p.relative_to(cwd)) if p.is_relative_to(cwd) and cwd != Path(cwd.anchor) else str(p)
 
 
+def script(name: str) -> str:
+    """The console script `name` as a command to copy: bare when PATH finds the one beside the running
+    interpreter, else that one's path (`.venv/bin/tensorboard`), else bare (another environment's)."""
+    installed = Path(sys.executable).parent / name
+    if not installed.is_file():
+        return name
+    found = shutil.which(name)
+    return name if found and Path(found).resolve() == installed.resolve() else shlex.quote(shown_path(installed))
+
+
 def command(module: str, *args: object) -> str:
     """`module`'s command with `args`, as it runs in this environment: its console script where one is
     installed beside the running interpreter (bare when PATH finds that same file), else the interpreter
     with `-m` (`.venv/bin/python -m lens.data ...`), never a bare `python` that may be another one."""
-    script = SCRIPTS.get(module)
-    installed = Path(sys.executable).parent / script if script else None
-    if installed is not None and installed.is_file():
-        found = shutil.which(script)
-        head = script if found and Path(found).resolve() == installed.resolve() else shown_path(installed)
-        words = [head]
+    name = SCRIPTS.get(module)
+    if name is not None and (Path(sys.executable).parent / name).is_file():
+        words = [script(name)]
     else:
-        words = [shown_path(sys.executable), "-m", module]
-    return " ".join([*map(shlex.quote, words), *(shlex.quote(str(a)) for a in args)])
+        words = [python(), "-m", shlex.quote(module)]
+    return " ".join([*words, *(shlex.quote(str(a)) for a in args)])
 
 
 def python() -> str:

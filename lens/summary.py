@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lens import checkpoint, metrics
+from lens import checkpoint, console, metrics
 from lens.config import STAGES, Config, config_changes
 
 
@@ -110,16 +110,18 @@ def metrics_rows(path: Path) -> list[dict[str, float]]:
 
 
 def next_commands(cfg: Config) -> list[str]:
-    """Where the run's outputs are and the commands that read them (the README's `.venv/bin/` form)."""
+    """Where the run's outputs are and the commands that read them, as they run in this environment (the
+    installed scripts beside the running interpreter: `.venv/bin/lens-report` after the README's setup)."""
     root = Path(cfg.run_dir)
     latest = checkpoint.latest(root)
     lines = [f"metrics      {root / metrics.METRICS_FILE}"]
     if latest is not None:
         lines.append(f"checkpoints  {root / checkpoint.CHECKPOINTS} (latest {latest.name}, model in {latest / 'hf'})")
     if (root / "tensorboard").is_dir():
-        lines.append(f"TensorBoard  .venv/bin/tensorboard --logdir {root / 'tensorboard'}")
-    lines.append(f"report       .venv/bin/lens-report {root}")
+        lines.append(f"TensorBoard  {console.script('tensorboard')} --logdir {root / 'tensorboard'}")
+    lines.append(f"report       {console.command('lens.report', root)}")
     # lens.eval on a trainer checkpoint scores the run's own held-out sets as the run did (no placeholder to fill).
     if latest is not None:
-        lines.append(f"evaluate     .venv/bin/lens-eval --model {latest / 'hf'}   # the run's held-out sets, as logged")
+        evaluate = console.command("lens.eval", "--model", latest / "hf")
+        lines.append(f"evaluate     {evaluate}   # the run's held-out sets, as logged")
     return lines

@@ -64,6 +64,11 @@ def test_a_command_names_the_installed_script_or_the_running_interpreter(monkeyp
     monkeypatch.setenv("PATH", str(bin_dir))
     (bin_dir / "lens-data").chmod(0o755)
     assert console.command("lens.data", "check", "d") == "lens-data check d"  # PATH finds that same script
+    # Another program's script (the closing summary's TensorBoard line): the same rule; absent here, bare.
+    assert console.script("tensorboard") == "tensorboard"
+    (bin_dir / "tensorboard").touch()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert console.script("tensorboard") == ".venv/bin/tensorboard"
     other = tmp_path / "elsewhere"
     other.mkdir()
     monkeypatch.chdir(other)

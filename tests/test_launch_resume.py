@@ -19,7 +19,7 @@ import pytest
 import yaml
 from processes import logged_steps, trainer_env
 
-from lens import checkpoint, launch, metrics, preflight, summary
+from lens import checkpoint, console, launch, metrics, preflight, summary
 from lens.config import load_config, parse_args
 from lens.tasks import vartrack
 
@@ -154,7 +154,10 @@ def test_the_closing_summary_sums_the_runs_counters(tmp_path, capsys):
     assert "lens/purified         3" in out and "rollouts              384" in out
     assert "steps without signal  1" in out
     assert "held-out    before  step 3" in out and "eval/noisy  0.25    0.5" in out
-    assert f"report       .venv/bin/lens-report {cfg.run_dir}" in out
+    # The command as it runs here: the script beside this interpreter (`.venv/bin/lens-report` after the setup).
+    assert f"report       {console.command('lens.report', cfg.run_dir)}" in out
+    head = console.command("lens.report", cfg.run_dir).split()[0]
+    assert head.endswith(("lens-report", "python")) and (shutil.which(head) or Path(head).is_file())
     _rows(tmp_path / "run" / "metrics.jsonl", [{"step": 1, **step}])  # no evaluation at all: no eval table
     summary.print_summary(cfg)
     assert "held-out" not in capsys.readouterr().out
