@@ -74,7 +74,8 @@ each has tests of both polarities in tests/test_reward.py):
   equivalently", "another valid answer would be"); a value in a sentence saying several are right
   (`_EITHER_RE`: "either is fine"). Any form counts (number, fraction, surd, units, tuple, interval, date,
   letter, words), in parentheses or not. A value equal to the answer (`_same_value`: same normalized text or
-  exact number, `\\frac{1}{2}` and 0.5) restates it: R6 refuses two different answers, not two spellings.
+  the same number by R14's `same_number`, `\\frac{1}{2}` and 0.5) restates it: R6 refuses two different
+  answers, not two spellings.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ __all__ = [
     "extract_final",
     "normalize_math",
     "normalize_text",
+    "same_number",
     "strip_enclosing_box",
 ]
 
@@ -358,8 +360,8 @@ _ENDORSE_BEFORE = (
     r"acceptable\s+|possible\s+)?(?:answer|option|solution|value|choice)\s+(?:is|would\s+be|could\s+be)\b"
     r"|\b(?:also|equally)\s+(?:acceptable|valid|correct|fine|right|accepted)\s*:"
 )
-# A statement that several values are right ("either is fine", "both are correct"): a value named in its
-# sentence other than the answer is called right too (R15).
+# A statement that several values are right ("either is fine", "both are correct"): a value named before it in
+# its sentence, other than the answer, is called right too (R15).
 _EITHER_RE = re.compile(
     rf"\b(?:either|both)\s+(?:one\s+|ones\s+|answers?\s+|values?\s+|forms?\s+)?(?:works?|will\s+do|"
     rf"(?:is|are|would\s+be)\s+(?:{_APPROVAL}))\b",
@@ -513,21 +515,20 @@ def _restated_value(region: str, after: int) -> tuple[bool, str | None]:
 
 def _same_value(other: str, answer: str) -> bool:
     """True when `other` writes the same value as `answer`: the same text, the same normalized form
-    (`21 \\text{ cm}` is 21) or the same exact number (`\\frac{1}{2}` and `0.5`). A rounded decimal of an endless
-    fraction (`0.33` for `\\frac{1}{3}`) is another value written, not the same one restated."""
+    (`21 \\text{ cm}` is 21) or the same number by R14 (`\\frac{1}{2}` and `0.5`, `\\frac{2}{3}` and `0.67`).
+    No algebra: `10^3` is another value than `1000` here."""
     if _SPACES_RE.sub("", other) == _SPACES_RE.sub("", answer):
         return True
     a, b = normalize_math(other), normalize_math(answer)
     if a == b:
         return True
-    x, y = as_number(a), as_number(b)
-    return x is not None and x == y
+    return same_number(a, b) is True
 
 
 def _values_endorsed(region: str, after: int) -> list[str]:
     """The values the text after the answer calls right too (R15): before an endorsement ("$7$ also works",
     "An answer of 7 would be accepted as well"), after one ("you could also say 7", "or equivalently 7"), or
-    named in a sentence saying several are right ("7 or -7, either is fine")."""
+    named earlier in a sentence saying several are right ("7 or -7, either is fine")."""
     end = after + 400
     found = [next(g for g in m.groups() if g) for m in _ALSO_VALUE_RE.finditer(region, after, end)]
     found += [next(g for g in m.groups() if g) for m in _VALUE_AFTER_ENDORSEMENT_RE.finditer(region, after, end)]
@@ -535,9 +536,9 @@ def _values_endorsed(region: str, after: int) -> list[str]:
         start = after
         for stop in _SENTENCE_END_RE.finditer(region, after, m.start()):
             start = stop.end()
-        stop = _SENTENCE_END_RE.search(region, m.end(), end)
-        sentence = region[start : stop.start() if stop else min(end, len(region))]
-        found += [next(g for g in v.groups() if g) for v in _VALUE_IN_SENTENCE_RE.finditer(sentence)]
+        # Only the values before it in its sentence are the ones it speaks of: after it come reasons
+        # ("both are correct: 2 + 3 = 5").
+        found += [next(g for g in v.groups() if g) for v in _VALUE_IN_SENTENCE_RE.finditer(region, start, m.start())]
     return found
 
 
@@ -1126,6 +1127,53 @@ def as_number(normalized: str) -> Fraction | None:
         return None
     sign, num, den = (m.group(1), m.group(2), m.group(3)) if m.group(2) else ("", m.group(4), m.group(5))
     return None if int(den) == 0 else Fraction(int(num), int(den)) * (-1 if sign else 1)
+
+
+def same_number(pred: str, gold: str) -> bool | None:
+    """Whether two normalized plain numbers are the same answer by exact arithmetic (R14); None when they are
+    not both plain numbers.
+
+    Equal values are the same. A decimal stands for a value whose decimal expansion never ends (`1/3`) when
+    it is that value rounded or cut off at its own places, two or more, with two significant digits or more
+    (`0.33`, `0.333` for 1/3, `0.66` and `0.67` for 2/3 are right, `0.3`, `0.34`, and `0.00` for 1/300 are
+    not); every other pair of different values differs, so `0.5000000001` is not `0.5`.
+    """
+    p, g = as_number(pred), as_number(gold)
+    if p is None or g is None:
+        return None
+    if p == g:
+        return True
+    for decimal, text, exact in ((p, pred, g), (g, gold, p)):
+        places = _decimal_places(text)
+        # Two places and two significant digits at least: `0.00` says nothing about 1/300.
+        significant = len(text.lstrip("+-").replace(".", "").lstrip("0"))
+        if places >= 2 and significant >= 2 and not _terminates(exact) and decimal in _roundings(exact, places):
+            return True
+    return False
+
+
+def _decimal_places(number: str) -> int:
+    """Digits after the point of a plain decimal (`0.333` -> 3); 0 for anything else (fractions, integers)."""
+    if "\\" in number or "/" in number:
+        return 0
+    return len(number.partition(".")[2])
+
+
+def _terminates(value: Fraction) -> bool:
+    """True when `value` has a finite decimal expansion (its denominator has no prime but 2 and 5)."""
+    den = value.denominator
+    for prime in (2, 5):
+        while den % prime == 0:
+            den //= prime
+    return den == 1
+
+
+def _roundings(value: Fraction, places: int) -> tuple[Fraction, Fraction]:
+    """`value` cut off and rounded (half away from zero) at `places` decimals."""
+    scale = 10**places
+    cut = Fraction(int(value * scale), scale)  # int() truncates toward zero
+    step = Fraction(1 if value >= 0 else -1, scale)
+    return cut, cut + step if abs(value - cut) * 2 >= Fraction(1, scale) else cut
 
 
 def additive_terms(normalized: str) -> list[str] | None:
