@@ -68,7 +68,14 @@ each has tests of both polarities in tests/test_reward.py):
   or letter called right too after the final answer ("(F) also works", `_ALSO_RE`, `_ALSO_VALUE_RE`; against
   an answer in words, another word or phrase of as many words: "green is also correct", "apple cherry banana
   is also correct", `_ALSO_WORD_RE`; not a pronoun or a phrase a determiner starts, which describe) is a
-  hedge: the completion does not commit.
+  hedge: the completion does not commit. Endorsing (`_values_endorsed`): a value before "also"/"equally" +
+  approval or before approval + "too"/"as well" (`_ENDORSED`: "would be accepted as well", "is also
+  acceptable", "works too"); a value after offering words (`_ENDORSE_BEFORE`: "you could also say", "or
+  equivalently", "another valid answer would be"); a value in a sentence saying several are right
+  (`_EITHER_RE`: "either is fine"). Any form counts (number, fraction, surd, units, tuple, interval, date,
+  letter, words), in parentheses or not. A value equal to the answer (`_same_value`: same normalized text or
+  the same number by R14's `same_number`, `\\frac{1}{2}` and 0.5) restates it: R6 refuses two different
+  answers, not two spellings.
 """
 
 from __future__ import annotations
@@ -88,6 +95,7 @@ __all__ = [
     "extract_final",
     "normalize_math",
     "normalize_text",
+    "same_number",
     "strip_enclosing_box",
 ]
 
@@ -330,23 +338,55 @@ def _marker_answer(text: str, last: re.Match[str]) -> str | None:
 
 
 _SPACES_RE = re.compile(r"\s+")
-# Words that call a value or letter right too (R15).
+# Words that call a value or letter right too (R15): "also"/"equally" before a word of approval ("is also
+# acceptable", "would also be correct", "is equally valid", "also works"), or a word of approval before "too"/"as
+# well" ("works too", "would be accepted as well", "is fine too"). Approval alone ("7 is correct") restates.
+_APPROVAL = (
+    r"valid|correct|right|true|possible|acceptable|accepted|allowed|fine|ok(?:ay)?|plausible|defensible|"
+    r"an?\s+(?:valid\s+|correct\s+|acceptable\s+|possible\s+)?(?:answer|solution|option)"
+)
+_AUX = r"is|are|could|might|may|would|will|can|should|seems?"
 _ENDORSED = (
-    r"[\s*]*(?:(?:is|are|could|might|may|would|can|should|seems?)\s+){0,2}(?:also|equally)\s+(?:works?|valid|"
-    r"correct|right|true|possible|acceptable|plausible|defensible|an?\s+(?:valid\s+|correct\s+)?(?:answer|solution|"
-    r"option)|be\s+(?:correct|right|valid|true|argued|accepted|defended))\b"
-    r"|[\s*]*(?:works?|is\s+(?:valid|correct|right))\s+(?:too|as\s+well)\b"
+    rf"[\s*]*(?:(?:{_AUX})\s+){{0,2}}(?:also|equally)\s+(?:works?|{_APPROVAL}|"
+    rf"be\s+(?:{_APPROVAL}|argued|defended))\b"
+    rf"|[\s*]*(?:works?|(?:(?:{_AUX})\s+){{1,2}}(?:be\s+)?(?:{_APPROVAL}))\s+(?:too|as\s+well)\b"
 )
-# A value called right too: "$7$ also works", "x = 7 is also a solution", "7 works too" (R15).
-# A bare number counts where a clause starts ("Of course 15 works too", ", but 15 is also valid"), not after a
-# noun ("Step 3 also works"); a value given to a variable ("x = 9 is also a solution") anywhere.
-_CLAUSE_START = (
-    r"(?:(?<=[,;:.!?(\n] )|(?<=[;:(\n])|(?<=\band )|(?<=\bbut )|(?<=\bthough )|(?<=\bcourse )|(?<=\bwhile ))"
+# Words that call the value AFTER them right too (R15): "you could also say 7", "or equivalently 7", "another
+# valid answer is 7", "also acceptable: 7". The value is compared with the answer: an equal one restates it.
+_ENDORSE_BEFORE = (
+    r"\b(?:you|one|we|i)\s+(?:could|can|might|may|would)\s+also\s+(?:say|write|answer|give|put|accept|use)\b"
+    r"|\bor\s+(?:equivalently|alternatively|also)\b"
+    r"|\b(?:another|an\s+alternative|an\s+equally\s+(?:valid|correct|acceptable))\s+(?:valid\s+|correct\s+|"
+    r"acceptable\s+|possible\s+)?(?:answer|option|solution|value|choice)\s+(?:is|would\s+be|could\s+be)\b"
+    r"|\b(?:also|equally)\s+(?:acceptable|valid|correct|fine|right|accepted)\s*:"
 )
-_ALSO_VALUE_RE = re.compile(
-    rf"(?:\$([^$\n]{{1,80}})\$|(?:(?<![\w.\\])[a-z]\s*=\s*|{_CLAUSE_START})([-\u2212]?\d+(?:[.,/]\d+)*)(?![\w.]))(?:{_ENDORSED})",
+# A statement that several values are right ("either is fine", "both are correct"): a value named before it in
+# its sentence, other than the answer, is called right too (R15).
+_EITHER_RE = re.compile(
+    rf"\b(?:either|both)\s+(?:one\s+|ones\s+|answers?\s+|values?\s+|forms?\s+)?(?:works?|will\s+do|"
+    rf"(?:is|are|would\s+be)\s+(?:{_APPROVAL}))\b",
     re.IGNORECASE,
 )
+_SENTENCE_END_RE = re.compile(r"[.!?](?=\s|$)|\n")
+# A value called right too: "$7$ also works", "x = 7 is also a solution", "7 works too" (R15).
+# A bare number counts where a clause starts ("Of course 15 works too", ", but 15 is also valid") or after words
+# that name a value ("an answer of 15", "writing 15", "the value 15"), not after another noun ("Step 3 also
+# works"); a value given to a variable ("x = 9 is also a solution") anywhere.
+_CLAUSE_START = (
+    r"(?:(?<=[,;:.!?(\n] )|(?<=[;:(\n])|(?<=\band )|(?<=\bbut )|(?<=\bthough )|(?<=\bcourse )|(?<=\bwhile )"
+    r"|(?<=\bof )|(?<=\bwriting )|(?<=\bsaying )|(?<=\banswer )|(?<=\bvalue ))"
+)
+# A value in any form: math in `$` or `\(...\)`, a number, fraction or date (`-7`, `3/4`, `1969-07-21`), a tuple
+# or interval (`(2, 1)`, `[1, 5]`).
+_MATH_VALUE = r"\$([^$\n]{1,80})\$|\\\(([^\n]{1,80}?)\\\)"
+_BARE_VALUE = r"([-\u2212]?\d+(?:[.,/:-]\d+)*)(?!\w|\.\d)|([(\[][^()\[\]$\n]{1,40}[)\]])"
+_VALUE = rf"{_MATH_VALUE}|{_BARE_VALUE}"
+_ALSO_VALUE_RE = re.compile(
+    rf"(?:{_MATH_VALUE}|(?:(?<![\w.\\])[a-z]\s*=\s*|{_CLAUSE_START})(?:{_BARE_VALUE}))(?:{_ENDORSED})",
+    re.IGNORECASE,
+)
+_VALUE_AFTER_ENDORSEMENT_RE = re.compile(rf"(?:{_ENDORSE_BEFORE})[\s*,:]*(?:{_VALUE})", re.IGNORECASE)
+_VALUE_IN_SENTENCE_RE = re.compile(_VALUE)
 # An answer in words ("green", "not entailed", "(B)") has a letter and none of these: no digit, no math.
 _NOT_WORDS_RE = re.compile(r"[\d\\$^_{}=]")
 # Against an answer in words, words called right too (R15): a phrase where a clause starts ("Actually, green
@@ -366,6 +406,14 @@ _ALSO_WORD_RE = re.compile(
     rf"(?=(?:{_CLAUSE_START}[*_]*(?:[\"'\u2018\u201c]([^\"'\u2019\u201d\n]{{1,40}})[\"'\u2019\u201d]"
     rf"|(?!(?:{_PRONOUNS})\b|(?:{_DETERMINERS})[ \t]+{_PHRASE_WORD})({_PHRASE_WORD}(?:[ \t]+{_PHRASE_WORD}){{0,5}}))"
     rf"|(?<!\w)(\([a-z]\)))[*_]*(?:{_ENDORSED}))",
+    re.IGNORECASE,
+)
+# Against an answer in words, a phrase after an endorsement ("you could also say green", "another valid answer
+# is 'light blue'"), up to the end of its clause; not a pronoun or a phrase a determiner starts.
+_WORDS_AFTER_ENDORSEMENT_RE = re.compile(
+    rf"(?:{_ENDORSE_BEFORE})[\s*,:]*(?:[\"'\u2018\u201c]([^\"'\u2019\u201d\n]{{1,40}})[\"'\u2019\u201d]"
+    rf"|(?!(?:{_PRONOUNS})\b|(?:{_DETERMINERS})[ \t]+)({_PHRASE_WORD}(?:[ \t]+{_PHRASE_WORD}){{0,5}})"
+    r"(?=\s*(?:[.,;:!?)]|$)))",
     re.IGNORECASE,
 )
 _FOREIGN_TAIL_RE = re.compile(r"(?<=[\d})\]a-zA-Z])\s*[\u3040-\u30ff\u4e00-\u9fff]+$")
@@ -465,21 +513,53 @@ def _restated_value(region: str, after: int) -> tuple[bool, str | None]:
     return True, _unless_also_value(region, last.end(), marked)
 
 
+def _same_value(other: str, answer: str) -> bool:
+    """True when `other` writes the same value as `answer`: the same text, the same normalized form
+    (`21 \\text{ cm}` is 21) or the same number by R14 (`\\frac{1}{2}` and `0.5`, `\\frac{2}{3}` and `0.67`).
+    No algebra: `10^3` is another value than `1000` here."""
+    if _SPACES_RE.sub("", other) == _SPACES_RE.sub("", answer):
+        return True
+    a, b = normalize_math(other), normalize_math(answer)
+    if a == b:
+        return True
+    return same_number(a, b) is True
+
+
+def _values_endorsed(region: str, after: int) -> list[str]:
+    """The values the text after the answer calls right too (R15): before an endorsement ("$7$ also works",
+    "An answer of 7 would be accepted as well"), after one ("you could also say 7", "or equivalently 7"), or
+    named earlier in a sentence saying several are right ("7 or -7, either is fine")."""
+    end = after + 400
+    found = [next(g for g in m.groups() if g) for m in _ALSO_VALUE_RE.finditer(region, after, end)]
+    found += [next(g for g in m.groups() if g) for m in _VALUE_AFTER_ENDORSEMENT_RE.finditer(region, after, end)]
+    for m in _EITHER_RE.finditer(region, after, end):
+        start = after
+        for stop in _SENTENCE_END_RE.finditer(region, after, m.start()):
+            start = stop.end()
+        # Only the values before it in its sentence are the ones it speaks of: after it come reasons
+        # ("both are correct: 2 + 3 = 5").
+        found += [next(g for g in v.groups() if g) for v in _VALUE_IN_SENTENCE_RE.finditer(region, start, m.start())]
+    return found
+
+
 def _unless_also_value(region: str, after: int, answer: str | None) -> str | None:
-    """`answer`, or None when the text after it calls another value right too ("$7$ also works"; against an
-    answer in words, "green is also correct", R15)."""
+    """`answer`, or None when the text after it calls another value right too ("$7$ also works", "An answer of
+    $7$ would be accepted as well", "or equivalently 0.4"; against an answer in words, "green is also correct",
+    "you could also say green", R15). The same value restated ("or equivalently 0.5" after `\\frac{1}{2}`) is
+    not another one."""
     if answer is None:
         return None
-    own = _SPACES_RE.sub("", answer)
-    for m in _ALSO_VALUE_RE.finditer(region, after, after + 400):
-        value = m.group(1) or m.group(2)
-        if _SPACES_RE.sub("", value.strip("$")) != own:
+    for value in _values_endorsed(region, after):
+        if not _same_value(value, answer):
             return None
     unwrapped = _TEXT_WRAP_RE.sub(r"\1", answer)
     if re.search(r"[A-Za-z]", unwrapped) and not _NOT_WORDS_RE.search(unwrapped):
         own = normalize_text(answer)
         words = len(own.split())
-        for m in _ALSO_WORD_RE.finditer(region, after, after + 400):
+        for m in itertools.chain(
+            _ALSO_WORD_RE.finditer(region, after, after + 400),
+            _WORDS_AFTER_ENDORSEMENT_RE.finditer(region, after, after + 400),
+        ):
             value = next(g for g in m.groups() if g)
             # An unquoted phrase names another answer when it is one word or as many words as the answer:
             # longer, it is a sentence about it ("Note that apple banana cherry is also correct").
@@ -578,6 +658,10 @@ _HEDGE_RE = re.compile(
 )
 # Another letter endorsed after the answer ("(F) also works", "(G) could also be argued", "B works too").
 _ALSO_RE = re.compile(rf"(?:\(([A-Ja-j])\)|\b([A-J])\b)\)?(?:{_ENDORSED})")
+# Another letter after an endorsement ("you could also say (B)", "another valid answer is B").
+_LETTER_AFTER_ENDORSEMENT_RE = re.compile(
+    rf"(?i:{_ENDORSE_BEFORE})[\s*,:]*(?:(?:option|choice)\s+)?(?:\(([A-Ja-j])\)|\b([A-J])\b)"
+)
 _BOX_LETTER_RE = re.compile(r"\(?([A-Ja-j])\)?(?:\s*$|[.:)\s]\s*\S|\.$)")
 _BARE_LETTER_RE = re.compile(r"[\s*.:()\[\]'\"`]*(?:(?:option|choice|letter)\s+)?\(?([A-Ja-j])\)?[\s*.:)'\"`]*")
 _TEXT_WRAP_RE = re.compile(
@@ -656,7 +740,7 @@ def _letter_after(span: str) -> str | None:
 
 def _unless_also(after: str, letter: str) -> str | None:
     """`letter`, or None when the text after the answer endorses another letter too (a hedge, R6)."""
-    for m in _ALSO_RE.finditer(after[:300]):
+    for m in itertools.chain(_ALSO_RE.finditer(after[:300]), _LETTER_AFTER_ENDORSEMENT_RE.finditer(after[:300])):
         other = next(g for g in m.groups() if g).upper()
         if other != letter and not _NEGATED_BEFORE_RE.search(after[max(0, m.start() - 30) : m.start()]):
             return None
@@ -1043,6 +1127,53 @@ def as_number(normalized: str) -> Fraction | None:
         return None
     sign, num, den = (m.group(1), m.group(2), m.group(3)) if m.group(2) else ("", m.group(4), m.group(5))
     return None if int(den) == 0 else Fraction(int(num), int(den)) * (-1 if sign else 1)
+
+
+def same_number(pred: str, gold: str) -> bool | None:
+    """Whether two normalized plain numbers are the same answer by exact arithmetic (R14); None when they are
+    not both plain numbers.
+
+    Equal values are the same. A decimal stands for a value whose decimal expansion never ends (`1/3`) when
+    it is that value rounded or cut off at its own places, two or more, with two significant digits or more
+    (`0.33`, `0.333` for 1/3, `0.66` and `0.67` for 2/3 are right, `0.3`, `0.34`, and `0.00` for 1/300 are
+    not); every other pair of different values differs, so `0.5000000001` is not `0.5`.
+    """
+    p, g = as_number(pred), as_number(gold)
+    if p is None or g is None:
+        return None
+    if p == g:
+        return True
+    for decimal, text, exact in ((p, pred, g), (g, gold, p)):
+        places = _decimal_places(text)
+        # Two places and two significant digits at least: `0.00` says nothing about 1/300.
+        significant = len(text.lstrip("+-").replace(".", "").lstrip("0"))
+        if places >= 2 and significant >= 2 and not _terminates(exact) and decimal in _roundings(exact, places):
+            return True
+    return False
+
+
+def _decimal_places(number: str) -> int:
+    """Digits after the point of a plain decimal (`0.333` -> 3); 0 for anything else (fractions, integers)."""
+    if "\\" in number or "/" in number:
+        return 0
+    return len(number.partition(".")[2])
+
+
+def _terminates(value: Fraction) -> bool:
+    """True when `value` has a finite decimal expansion (its denominator has no prime but 2 and 5)."""
+    den = value.denominator
+    for prime in (2, 5):
+        while den % prime == 0:
+            den //= prime
+    return den == 1
+
+
+def _roundings(value: Fraction, places: int) -> tuple[Fraction, Fraction]:
+    """`value` cut off and rounded (half away from zero) at `places` decimals."""
+    scale = 10**places
+    cut = Fraction(int(value * scale), scale)  # int() truncates toward zero
+    step = Fraction(1 if value >= 0 else -1, scale)
+    return cut, cut + step if abs(value - cut) * 2 >= Fraction(1, scale) else cut
 
 
 def additive_terms(normalized: str) -> list[str] | None:

@@ -91,7 +91,6 @@ import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from lens.answers import (
@@ -103,6 +102,7 @@ from lens.answers import (
     extract_final,
     normalize_math_unit,
     normalize_text,
+    same_number,
     split_items,
     strip_enclosing_box,
 )
@@ -276,50 +276,10 @@ def extract_math_answer(text: str, *, fallback_last_number: bool = False) -> str
 
 
 def _numeric_verdict(pred: str, gold: str) -> Verdict | None:
-    """Verdict for two normalized plain numbers by exact arithmetic (R14), else None (not both plain numbers).
-
-    Equal values are correct. A decimal stands for a value whose decimal expansion never ends (`1/3`) when
-    it is that value rounded or cut off at its own places, two or more, with two significant digits or more
-    (`0.33`, `0.333` for 1/3, `0.66` and `0.67` for 2/3 are right, `0.3`, `0.34`, and `0.00` for 1/300 are
-    not); every other pair of different values is wrong, so
-    `0.5000000001` is not `0.5`.
-    """
-    p, g = as_number(pred), as_number(gold)
-    if p is None or g is None:
-        return None
-    if p == g:
-        return _CORRECT
-    for decimal, text, exact in ((p, pred, g), (g, gold, p)):
-        places = _decimal_places(text)
-        # Two places and two significant digits at least: `0.00` says nothing about 1/300.
-        significant = len(text.lstrip("+-").replace(".", "").lstrip("0"))
-        if places >= 2 and significant >= 2 and not _terminates(exact) and decimal in _roundings(exact, places):
-            return _CORRECT
-    return _WRONG
-
-
-def _decimal_places(number: str) -> int:
-    """Digits after the point of a plain decimal (`0.333` -> 3); 0 for anything else (fractions, integers)."""
-    if "\\" in number or "/" in number:
-        return 0
-    return len(number.partition(".")[2])
-
-
-def _terminates(value: Fraction) -> bool:
-    """True when `value` has a finite decimal expansion (its denominator has no prime but 2 and 5)."""
-    den = value.denominator
-    for prime in (2, 5):
-        while den % prime == 0:
-            den //= prime
-    return den == 1
-
-
-def _roundings(value: Fraction, places: int) -> tuple[Fraction, Fraction]:
-    """`value` cut off and rounded (half away from zero) at `places` decimals."""
-    scale = 10**places
-    cut = Fraction(int(value * scale), scale)  # int() truncates toward zero
-    step = Fraction(1 if value >= 0 else -1, scale)
-    return cut, cut + step if abs(value - cut) * 2 >= Fraction(1, scale) else cut
+    """Verdict for two normalized plain numbers by exact arithmetic (R14, `lens.answers.same_number`), else
+    None (not both plain numbers)."""
+    same = same_number(pred, gold)
+    return None if same is None else (_CORRECT if same else _WRONG)
 
 
 def _stage_math(completion: Any, gold: str, max_chars: int, fallback_last_number: bool) -> Verdict | tuple[str, str]:

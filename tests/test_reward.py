@@ -1024,3 +1024,54 @@ def test_decisions_on_markers_and_mixed_numbers_are_written_in_the_docs_and_the_
     for phrase in ("`#### 26`", "the last committed statement", "2\\frac{1}{2}", "I'd go with B", "`choice` has"):
         assert phrase in docstring, phrase
         assert phrase in chapter, phrase
+
+
+# R15: after the final answer, another value called right too, in any wording and any value form, before or
+# after the endorsing words, is a hedge; the same value restated (in any form) or a sentence about the answer
+# is not.
+R15_ENDORSEMENTS = [
+    ("math", "$\\boxed{5}$\n\n(A reply of $-5$ would be accepted as well.)", "5", 0.0),
+    ("math", "$\\boxed{\\frac{2}{5}}$\n\nAn answer of 0.25 is acceptable too.", "\\frac{2}{5}", 0.0),
+    ("math", "$\\boxed{\\frac{2}{5}}$, or equivalently $0.4$.", "\\frac{2}{5}", 1.0),
+    ("math", "$\\boxed{\\frac{2}{5}}$, or equivalently 0.45.", "\\frac{2}{5}", 0.0),
+    ("math", "$\\boxed{3\\sqrt{2}}$. Note: $4.2426$ is also fine.", "3\\sqrt{2}", 0.0),
+    ("math", "$\\boxed{9 \\text{ m}}$ (though $90 \\text{ m}$ is equally correct)", "9", 0.0),
+    ("math", "$\\boxed{9 \\text{ m}}$; you could also say $9$.", "9", 1.0),
+    ("math", "$\\boxed{(3, 4)}$. You could also say $(4, 3)$.", "(3, 4)", 0.0),
+    ("math", "$\\boxed{[0, 2]}$ \u2014 also acceptable: $(0, 2)$.", "[0, 2]", 0.0),
+    ("math", "$\\boxed{11}$, and 13 is also OK.", "11", 0.0),
+    ("math", "$\\boxed{11}$ (or $13$; either is fine).", "11", 0.0),
+    ("math", "$\\boxed{11}$. Either is fine as long as it is justified.", "11", 1.0),
+    ("math", "$\\boxed{5}$. Both are correct: $2 + 3 = 5$ and $10/2 = 5$.", "5", 1.0),
+    ("math", "$\\boxed{11}$. Another valid answer would be \\(12\\).", "11", 0.0),
+    ("math", "$\\boxed{2\\pi}$ ($6.28$ would be accepted as well)", "2\\pi", 0.0),
+    ("math", "$\\boxed{\\frac{5}{8}}$. Equally valid: $\\frac{8}{5}$.", "\\frac{5}{8}", 0.0),
+    ("math", "$\\boxed{100}$. One could also write $10^3$.", "100", 0.0),
+    ("math", "$\\boxed{100}$. One could also write $100.0$.", "100", 1.0),
+    ("math", "$\\boxed{\\frac{2}{3}}$ (you could also say $0.67$)", "\\frac{2}{3}", 1.0),
+    ("math", "$\\boxed{\\frac{2}{3}}$ (you could also say $0.6$)", "\\frac{2}{3}", 0.0),
+    ("math", "$\\boxed{6}$\n\n*$8$ is fine too.*", "6", 0.0),
+    ("math", "$\\boxed{11}$. This is also consistent with the second equation.", "11", 1.0),
+    ("math", "$\\boxed{11}$, which is correct because $5 + 6 = 11$.", "11", 1.0),
+    ("math", "Answer: 4/7\n\n(Writing 7/4 would be accepted as well.)", "4/7", 0.0),
+    ("text", "Answer: 2001-09-11\n\n(2001-09-12 is also acceptable.)", "2001-09-11", 0.0),
+    ("text", "Answer: 2001-09-11\n\n2001-09-11 is also the date in the record.", "2001-09-11", 1.0),
+    ("text", "Final answer: walrus\n\nYou could also say 'sea lion'.", "walrus", 0.0),
+    ("text", "Final answer: walrus\n\nOf course, seal would be accepted as well.", "walrus", 0.0),
+    ("text", "Final answer: walrus\n\nYou could also say this is settled by the tusks.", "walrus", 1.0),
+    ("text", "Answer: 42 km\n\nOr equivalently 24 km.", "42 km", 0.0),
+    ("text", "Answer: 3.14\n\n3.15 is fine as well.", "3.14", 0.0),
+    ("text", "Answer: 1776-07-04\nOr alternatively 1776-08-02.", "1776-07-04", 0.0),
+    ("text", "Final answer: Paris\n\n(Lyon would be accepted as well.)", "Paris", 0.0),
+    ("choice", "Answer: (D). You could also say (A).", "D", 0.0),
+    ("choice", "Answer: (D). (A) would be accepted as well.", "D", 0.0),
+    ("choice", "Answer: (D). Another valid answer would be (F).", "D", 0.0),
+    ("choice", "The answer is (B); (E) is acceptable too.", "B", 0.0),
+    ("choice", "Answer: (D). This is also consistent with option text.", "D", 1.0),
+]
+
+
+@pytest.mark.parametrize("kind,tail,gold,reward", R15_ENDORSEMENTS)
+def test_r15_another_value_endorsed_in_any_wording_is_a_hedge(kind: str, tail: str, gold: str, reward: float) -> None:
+    verify = {"math": verify_math, "text": verify_text, "choice": verify_choice}[kind]
+    assert verify(WORK + tail, gold)[0] == reward
