@@ -24,7 +24,9 @@ recomputes the tests (sign-flip p, Holm) from them alone.
 A task is primary when its committed gate table (bench/results/gates/<task>.json) passes G1-G4; the others are
 reported apart, each its own Holm family. Per task, <out>/<task>.md holds: the primary endpoint per arm with
 its 95 % t-interval; the paired differences of the primary comparisons with 95 % t-intervals, raw and
-Holm-adjusted p-values; the same for the exploratory secondary comparisons; final accuracies and costs.
+Holm-adjusted p-values; the same for the exploratory secondary comparisons; final accuracies and costs. A plan
+that fixes `equivalence_margin` m adds each comparison's reading (`reading`): a difference when Holm-significant,
+a tie when the whole 95 % interval lies inside (-m, m), else inconclusive.
 <out>/<task>.png draws noisy accuracy against optimizer updates, cumulative rollouts and cumulative FLOPs.
 
 Test: the paired sign-flip permutation test, exact over all 2^n sign patterns. Accuracy differences between
@@ -115,6 +117,7 @@ class Plan:
     tasks: dict[str, dict[str, Any]]
     primary_contrasts: list[Contrast] = field(default_factory=list)
     secondary_contrasts: list[Contrast] = field(default_factory=list)
+    margin: float | None = None  # equivalence margin of the endpoint: each comparison then gets a reading
 
     def family(self, which: str) -> list[Contrast]:
         """The primary or secondary family: its pairwise comparisons (A - B), then its declared contrasts."""
@@ -168,6 +171,9 @@ def load_plan(path: Path = PLAN) -> Plan:
         problems.append(f"scaled_batch names an undeclared arm: {scaled['arm']}, {scaled['from_arm']}")
     if set(scaled["pilot_seeds"]) & set(p["seeds"]):
         problems.append(f"pilot seeds {scaled['pilot_seeds']} overlap the study's seeds")
+    margin = p.get("equivalence_margin")
+    if margin is not None and not (isinstance(margin, (int, float)) and 0 < margin < 1):
+        problems.append(f"equivalence_margin {margin!r} must be a number in (0, 1)")
     if p["steps"] % p["eval_every"]:
         problems.append(f"steps {p['steps']} is not a multiple of eval_every {p['eval_every']}: no final evaluation")
     if problems:
@@ -190,6 +196,7 @@ def load_plan(path: Path = PLAN) -> Plan:
         tasks={t: {"overrides": [], "gates": t, **spec} for t, spec in p["tasks"].items()},
         primary_contrasts=contrasts["primary"],
         secondary_contrasts=contrasts["secondary"],
+        margin=None if margin is None else float(margin),
     )
 
 
@@ -626,14 +633,30 @@ def pval(p: float) -> str:
     return f"{p:.1e}" if p < 0.001 else f"{p:.4f}"
 
 
-def comparison_lines(rows: list[dict], alpha: float) -> list[str]:
-    """The markdown table of one family of comparisons."""
-    lines = ["| A − B | pairs | Δ (95 % CI) | p | p Holm | Holm < alpha |", "|---|---|---|---|---|---|"]
+def reading(row: dict, alpha: float, margin: float) -> str:
+    """What one comparison says under an equivalence margin m: "A > B" / "A < B" when its Holm-adjusted p is below
+    alpha; "tie" when its whole 95 % t-interval lies inside (-m, m) (two one-sided tests at 2.5 % each, stricter than
+    the usual 90 % interval); else "inconclusive" (neither a difference nor a tie is shown)."""
+    mean, half = row["diff"]
+    if math.isnan(mean) or math.isnan(row["p_holm"]):
+        return "—"
+    if row["p_holm"] < alpha:
+        return "A > B" if mean > 0 else "A < B"
+    return "tie" if not math.isnan(half) and -margin < mean - half and mean + half < margin else "inconclusive"
+
+
+def comparison_lines(rows: list[dict], alpha: float, margin: float | None = None) -> list[str]:
+    """The markdown table of one family of comparisons (with a reading column when the plan has a margin)."""
+    head = "| A − B | pairs | Δ (95 % CI) | p | p Holm | Holm < alpha |"
+    lines = [head, "|---|---|---|---|---|---|"]
+    if margin is not None:
+        lines = [f"{head} reading (margin ±{margin:g}) |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         verdict = "—" if math.isnan(r["p_holm"]) else ("yes" if r["p_holm"] < alpha else "no")
         # a contrast's name may hold "|" (a conditional effect): escaped, or it would split the table's cells
         name = r["name"].replace("|", "\\|") + (" (IDENTICAL RUNS)" if r["identical"] else "")
         cells = [name, str(r["pairs"]), pm(r["diff"]), pval(r["p"]), pval(r["p_holm"]), verdict]
+        cells += [reading(r, alpha, margin)] if margin is not None else []
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -673,9 +696,9 @@ def markdown(plan: Plan, task: str, result: dict) -> str:
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     family = "all primary tasks together" if role == "primary" else "this task alone"
     lines += ["", f"Primary comparisons (Holm over {family}; sign-flip test, exact; alpha {plan.alpha}):", ""]
-    lines += comparison_lines(result["primary"], plan.alpha)
+    lines += comparison_lines(result["primary"], plan.alpha, plan.margin)
     lines += ["", "Secondary comparisons (exploratory; Holm within this list):", ""]
-    lines += comparison_lines(result["secondary"], plan.alpha)
+    lines += comparison_lines(result["secondary"], plan.alpha, plan.margin)
     lines += ["", "What the rewrite did (mean ± 95 % over seeds; lens.groups / lens.purify counters, sums over steps):"]
     lines += ["", "| arm | joined successes in collapsed groups | deleted: distractor | deleted: answer token |"]
     lines[-1] += " deciding-token ratio p50 |"

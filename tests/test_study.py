@@ -444,3 +444,24 @@ def test_a_contrast_name_with_a_bar_keeps_the_table_s_cells():
     row = {"name": "a | b − c", "identical": False, "pairs": 2, "diff": (0.1, 0.2), "p": 0.5, "p_holm": 0.5}
     (line,) = study.comparison_lines([row], 0.05)[2:]
     assert line.startswith("| a \\| b − c | 2 |") and line.replace("\\|", "").count("|") == 7
+
+
+def test_an_equivalence_margin_reads_each_comparison(tmp_path):
+    def row(mean: float, half: float, p_holm: float) -> dict:
+        return {"name": "a − b", "identical": False, "pairs": 40, "diff": (mean, half), "p": p_holm, "p_holm": p_holm}
+
+    # Hand-made: a Holm-significant difference reads by its sign whatever its interval; a tie needs the whole 95 %
+    # interval inside (-0.02, 0.02), strictly; anything else shows neither.
+    assert study.reading(row(0.03, 0.02, 0.01), 0.05, 0.02) == "A > B"
+    assert study.reading(row(-0.005, 0.004, 0.04), 0.05, 0.02) == "A < B"
+    assert study.reading(row(0.004, 0.015, 0.6), 0.05, 0.02) == "tie"
+    assert study.reading(row(0.006, 0.015, 0.6), 0.05, 0.02) == "inconclusive"  # reaches past 0.02
+    assert study.reading(row(-0.011, 0.021, 0.3), 0.05, 0.02) == "inconclusive"
+    assert study.reading(row(0.0, math.nan, 1.0), 0.05, 0.02) == "inconclusive"  # one seed: no interval
+    lines = study.comparison_lines([row(0.004, 0.015, 0.6)], 0.05, 0.02)
+    assert lines[0].endswith("| reading (margin ±0.02) |") and lines[2].endswith("| no | tie |")
+    assert study.comparison_lines([row(0.004, 0.015, 0.6)], 0.05)[2].endswith("| no |")  # no margin: no reading
+    assert study.load_plan(_plan(tmp_path, equivalence_margin=0.02)).margin == 0.02
+    assert study.load_plan(_plan(tmp_path)).margin is None
+    with pytest.raises(ValueError, match=r"equivalence_margin 2 must be a number in \(0, 1\)"):
+        study.load_plan(_plan(tmp_path, equivalence_margin=2))
