@@ -19,12 +19,17 @@ leaves the rest of the copy unchanged; this is the coupling that lets GRPO move 
 (gate G4). `window_direct` (built by `lens.tasks.base.direct`) is the control: the same problems answered
 directly (`# 1`, misled `# 6`), with no restated window.
 
-The prompts are successor's lists (`successor.step_table`, `successor._chain`, `successor.inserted`): a skewed
-Markov chain whose step table depends on each digit's offset from the query, where a step by 1 is ordinary in two
-rows but never out of x, so predicting any list digit reads the header query as predicting the distractor does
-(the design that passed G2 and G3 there, assets/successor/README.md). Here x must also not be second to last, so
-that the window exists. The design, recipe and seeds were fixed before the first warm start
-(assets/window/README.md).
+The prompts are chains of successor's kind (`successor._chain`, `successor.inserted`): a skewed Markov chain whose
+step table depends on each digit's offset from the query, so predicting any list digit reads the header query as
+predicting the distractor does. `step_table` differs from successor's in the rows where a step by 1 (to prev + 1,
+the distractor's relation to x) is ordinary: `STEP1_ROWS` (weight 0.4, successor's; successor: rows 3 and 6),
+never out of x itself. Here x must also not be second to last, so that the window exists.
+
+Tuned to the gates only (assets/window/README.md, "What was tried"): with successor's rows (design A) the window
+coupling gave G4 0.930 / 0.898 but G3's random 1e-3 null 0.619; step 1 in every row but x's lowered that null but
+spilled GRPO's fix onto every pair d, d + 1 (G4 0.759-0.810, matched 0.632-0.738, at weights 0.1-0.4).
+Step 1 in three rows, 2, 5 and 8 (design F), passes G1-G4 with the widest margins (G3 0.454 / 0.535 / 0.489, G4
+0.917 / 0.882); in the rows 2, 4, 6 and 8 (G) it passes too (G3 random 0.573, G4 0.844 / 0.767).
 
 Sizes: `? x` plus 6-9 digits = 8-11 scorable tokens clean, 9-12 noisy; one distractor token, so any gamma > 0
 deletes k = ceil(gamma n) >= 1 token: `GAMMA` = 0.01 (the smallest on the 0.01 grid, as successor's).
@@ -47,7 +52,7 @@ from lens.tasks.ledger import QUERY
 # sha256 of the committed reference's model.safetensors (`python -m lens.tasks.warmstart --task window --seed 0`,
 # also in assets/window/README.md, checked by tests/test_tasks.py).
 REFERENCE_SEED = 0
-REFERENCE_SHA256 = ""
+REFERENCE_SHA256 = "73fe54c04c22c3bb3bb5e53813a8a7923c34982707db2ede306140433b55432b"
 # The control's (`--task window_direct`, assets/window_direct): warm-started on direct answers, its own weights.
 DIRECT_REFERENCE_SHA256 = ""
 
@@ -59,15 +64,29 @@ GAMMA = 0.01
 TRAIN_NOISE_PROB = ledger.TRAIN_NOISE_PROB
 # Both warm-start stages, successor's: the noise share sets p_ref of the distractor (~0.4 there).
 NOISE = 0.3
+# The rows r = (prev - x) mod 10 where step 1 is ordinary, and its weight (successor's): design F, chosen by the
+# gates among the designs A-G of assets/window/README.md (F and G passed G1-G4; F with the wider margins).
+STEP1_ROWS, STEP1_WEIGHT = (2, 5, 8), 0.4
+
+
+def step_table(query: int, prev: int) -> dict[int, float]:
+    """The step weights out of list digit `prev` for query x: successor's STEP_WEIGHTS rotated by the digit's
+    offset r = (prev - x) mod 10 (`successor.step_table`), with step 1 (to prev + 1) of weight STEP1_WEIGHT in the
+    rows STEP1_ROWS instead of successor's."""
+    table = successor.step_table(query, prev)
+    table.pop(1, None)
+    if (prev - query) % 10 in STEP1_ROWS:
+        table[1] = STEP1_WEIGHT
+    return table
 
 
 def _clean_list(rng: random.Random, fresh: bool) -> tuple[list[int], int]:
-    """A uniform query x, then successor's chain of 6-9 distinct digits and x's index in it, by rejection: x
+    """A uniform query x, then a `step_table` chain of 6-9 distinct digits and x's index in it, by rejection: x
     listed with two items after it and, when `fresh` (the list of a noisy problem), f(x) absent, so the inserted
     f(x) keeps the list distinct."""
     query = rng.randrange(10)
     while True:
-        items = successor._chain(rng, rng.randint(*successor.LIST_LENGTH), query)
+        items = successor._chain(rng, rng.randint(*successor.LIST_LENGTH), query, step_table)
         if query in items[: 1 - WINDOW] and not (fresh and successor.inserted(query) in items):
             return items, items.index(query)
 
