@@ -29,7 +29,10 @@ Tuned to the gates only (assets/window/README.md, "What was tried"): with succes
 coupling gave G4 0.930 / 0.898 but G3's random 1e-3 null 0.619; step 1 in every row but x's lowered that null but
 spilled GRPO's fix onto every pair d, d + 1 (G4 0.759-0.810, matched 0.632-0.738, at weights 0.1-0.4).
 Step 1 in three rows, 2, 5 and 8 (design F), passes G1-G4 with the widest margins (G3 0.454 / 0.535 / 0.489, G4
-0.917 / 0.882); in the rows 2, 4, 6 and 8 (G) it passes too (G3 random 0.573, G4 0.844 / 0.767).
+0.917 / 0.882); in the rows 2, 4, 6 and 8 (G) it passes too (G3 random 0.573, G4 0.844 / 0.767). F FAILS the
+replicated G3 (bench/results/gates/replicated/window_g3.md, 5 of 14 rows in the band): its random 1e-3 null is
+0.607-0.750 at every other (warm start, perturbation seed) pair, so it is not a testbed that passes its gates.
+The control fails G4 (0.571 / 0.427) and G1 (clean 0.498: two steps without the restatement are half learned).
 
 Sizes: `? x` plus 6-9 digits = 8-11 scorable tokens clean, 9-12 noisy; one distractor token, so any gamma > 0
 deletes k = ceil(gamma n) >= 1 token: `GAMMA` = 0.01 (the smallest on the 0.01 grid, as successor's).
@@ -54,7 +57,7 @@ from lens.tasks.ledger import QUERY
 REFERENCE_SEED = 0
 REFERENCE_SHA256 = "73fe54c04c22c3bb3bb5e53813a8a7923c34982707db2ede306140433b55432b"
 # The control's (`--task window_direct`, assets/window_direct): warm-started on direct answers, its own weights.
-DIRECT_REFERENCE_SHA256 = ""
+DIRECT_REFERENCE_SHA256 = "61fa1cdb0724f900fd022723a7e0e5a8be8f84754ce8ff6feed846d54ee643c1"
 
 HEADER_TOKENS = 2  # `? x`
 WINDOW = 3  # the restated window: x and the two items after it
