@@ -372,6 +372,9 @@ GATES = {
     "recall": Gate(problems=200, clean=0.8, noisy=0.3, deleted_seed=0, floor=0.75),
     # The control's warm start reaches only 0.63 clean: its bar pins what it does show, the distractors' effect.
     "recall_direct": Gate(problems=200, clean=0.6, noisy=0.3, deleted_seed=0, floor=0.75),
+    # The control answers two steps without restating the window: 0.498 clean, 0.311 noisy (gate G1 fails; its
+    # bar pins what it does show, a clean accuracy above the noisy one).
+    "window_direct": Gate(problems=200, clean=0.4, noisy=0.4, deleted_seed=0, floor=0.4),
 }
 # Every other task (stutter, successor and their controls...): gate G1 with the protocol of their committed figures.
 DEFAULT_GATE = Gate(problems=200, clean=0.8, noisy=0.3, deleted_seed=0, floor=0.75)

@@ -45,6 +45,7 @@ Run the tests with `python -m pytest tests/test_successor.py -q`.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from lens.problem import Problem
 from lens.tasks import ledger, vartrack
@@ -95,13 +96,16 @@ def step_table(query: int, prev: int) -> dict[int, float]:
     return table
 
 
-def _chain(rng: random.Random, length: int, query: int) -> list[int]:
+def _chain(
+    rng: random.Random, length: int, query: int, table_of: Callable[[int, int], dict[int, float]] = step_table
+) -> list[int]:
     """`length` distinct digits: a uniform first digit, then next = (prev + s) mod 10 with the step s drawn from
-    `step_table(query, prev)` among the steps to a digit not yet listed (restarting in the rare dead end)."""
+    `table_of(query, prev)` (successor's `step_table`; another task built on these lists passes its own) among the
+    steps to a digit not yet listed (restarting in the rare dead end)."""
     while True:
         items = [rng.randrange(10)]
         while len(items) < length:
-            table = step_table(query, items[-1])
+            table = table_of(query, items[-1])
             free = [s for s in table if (items[-1] + s) % 10 not in items]
             if not free:
                 break
