@@ -528,7 +528,11 @@ def save(run: Run, step: int) -> None:
 
 
 if __name__ == "__main__":
-    # User mistakes: one line `lens: error: ...`, exit 2 (LENS_DEBUG=1: traceback).
-    cli_errors(main)(sys.argv[1:], until_exit=True)
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    try:
+        # User mistakes: one line `lens: error: ...`, exit 2 (LENS_DEBUG=1: traceback).
+        cli_errors(main)(sys.argv[1:], until_exit=True)
+    finally:
+        # On every exit, the refusals' SystemExit included: a process group left to the interpreter's teardown
+        # now and then aborted it ("terminate called without an active exception", exit -6 where 2 was due).
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
