@@ -49,7 +49,7 @@ import random
 
 from lens.problem import Problem
 from lens.tasks import ledger, successor, vartrack
-from lens.tasks.base import Control, Recipe, Task, sets
+from lens.tasks.base import Control, Task, sets
 from lens.tasks.ledger import QUERY
 
 # sha256 of the committed reference's model.safetensors (`python -m lens.tasks.warmstart --task window --seed 0`,
@@ -65,8 +65,6 @@ WINDOW = 3  # the restated window: x and the two items after it
 RESTATE_PROB = 0.8
 GAMMA = 0.01
 TRAIN_NOISE_PROB = ledger.TRAIN_NOISE_PROB
-# Both warm-start stages, successor's: the noise share sets p_ref of the distractor (~0.4 there).
-NOISE = 0.3
 # The rows r = (prev - x) mod 10 where step 1 is ordinary, and its weight (successor's): design F, chosen by the
 # gates among the designs A-G of assets/window/README.md (F and G passed G1-G4; F with the wider margins).
 STEP1_ROWS, STEP1_WEIGHT = (2, 5, 8), 0.4
@@ -148,11 +146,9 @@ def generate(
 # ledger's tiny Qwen2: its 128 positions hold the longest prompt (14 tokens with the markers) plus 48 new.
 eval_sets, train_set = sets("window", _problems, TRAIN_NOISE_PROB)
 
-# successor's stage sizes, lr, ledger init and noise share. The control's is the same.
-RECIPE = Recipe(
-    stage1_noise_prob=NOISE, stage2_noise_prob=NOISE, stage1_steps=300, stage2_steps=400, lr=1e-3, init="ledger"
-)
-DIRECT_RECIPE = RECIPE
+# successor's recipe (stage sizes, lr, ledger init, noise share 0.3 in both stages), taken as it is so the two
+# cannot drift. The control's is the same.
+RECIPE = DIRECT_RECIPE = successor.RECIPE
 # ledger's format, taken as it is so the tasks cannot drift; the control `window_direct` is `base.direct(TASK)`.
 TASK = Task(
     name="window",
