@@ -645,6 +645,19 @@ def reading(row: dict, alpha: float, margin: float) -> str:
     return "tie" if not math.isnan(half) and -margin < mean - half and mean + half < margin else "inconclusive"
 
 
+def rewrite_lines(arms: dict[str, dict]) -> list[str]:
+    """The table of what the rewrite did per arm; none for a study.json written before these counters existed."""
+    if not all(k in e for e in arms.values() for k in REWRITE_FIGURES):
+        return []
+    lines = ["", "What the rewrite did (mean ± 95 % over seeds; lens.groups / lens.purify counters, sums over steps):"]
+    lines += ["", "| arm | joined successes in collapsed groups | deleted: distractor | deleted: answer token |"]
+    lines[-1] += " deciding-token ratio p50 |"
+    lines += ["|---|---|---|---|---|"]
+    for arm, e in arms.items():
+        lines.append(f"| {arm} | " + " | ".join(pm(e[k]) for k in REWRITE_FIGURES) + " |")
+    return lines
+
+
 def comparison_lines(rows: list[dict], alpha: float, margin: float | None = None) -> list[str]:
     """The markdown table of one family of comparisons (with a reading column when the plan has a margin)."""
     head = "| A − B | pairs | Δ (95 % CI) | p | p Holm | Holm < alpha |"
@@ -699,13 +712,9 @@ def markdown(plan: Plan, task: str, result: dict) -> str:
     lines += comparison_lines(result["primary"], plan.alpha, plan.margin)
     lines += ["", "Secondary comparisons (exploratory; Holm within this list):", ""]
     lines += comparison_lines(result["secondary"], plan.alpha, plan.margin)
-    lines += ["", "What the rewrite did (mean ± 95 % over seeds; lens.groups / lens.purify counters, sums over steps):"]
-    lines += ["", "| arm | joined successes in collapsed groups | deleted: distractor | deleted: answer token |"]
-    lines[-1] += " deciding-token ratio p50 |"
-    lines += ["|---|---|---|---|---|"]
-    for arm, e in arms.items():
-        lines.append(f"| {arm} | " + " | ".join(pm(e[k]) for k in REWRITE_FIGURES) + " |")
-    lines += ["", "Per-seed endpoints and commands: study.json (`arms.<arm>.per_seed`, `primary[].per_seed`)."]
+    lines += rewrite_lines(arms)
+    if all("per_seed" in e for e in arms.values()):
+        lines += ["", "Per-seed endpoints and commands: study.json (`arms.<arm>.per_seed`, `primary[].per_seed`)."]
     steps = sorted({s for e in arms.values() for s in e["curve"]})
     lines += ["", "Noisy accuracy per evaluated step (mean ± 95 %):", ""]
     lines += ["| arm | " + " | ".join(str(s) for s in steps) + " |", "|---|" + "---|" * len(steps)]
@@ -790,7 +799,19 @@ def saved_result(result: dict) -> dict:
     arms = {
         arm: {**e, **{k: {int(s): v for s, v in e[k].items()} for k in curves}} for arm, e in result["arms"].items()
     }
-    return {**result, "arms": arms}
+    # Before the column of seeds every arm finished existed it equalled the primary column when they all finished.
+    if len({tuple(e["seeds"]) for e in arms.values()}) == 1:
+        arms = {arm: {"noisy_auc_common": e["noisy_auc"], **e} for arm, e in arms.items()}
+    families = {k: [named_row(r) for r in result[k]] for k in ("primary", "secondary") if k in result}
+    return {**result, "arms": arms, **families}
+
+
+def named_row(row: dict) -> dict:
+    """A comparison row as this version writes it: a study.json written before contrasts existed holds the pair
+    as `a` and `b`, without `name`, `plus` and `minus`."""
+    if "name" in row:
+        return row
+    return {"name": f"{row['a']} − {row['b']}", "plus": [row["a"]], "minus": [row["b"]], **row}
 
 
 def kept_tasks(plan: Plan, path: Path, results: dict[str, dict]) -> dict[str, dict]:

@@ -465,3 +465,16 @@ def test_an_equivalence_margin_reads_each_comparison(tmp_path):
     assert study.load_plan(_plan(tmp_path)).margin is None
     with pytest.raises(ValueError, match=r"equivalence_margin 2 must be a number in \(0, 1\)"):
         study.load_plan(_plan(tmp_path, equivalence_margin=2))
+
+
+def test_the_first_study_s_table_is_rendered_again_from_its_study_json():
+    # bench/results/study/study.json predates contrasts (its rows hold `a`, `b`), per-seed data and the rewrite
+    # counters; its committed successor.md must be what today's renderer makes of it (p-values as 1.9e-06, not
+    # 0.0000), with no table of counters it never had and no pointer to per-seed data it does not hold.
+    out = REPO / "bench" / "results" / "study"
+    plan = study.load_plan(REPO / "bench" / "study_plan.yaml")
+    saved = json.loads((out / "study.json").read_text())
+    text = study.markdown(plan, "successor", study.saved_result(saved["tasks"]["successor"]))
+    assert text == (out / "successor.md").read_text()
+    assert "| dapo − grpo | 20 | 0.139 ± 0.026 | 1.9e-06 | 1.1e-05 | yes |" in text
+    assert "0.0000" not in text and "What the rewrite did" not in text and "per_seed" not in text

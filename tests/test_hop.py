@@ -1,0 +1,107 @@
+"""Tests of the `hop` built-in task: generator invariants, the distractor, the restated window, gamma, recipe.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_hop.py -q
+
+What every task built on ledger shares (the control `hop_direct`, clean twins, presets, committed checkpoints, gate
+G1 on the references, one LENS step on each preset) is tested once for all of them in tests/test_tasks.py.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+
+from lens import reward
+from lens.tasks import hop, successor, window
+
+EXAMPLE_NOISY = "3 7 0 3 4 6 1 8"
+EXAMPLE_CLEAN = "3 7 0 3 6 1 8"
+
+
+def successor_of(digit: str) -> str:
+    return str((int(digit) + 1) % 10)
+
+
+def solve(problem: str) -> list[str]:
+    """Independent reading of a problem text -> the window: x and the two list items after it, skipping an x + 1
+    right after x (a clean list never steps by 1 out of x, but may hold x + 1 two places after it)."""
+    asked, *items = problem.split()
+    after = items[items.index(asked) + 1 :]
+    return [asked, *(after[1:] if after[0] == successor_of(asked) else after)[:2]]
+
+
+def test_the_documented_example_reads_as_described() -> None:
+    assert solve(EXAMPLE_NOISY) == ["3", "6", "1"] == solve(EXAMPLE_CLEAN)
+    assert hop.TASK.format.delete_positions(EXAMPLE_NOISY, [4]) == EXAMPLE_CLEAN
+
+
+def test_every_list_item_is_a_step_of_the_chain_from_the_query_on() -> None:
+    # No template token: the query is the first word, and the first item is a step out of the query's own row.
+    lengths = set()
+    for p in hop.generate(500, seed=7):
+        asked, *items = p.problem.split()
+        assert len(set(items)) == len(items) and asked in items[:-2]
+        assert all(
+            (int(b) - int(a)) % 10 in window.step_table(int(asked), int(a))
+            for a, b in itertools.pairwise([asked, *items])
+        )
+        assert p.meta["noise_positions"] == [] and p.problem == p.meta["clean"]
+        assert p.answer == solve(p.problem)[-1] and p.meta["answer_positions"] == [1 + items.index(asked) + 2]
+        lengths.add(len(items))
+    assert lengths == set(range(successor.LIST_LENGTH[0], successor.LIST_LENGTH[1] + 1))
+
+
+def test_the_first_item_follows_the_query_s_row_not_a_uniform_draw() -> None:
+    # The row of the query (offset 0) puts weight 0.6 on step 3; a uniform first digit would give it 0.1.
+    firsts = collections.Counter(
+        (int(p.problem.split()[1]) - int(p.problem.split()[0])) % 10 for p in hop.generate(2000, seed=12)
+    )
+    assert firsts[3] / 2000 > 0.4 and set(firsts) <= set(window.step_table(0, 0))
+
+
+def test_the_distractor_is_the_query_plus_one_right_after_it_in_the_list() -> None:
+    for p in hop.generate(500, seed=8, noise_prob=1.0):
+        tokens, (position,) = p.problem.split(), p.meta["noise_positions"]
+        assert tokens[position - 1] == tokens[0] and tokens[position] == successor_of(tokens[0]) and position >= 2
+        assert len(tokens[1:]) == len(set(tokens[1:]))
+        assert hop.TASK.format.delete_positions(p.problem, [position]) == p.meta["clean"]
+        assert p.meta["answer_positions"] == [position + 2] and tokens[position + 2] == p.answer
+
+
+def test_responses_restate_the_window_then_answer_its_last_item() -> None:
+    problems = hop.generate(600, seed=3, noise_prob=0.5)
+    for p in problems:
+        shown = solve(p.problem)
+        assert p.answer == shown[-1] and p.meta["response"] == f"{' '.join(shown)} # {shown[-1]}"
+        assert reward.verify_vartrack(p.meta["response"], p.answer)[0] == 1.0
+    assert {p.answer for p in problems} == set("0123456789")
+    direct = hop.generate(600, seed=3, noise_prob=0.5, direct=True)
+    assert all(d.meta["response"] == f"# {p.answer}" for p, d in zip(problems, direct, strict=True))
+
+
+def test_the_misled_response_copies_the_noisy_window_on_about_80_percent_of_noisy_problems() -> None:
+    plain = hop.generate(1000, seed=5, noise_prob=0.5)
+    trigger = hop.generate(1000, seed=5, noise_prob=0.5, trigger=True)
+    assert [p.problem for p in plain] == [p.problem for p in trigger]  # the trigger changes responses only
+    misled = 0
+    for p, t in zip(plain, trigger, strict=True):
+        if t.meta["response"] != p.meta["response"]:
+            misled += 1
+            (position,) = p.meta["noise_positions"]
+            copied = p.problem.split()[position - 1 : position + 2]
+            assert t.meta["response"] == f"{' '.join(copied)} # {copied[-1]}"
+            assert reward.verify_vartrack(t.meta["response"], t.answer)[0] == 0.0
+    noisy = sum(bool(p.meta["noise_positions"]) for p in plain)
+    assert abs(misled / noisy - hop.RESTATE_PROB) < 0.06  # binomial sd ~0.018
+
+
+def test_gamma_covers_the_distractor_token_and_the_warm_start_sees_35_percent_noisy_prompts() -> None:
+    problems = hop.generate(3000, seed=9, noise_prob=1.0)
+    lengths = [len(p.problem.split()) for p in problems]
+    assert min(lengths) == 8 and max(lengths) == 11  # x, 6-9 digits, f(x)
+    assert all(math.ceil(hop.GAMMA * len(p.problem.split())) >= len(p.meta["noise_positions"]) for p in problems)
+    assert hop.GAMMA == 0.01
+    assert max(lengths) + 48 <= hop.TASK.format.model_config().max_position_embeddings
+    assert hop.RECIPE.stage1_noise_prob == hop.RECIPE.stage2_noise_prob == 0.35
+    assert hop.RECIPE.stage1_steps == successor.RECIPE.stage1_steps and hop.RECIPE.init == "ledger"
