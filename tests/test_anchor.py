@@ -1,0 +1,112 @@
+"""Tests of the `anchor` built-in task: generator invariants, the anchor and its distractor, the restated window,
+gamma, recipe.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_anchor.py -q
+
+What every task built on ledger shares (the control `anchor_direct`, clean twins, presets, committed checkpoints,
+gate G1 on the references, one LENS step on each preset) is tested once for all of them in tests/test_tasks.py.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+
+from lens import reward
+from lens.tasks import anchor, successor
+
+EXAMPLE_NOISY = "1 4 2 6 7 1 8 5 0 9"
+EXAMPLE_CLEAN = "1 4 2 6 1 8 5 0 9"
+
+
+def solve(problem: str) -> list[str]:
+    """Independent reading of a problem text -> the window: the anchor (query + 5) and the two list items after it,
+    skipping an anchor + 1 right after the anchor (never a step of a clean list out of the anchor)."""
+    query, *items = problem.split()
+    asked = str((int(query) + 5) % 10)
+    after = items[items.index(asked) + 1 :]
+    return [asked, *(after[1:] if after[0] == str((int(asked) + 1) % 10) else after)[:2]]
+
+
+def test_the_documented_example_reads_as_described() -> None:
+    assert solve(EXAMPLE_NOISY) == ["6", "1", "8"] == solve(EXAMPLE_CLEAN)
+    assert anchor.TASK.format.delete_positions(EXAMPLE_NOISY, [4]) == EXAMPLE_CLEAN
+    assert anchor.anchor_of(1) == 6 and anchor.anchor_of(7) == 2
+
+
+def test_every_list_item_is_a_step_of_the_chain_from_the_query_on() -> None:
+    lengths = set()
+    for p in anchor.generate(500, seed=7):
+        query, *items = p.problem.split()
+        asked = str(anchor.anchor_of(int(query)))
+        assert len(set(items)) == len(items) and asked in items[:-2]
+        assert all(
+            (int(b) - int(a)) % 10 in anchor.step_table(int(query), int(a))
+            for a, b in itertools.pairwise([query, *items])
+        )
+        assert p.meta["noise_positions"] == [] and p.problem == p.meta["clean"]
+        assert p.answer == solve(p.problem)[-1] and p.meta["answer_positions"] == [1 + items.index(asked) + 2]
+        lengths.add(len(items))
+    assert lengths == set(range(successor.LIST_LENGTH[0], successor.LIST_LENGTH[1] + 1))
+
+
+def test_a_step_by_one_is_ordinary_in_the_step1_rows_and_never_in_the_anchor_s_row() -> None:
+    for query, offset in itertools.product(range(10), range(10)):
+        table = anchor.step_table(query, (query + offset) % 10)
+        assert (table.get(1) == anchor.STEP1_WEIGHT) == (offset in anchor.STEP1_ROWS) and not {0, 2} & set(table)
+    assert anchor.OFFSET not in anchor.STEP1_ROWS
+    rows = collections.Counter()
+    for p in anchor.generate(1000, seed=11):
+        query, *items = p.problem.split()
+        steps = [((int(a) - int(query)) % 10, (int(b) - int(a)) % 10) for a, b in itertools.pairwise(items)]
+        rows.update(row for row, step in steps if step == 1)
+    assert set(rows) == set(anchor.STEP1_ROWS) and sum(rows.values()) > 0.2 * 1000  # 267 measured
+
+
+def test_the_distractor_is_the_anchor_plus_one_right_after_it() -> None:
+    for p in anchor.generate(500, seed=8, noise_prob=1.0):
+        tokens, (position,) = p.problem.split(), p.meta["noise_positions"]
+        asked = str(anchor.anchor_of(int(tokens[0])))
+        assert tokens[position - 1] == asked and tokens[position] == str((int(asked) + 1) % 10) and position >= 2
+        assert len(tokens[1:]) == len(set(tokens[1:]))
+        assert anchor.TASK.format.delete_positions(p.problem, [position]) == p.meta["clean"]
+        assert p.meta["answer_positions"] == [position + 2] and tokens[position + 2] == p.answer
+
+
+def test_responses_restate_the_window_then_answer_its_last_item() -> None:
+    problems = anchor.generate(600, seed=3, noise_prob=0.5)
+    for p in problems:
+        shown = solve(p.problem)
+        assert p.answer == shown[-1] and p.meta["response"] == f"{' '.join(shown)} # {shown[-1]}"
+        assert reward.verify_vartrack(p.meta["response"], p.answer)[0] == 1.0
+    assert {p.answer for p in problems} == set("0123456789")
+    direct = anchor.generate(600, seed=3, noise_prob=0.5, direct=True)
+    assert all(d.meta["response"] == f"# {p.answer}" for p, d in zip(problems, direct, strict=True))
+
+
+def test_the_misled_response_copies_the_noisy_window_on_about_80_percent_of_noisy_problems() -> None:
+    plain = anchor.generate(1000, seed=5, noise_prob=0.5)
+    trigger = anchor.generate(1000, seed=5, noise_prob=0.5, trigger=True)
+    assert [p.problem for p in plain] == [p.problem for p in trigger]  # the trigger changes responses only
+    misled = 0
+    for p, t in zip(plain, trigger, strict=True):
+        if t.meta["response"] != p.meta["response"]:
+            misled += 1
+            (position,) = p.meta["noise_positions"]
+            copied = p.problem.split()[position - 1 : position + 2]
+            assert t.meta["response"] == f"{' '.join(copied)} # {copied[-1]}"
+            assert reward.verify_vartrack(t.meta["response"], t.answer)[0] == 0.0
+    noisy = sum(bool(p.meta["noise_positions"]) for p in plain)
+    assert abs(misled / noisy - anchor.RESTATE_PROB) < 0.06  # binomial sd ~0.018
+
+
+def test_gamma_covers_the_distractor_token_and_the_recipe_is_successor_s_at_the_design_s_share() -> None:
+    problems = anchor.generate(3000, seed=9, noise_prob=1.0)
+    lengths = [len(p.problem.split()) for p in problems]
+    assert min(lengths) == 8 and max(lengths) == 11  # x, 6-9 digits, f(y)
+    assert all(math.ceil(anchor.GAMMA * len(p.problem.split())) >= len(p.meta["noise_positions"]) for p in problems)
+    assert anchor.GAMMA == 0.01
+    assert max(lengths) + 48 <= anchor.TASK.format.model_config().max_position_embeddings
+    assert anchor.RECIPE.stage1_noise_prob == anchor.RECIPE.stage2_noise_prob == anchor.WARM_NOISE_PROB
+    assert anchor.RECIPE.stage1_steps == successor.RECIPE.stage1_steps and anchor.RECIPE.init == "ledger"
