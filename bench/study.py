@@ -118,6 +118,8 @@ class Plan:
     primary_contrasts: list[Contrast] = field(default_factory=list)
     secondary_contrasts: list[Contrast] = field(default_factory=list)
     margin: float | None = None  # equivalence margin of the endpoint: each comparison then gets a reading
+    # the role also needs the task's replicated G3 (bench/results/gates/replicated/<task>_g3.json) to pass
+    replicated_g3: bool = False
 
     def family(self, which: str) -> list[Contrast]:
         """The primary or secondary family: its pairwise comparisons (A - B), then its declared contrasts."""
@@ -197,6 +199,7 @@ def load_plan(path: Path = PLAN) -> Plan:
         primary_contrasts=contrasts["primary"],
         secondary_contrasts=contrasts["secondary"],
         margin=None if margin is None else float(margin),
+        replicated_g3=bool(p.get("replicated_g3", False)),
     )
 
 
@@ -463,13 +466,25 @@ def pilot_batch(plan: Plan, task: str, runs: Path, out: Path, jobs: int) -> int:
 
 
 def task_role(plan: Plan, task: str) -> tuple[str, str]:
-    """("primary" | "apart", why): primary when the task's committed gate table passes G1-G4."""
+    """("primary" | "apart", why): primary when the task's committed gate table passes G1-G4 and, for a plan that
+    sets `replicated_g3`, its committed replicated G3 passes too."""
     path = GATES / f"{plan.tasks[task]['gates']}.json"
     if not path.exists():
         return "apart", f"no gate table {path.relative_to(REPO)}"
     verdicts = json.loads(path.read_text())["verdicts"]
     failed = [g for g in ("G1", "G2", "G3", "G4") if verdicts.get(g) != "PASS"]
-    return ("apart", f"fails {', '.join(failed)}") if failed else ("primary", "passes G1-G4")
+    if failed:
+        return "apart", f"fails {', '.join(failed)}"
+    if not plan.replicated_g3:
+        return "primary", "passes G1-G4"
+    replicated = GATES / "replicated" / f"{plan.tasks[task]['gates']}_g3.json"
+    if not replicated.exists():
+        shown = replicated.relative_to(REPO) if replicated.is_relative_to(REPO) else replicated
+        return "apart", f"passes G1-G4; no replicated G3 table {shown}"
+    table = json.loads(replicated.read_text())
+    if table["verdict"] != "PASS":
+        return "apart", f"passes G1-G4, fails the replicated G3 ({table['in_band']} rows in the band)"
+    return "primary", "passes G1-G4 and the replicated G3"
 
 
 # ----------------------------------------------------------------------------------------------------
