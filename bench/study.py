@@ -660,6 +660,14 @@ def reading(row: dict, alpha: float, margin: float) -> str:
     return "tie" if not math.isnan(half) and -margin < mean - half and mean + half < margin else "inconclusive"
 
 
+def test_text(result: dict) -> str:
+    """How the p-values were computed: exactly up to EXACT_MAX pairs, else from MONTE_CARLO random sign patterns."""
+    pairs = max((r["pairs"] for r in result["primary"] + result["secondary"]), default=0)
+    if pairs <= EXACT_MAX:
+        return "exact"
+    return f"p from {MONTE_CARLO:,} random sign patterns (more than {EXACT_MAX} pairs)"
+
+
 def rewrite_lines(arms: dict[str, dict]) -> list[str]:
     """The table of what the rewrite did per arm; none for a study.json written before these counters existed."""
     if not all(k in e for e in arms.values() for k in REWRITE_FIGURES):
@@ -723,7 +731,11 @@ def markdown(plan: Plan, task: str, result: dict) -> str:
         cells += [pm(e["rollouts_per_step"], 0), pm(gflops, 0), pm(e["step_s"], 2), pm(e["wall_s"], 0)]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     family = "all primary tasks together" if role == "primary" else "this task alone"
-    lines += ["", f"Primary comparisons (Holm over {family}; sign-flip test, exact; alpha {plan.alpha}):", ""]
+    lines += [
+        "",
+        f"Primary comparisons (Holm over {family}; sign-flip test, {test_text(result)}; alpha {plan.alpha}):",
+        "",
+    ]
     lines += comparison_lines(result["primary"], plan.alpha, plan.margin)
     lines += ["", "Secondary comparisons (exploratory; Holm within this list):", ""]
     lines += comparison_lines(result["secondary"], plan.alpha, plan.margin)

@@ -419,7 +419,9 @@ def test_the_committed_tables_recompute_from_their_per_seed_data(path):
     if not all("per_seed" in e for t in saved["tasks"].values() for e in t["arms"].values()):
         assert path.parent.name == "study", f"{path}: a new study's JSON must hold its per-seed data"
         return
-    plan = {"study_decomposed": "study_plan_decomposed.yaml"}[path.parent.name]
+    plan = {"study_decomposed": "study_plan_decomposed.yaml", "study_anchor": "study_plan_anchor.yaml"}[
+        path.parent.name
+    ]
     assert saved["plan_sha256"] == hashlib.sha256((REPO / "bench" / plan).read_bytes()).hexdigest()
     primary = {t: _recompute(task, t) for t, task in saved["tasks"].items()}
     pooled = [t for t, task in saved["tasks"].items() if task["role"][0] == "primary"]
@@ -510,4 +512,14 @@ def test_the_committed_anchor_tables_make_anchor_a_task_apart_under_a_plan_that_
     assert study.task_role(plan, "anchor") == (
         "apart",
         "passes G1-G4, fails the replicated G3 (13 of 14 rows in the band)",
+    )
+
+
+def test_the_table_says_how_its_p_values_were_computed():
+    row = {"pairs": 20}
+    assert study.test_text({"primary": [row], "secondary": []}) == "exact"
+    row = {"pairs": 40}
+    assert (
+        study.test_text({"primary": [row], "secondary": []})
+        == "p from 200,000 random sign patterns (more than 22 pairs)"
     )
