@@ -22,21 +22,25 @@ hop's: no template token, the query first, the first item a step out of the quer
 The design, including the warm start's share of noisy prompts (`WARM_NOISE_PROB`: it sets p_ref of the
 distractor), was read off G2 and the G3 nulls of scratch warm starts trained with `--seed 2` and random-null seeds
 100-109 (assets/anchor/README.md, "How the design was chosen"); the gates and the replicated G3 use the warm starts
-of seeds 0 and 1 and the perturbation seeds 0-4, which that choice never saw.
+of seeds 0 and 1 and the perturbation seeds 0-4, which that choice never saw. It passes G1-G4 at the gates' seed
+(bench/results/gates/anchor.md) and FAILS the replicated G3 by one row of 14 (random 1e-3 null 0.624 once;
+bench/results/gates/replicated/anchor_g3.md), so it is not a testbed that passes its gates; an exploratory study
+runs on it (bench/study_plan_anchor.yaml).
 
 `anchor_direct` (built by `lens.tasks.base.direct`) is the control: the same problems answered directly (`# 8`,
 misled `# 1`), with no restated window. The vocabulary, tokenizer, model size, chat-free template and answer rule
 are ledger's, so the warm start begins from the committed ledger reference. Everything is deterministic from a
-seed. Run the tests with `python -m pytest tests/test_anchor.py -q`.
+seed. Run the tests with `python -m pytest tests/test_hop.py -q`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 
 from lens.problem import Problem
-from lens.tasks import ledger, successor, vartrack, window
+from lens.tasks import hop, ledger, successor, window
 from lens.tasks.base import Control, Task, sets
 
 # sha256 of the committed reference's model.safetensors (`python -m lens.tasks.warmstart --task anchor --seed 0`,
@@ -46,9 +50,7 @@ REFERENCE_SHA256 = "83f880fd49a55b732903574d5cc5e0c564c9e384c51a1a3b8b04700fbb80
 # The control's (`--task anchor_direct`, assets/anchor_direct): warm-started on direct answers, its own weights.
 DIRECT_REFERENCE_SHA256 = "2e4c95d939c858830dac37a755581e6cf88362aa06fab7212cace48ed0e7a391"
 
-HEADER_TOKENS = 1  # `x`
-WINDOW = window.WINDOW
-RESTATE_PROB = window.RESTATE_PROB
+RESTATE_PROB = hop.RESTATE_PROB
 GAMMA = 0.01
 TRAIN_NOISE_PROB = ledger.TRAIN_NOISE_PROB
 OFFSET = 5  # the anchor y = x + OFFSET (mod 10)
@@ -74,71 +76,8 @@ def step_table(query: int, prev: int) -> dict[int, float]:
     return table
 
 
-def chain(rng: random.Random, length: int, query: int) -> list[int]:
-    """`length` distinct digits: the first a step out of the query's own row, every next one a step out of the
-    digit before it (among the steps to a digit not yet listed; restarting in the rare dead end)."""
-    while True:
-        items: list[int] = []
-        prev = query
-        while len(items) < length:
-            table = step_table(query, prev)
-            free = [s for s in table if (prev + s) % 10 not in items]
-            if not free:
-                break
-            prev = (prev + rng.choices(free, weights=[table[s] for s in free])[0]) % 10
-            items.append(prev)
-        if len(items) == length:
-            return items
-
-
-def _clean_list(rng: random.Random, fresh: bool) -> tuple[int, list[int], int]:
-    """A uniform query x, then a `chain` of 6-9 digits and the anchor's index in it, by rejection: the anchor
-    listed with two items after it and, when `fresh` (the list of a noisy problem), f(y) = y + 1 absent, so the
-    inserted f(y) keeps the list distinct."""
-    query = rng.randrange(10)
-    anchor = anchor_of(query)
-    while True:
-        items = chain(rng, rng.randint(*successor.LIST_LENGTH), query)
-        if anchor in items[: 1 - WINDOW] and not (fresh and successor.inserted(anchor) in items):
-            return query, items, items.index(anchor)
-
-
-def _problems(
-    rng: random.Random, n: int, uid_prefix: str, noise_prob: float, trigger: bool, direct: bool
-) -> list[Problem]:
-    """Draw `n` problems; with `trigger` a noisy one's training response is misled with probability RESTATE_PROB.
-
-    `direct` drops the restated window from the responses (the `anchor_direct` control); the problems and the
-    random stream are the same either way.
-    """
-    vartrack.check_generate_args(n, noise_prob)
-    problems = []
-    for i in range(n):
-        # Drawn first: only a noisy problem's list must leave f(y) out.
-        noisy = rng.random() < noise_prob
-        query, items, at = _clean_list(rng, noisy)
-        shown = items[at : at + WINDOW]
-        clean = [str(query), *map(str, items)]
-        tokens, positions, misled = clean, [], False
-        if noisy:
-            # f(y) goes right after the anchor y: position HEADER_TOKENS + at + 1 of the scorable span.
-            positions = [HEADER_TOKENS + at + 1]
-            tokens = [*clean[: positions[0]], str(successor.inserted(items[at])), *clean[positions[0] :]]
-            # Drawn on every noisy problem, so `trigger` changes responses only, never the problems.
-            misled = rng.random() < RESTATE_PROB and trigger
-        if misled:
-            # a faithful copy of the noisy prompt's window: y, f(y), then y's true successor
-            shown = [int(t) for t in tokens[positions[0] - 1 : positions[0] - 1 + WINDOW]]
-        restated = [] if direct else list(map(str, shown))
-        meta = {
-            "clean": " ".join(clean),
-            "noise_positions": positions,
-            # The answer-bearing token: the list digit two after the anchor (three after it when noisy).
-            "answer_positions": [HEADER_TOKENS + at + WINDOW - 1 + len(positions)],
-            "response": " ".join([*restated, vartrack.FINAL_MARKER, str(shown[-1])]),
-        }
-        problems.append(Problem(f"{uid_prefix}-{i}", " ".join(tokens), str(items[at + WINDOW - 1]), meta))
-    return problems
+# anchor's problems: hop's generator with the anchor at OFFSET and this task's step table.
+_problems = functools.partial(hop.draw, offset=OFFSET, table_of=step_table)
 
 
 def generate(

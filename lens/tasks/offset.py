@@ -9,10 +9,11 @@ start a higher share lowered the random null and raised the T = 1.05 null (lens/
 the design was chosen"), so this family moves the share halfway to 0.45, the next share tried there. Its evaluation
 and RL streams are its own (named `offset`), so its gates see none of `anchor`'s evaluation problems, and its warm
 starts are new, from warm-start seeds no earlier table used (3 and 4): registered, with the replicated G3's rule,
-before its first gate run.
+before its first gate run. It passes G1-G4 at the gates' seed and FAILS the replicated G3 by two rows of 14 (random
+1e-3 null 0.642 and 0.606 at perturbation seed 4; bench/results/gates/replicated/offset_g3.md).
 
 `offset_direct` (built by `lens.tasks.base.direct`) is the control: the same problems answered directly. Run the
-tests with `python -m pytest tests/test_anchor.py -q` (they cover the generator this task shares).
+tests with `python -m pytest tests/test_hop.py -q` (they cover the generator this task shares).
 """
 
 from __future__ import annotations
