@@ -118,6 +118,8 @@ class Plan:
     primary_contrasts: list[Contrast] = field(default_factory=list)
     secondary_contrasts: list[Contrast] = field(default_factory=list)
     margin: float | None = None  # equivalence margin of the endpoint: each comparison then gets a reading
+    # the role also needs the task's replicated G3 (bench/results/gates/replicated/<task>_g3.json) to pass
+    replicated_g3: bool = False
 
     def family(self, which: str) -> list[Contrast]:
         """The primary or secondary family: its pairwise comparisons (A - B), then its declared contrasts."""
@@ -197,6 +199,7 @@ def load_plan(path: Path = PLAN) -> Plan:
         primary_contrasts=contrasts["primary"],
         secondary_contrasts=contrasts["secondary"],
         margin=None if margin is None else float(margin),
+        replicated_g3=bool(p.get("replicated_g3", False)),
     )
 
 
@@ -463,13 +466,25 @@ def pilot_batch(plan: Plan, task: str, runs: Path, out: Path, jobs: int) -> int:
 
 
 def task_role(plan: Plan, task: str) -> tuple[str, str]:
-    """("primary" | "apart", why): primary when the task's committed gate table passes G1-G4."""
+    """("primary" | "apart", why): primary when the task's committed gate table passes G1-G4 and, for a plan that
+    sets `replicated_g3`, its committed replicated G3 passes too."""
     path = GATES / f"{plan.tasks[task]['gates']}.json"
     if not path.exists():
         return "apart", f"no gate table {path.relative_to(REPO)}"
     verdicts = json.loads(path.read_text())["verdicts"]
     failed = [g for g in ("G1", "G2", "G3", "G4") if verdicts.get(g) != "PASS"]
-    return ("apart", f"fails {', '.join(failed)}") if failed else ("primary", "passes G1-G4")
+    if failed:
+        return "apart", f"fails {', '.join(failed)}"
+    if not plan.replicated_g3:
+        return "primary", "passes G1-G4"
+    replicated = GATES / "replicated" / f"{plan.tasks[task]['gates']}_g3.json"
+    if not replicated.exists():
+        shown = replicated.relative_to(REPO) if replicated.is_relative_to(REPO) else replicated
+        return "apart", f"passes G1-G4; no replicated G3 table {shown}"
+    table = json.loads(replicated.read_text())
+    if table["verdict"] != "PASS":
+        return "apart", f"passes G1-G4, fails the replicated G3 ({table['in_band']} rows in the band)"
+    return "primary", "passes G1-G4 and the replicated G3"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -645,6 +660,14 @@ def reading(row: dict, alpha: float, margin: float) -> str:
     return "tie" if not math.isnan(half) and -margin < mean - half and mean + half < margin else "inconclusive"
 
 
+def test_text(result: dict) -> str:
+    """How the p-values were computed: exactly up to EXACT_MAX pairs, else from MONTE_CARLO random sign patterns."""
+    pairs = max((r["pairs"] for r in result["primary"] + result["secondary"]), default=0)
+    if pairs <= EXACT_MAX:
+        return "exact"
+    return f"p from {MONTE_CARLO:,} random sign patterns (more than {EXACT_MAX} pairs)"
+
+
 def rewrite_lines(arms: dict[str, dict]) -> list[str]:
     """The table of what the rewrite did per arm; none for a study.json written before these counters existed."""
     if not all(k in e for e in arms.values() for k in REWRITE_FIGURES):
@@ -708,7 +731,11 @@ def markdown(plan: Plan, task: str, result: dict) -> str:
         cells += [pm(e["rollouts_per_step"], 0), pm(gflops, 0), pm(e["step_s"], 2), pm(e["wall_s"], 0)]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     family = "all primary tasks together" if role == "primary" else "this task alone"
-    lines += ["", f"Primary comparisons (Holm over {family}; sign-flip test, exact; alpha {plan.alpha}):", ""]
+    lines += [
+        "",
+        f"Primary comparisons (Holm over {family}; sign-flip test, {test_text(result)}; alpha {plan.alpha}):",
+        "",
+    ]
     lines += comparison_lines(result["primary"], plan.alpha, plan.margin)
     lines += ["", "Secondary comparisons (exploratory; Holm within this list):", ""]
     lines += comparison_lines(result["secondary"], plan.alpha, plan.margin)

@@ -1,9 +1,11 @@
-"""Tests of the `hop` built-in task: generator invariants, the distractor, the restated window, gamma, recipe.
+"""Tests of the built-in tasks on hop's generator, `hop` (the window after the query) and `anchor` (the window
+after the anchor y = x + 5; `offset` draws anchor's problems): generator invariants, the distractor, the restated
+window, gamma, recipe.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_hop.py -q
 
-What every task built on ledger shares (the control `hop_direct`, clean twins, presets, committed checkpoints, gate
-G1 on the references, one LENS step on each preset) is tested once for all of them in tests/test_tasks.py.
+What every task built on ledger shares (the controls, clean twins, presets, committed checkpoints, gate G1 on the
+references, one LENS step on each preset) is tested once for all of them in tests/test_tasks.py.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import collections
 import itertools
 import math
 
+import pytest
+
 from lens import reward
-from lens.tasks import hop, successor, window
+from lens.tasks import anchor, hop, offset, successor, window
 
 EXAMPLE_NOISY = "3 7 0 3 4 6 1 8"
 EXAMPLE_CLEAN = "3 7 0 3 6 1 8"
@@ -69,20 +73,102 @@ def test_the_distractor_is_the_query_plus_one_right_after_it_in_the_list() -> No
         assert p.meta["answer_positions"] == [position + 2] and tokens[position + 2] == p.answer
 
 
-def test_responses_restate_the_window_then_answer_its_last_item() -> None:
-    problems = hop.generate(600, seed=3, noise_prob=0.5)
+def test_gamma_covers_the_distractor_token_and_the_warm_start_sees_35_percent_noisy_prompts() -> None:
+    problems = hop.generate(3000, seed=9, noise_prob=1.0)
+    lengths = [len(p.problem.split()) for p in problems]
+    assert min(lengths) == 8 and max(lengths) == 11  # x, 6-9 digits, f(x)
+    assert all(math.ceil(hop.GAMMA * len(p.problem.split())) >= len(p.meta["noise_positions"]) for p in problems)
+    assert hop.GAMMA == 0.01
+    assert max(lengths) + 48 <= hop.TASK.format.model_config().max_position_embeddings
+    assert hop.RECIPE.stage1_noise_prob == hop.RECIPE.stage2_noise_prob == 0.35
+    assert hop.RECIPE.stage1_steps == successor.RECIPE.stage1_steps and hop.RECIPE.init == "ledger"
+
+
+ANCHOR_NOISY = "1 4 2 6 7 1 8 5 0 9"
+ANCHOR_CLEAN = "1 4 2 6 1 8 5 0 9"
+
+
+def solve_anchor(problem: str) -> list[str]:
+    """Independent reading of a problem text -> the window: the anchor (query + 5) and the two list items after it,
+    skipping an anchor + 1 right after the anchor (never a step of a clean list out of the anchor)."""
+    query, *items = problem.split()
+    asked = str((int(query) + 5) % 10)
+    after = items[items.index(asked) + 1 :]
+    return [asked, *(after[1:] if after[0] == str((int(asked) + 1) % 10) else after)[:2]]
+
+
+def test_anchor_s_documented_example_reads_as_described() -> None:
+    assert solve_anchor(ANCHOR_NOISY) == ["6", "1", "8"] == solve_anchor(ANCHOR_CLEAN)
+    assert anchor.TASK.format.delete_positions(ANCHOR_NOISY, [4]) == ANCHOR_CLEAN
+    assert anchor.anchor_of(1) == 6 and anchor.anchor_of(7) == 2
+
+
+def test_anchor_s_list_items_are_steps_of_its_chain_from_the_query_on() -> None:
+    lengths = set()
+    for p in anchor.generate(500, seed=7):
+        query, *items = p.problem.split()
+        asked = str(anchor.anchor_of(int(query)))
+        assert len(set(items)) == len(items) and asked in items[:-2]
+        assert all(
+            (int(b) - int(a)) % 10 in anchor.step_table(int(query), int(a))
+            for a, b in itertools.pairwise([query, *items])
+        )
+        assert p.meta["noise_positions"] == [] and p.problem == p.meta["clean"]
+        assert p.answer == solve_anchor(p.problem)[-1] and p.meta["answer_positions"] == [1 + items.index(asked) + 2]
+        lengths.add(len(items))
+    assert lengths == set(range(successor.LIST_LENGTH[0], successor.LIST_LENGTH[1] + 1))
+
+
+def test_a_step_by_one_is_ordinary_in_the_step1_rows_and_never_in_the_anchor_s_row() -> None:
+    for query, row in itertools.product(range(10), range(10)):
+        table = anchor.step_table(query, (query + row) % 10)
+        assert (table.get(1) == anchor.STEP1_WEIGHT) == (row in anchor.STEP1_ROWS) and not {0, 2} & set(table)
+    assert anchor.OFFSET not in anchor.STEP1_ROWS
+    rows = collections.Counter()
+    for p in anchor.generate(1000, seed=11):
+        query, *items = p.problem.split()
+        steps = [((int(a) - int(query)) % 10, (int(b) - int(a)) % 10) for a, b in itertools.pairwise(items)]
+        rows.update(row for row, step in steps if step == 1)
+    assert set(rows) == set(anchor.STEP1_ROWS) and sum(rows.values()) > 0.2 * 1000  # 267 measured
+
+
+def test_the_distractor_is_the_anchor_plus_one_right_after_it() -> None:
+    for p in anchor.generate(500, seed=8, noise_prob=1.0):
+        tokens, (position,) = p.problem.split(), p.meta["noise_positions"]
+        asked = str(anchor.anchor_of(int(tokens[0])))
+        assert tokens[position - 1] == asked and tokens[position] == str((int(asked) + 1) % 10) and position >= 2
+        assert len(tokens[1:]) == len(set(tokens[1:]))
+        assert anchor.TASK.format.delete_positions(p.problem, [position]) == p.meta["clean"]
+        assert p.meta["answer_positions"] == [position + 2] and tokens[position + 2] == p.answer
+
+
+def test_gamma_covers_the_distractor_token_and_the_recipe_is_successor_s_at_the_design_s_share() -> None:
+    problems = anchor.generate(3000, seed=9, noise_prob=1.0)
+    lengths = [len(p.problem.split()) for p in problems]
+    assert min(lengths) == 8 and max(lengths) == 11  # x, 6-9 digits, f(y)
+    assert all(math.ceil(anchor.GAMMA * len(p.problem.split())) >= len(p.meta["noise_positions"]) for p in problems)
+    assert anchor.GAMMA == 0.01
+    assert max(lengths) + 48 <= anchor.TASK.format.model_config().max_position_embeddings
+    assert anchor.RECIPE.stage1_noise_prob == anchor.RECIPE.stage2_noise_prob == anchor.WARM_NOISE_PROB
+    assert anchor.RECIPE.stage1_steps == successor.RECIPE.stage1_steps and anchor.RECIPE.init == "ledger"
+
+
+@pytest.mark.parametrize("module, solver", [(hop, solve), (anchor, solve_anchor)], ids=["hop", "anchor"])
+def test_responses_restate_the_window_then_answer_its_last_item(module, solver) -> None:
+    problems = module.generate(600, seed=3, noise_prob=0.5)
     for p in problems:
-        shown = solve(p.problem)
+        shown = solver(p.problem)
         assert p.answer == shown[-1] and p.meta["response"] == f"{' '.join(shown)} # {shown[-1]}"
         assert reward.verify_vartrack(p.meta["response"], p.answer)[0] == 1.0
     assert {p.answer for p in problems} == set("0123456789")
-    direct = hop.generate(600, seed=3, noise_prob=0.5, direct=True)
+    direct = module.generate(600, seed=3, noise_prob=0.5, direct=True)
     assert all(d.meta["response"] == f"# {p.answer}" for p, d in zip(problems, direct, strict=True))
 
 
-def test_the_misled_response_copies_the_noisy_window_on_about_80_percent_of_noisy_problems() -> None:
-    plain = hop.generate(1000, seed=5, noise_prob=0.5)
-    trigger = hop.generate(1000, seed=5, noise_prob=0.5, trigger=True)
+@pytest.mark.parametrize("module", [hop, anchor], ids=["hop", "anchor"])
+def test_the_misled_response_copies_the_noisy_window_on_about_80_percent_of_noisy_problems(module) -> None:
+    plain = module.generate(1000, seed=5, noise_prob=0.5)
+    trigger = module.generate(1000, seed=5, noise_prob=0.5, trigger=True)
     assert [p.problem for p in plain] == [p.problem for p in trigger]  # the trigger changes responses only
     misled = 0
     for p, t in zip(plain, trigger, strict=True):
@@ -93,15 +179,12 @@ def test_the_misled_response_copies_the_noisy_window_on_about_80_percent_of_nois
             assert t.meta["response"] == f"{' '.join(copied)} # {copied[-1]}"
             assert reward.verify_vartrack(t.meta["response"], t.answer)[0] == 0.0
     noisy = sum(bool(p.meta["noise_positions"]) for p in plain)
-    assert abs(misled / noisy - hop.RESTATE_PROB) < 0.06  # binomial sd ~0.018
+    assert abs(misled / noisy - module.RESTATE_PROB) < 0.06  # binomial sd ~0.018
 
 
-def test_gamma_covers_the_distractor_token_and_the_warm_start_sees_35_percent_noisy_prompts() -> None:
-    problems = hop.generate(3000, seed=9, noise_prob=1.0)
-    lengths = [len(p.problem.split()) for p in problems]
-    assert min(lengths) == 8 and max(lengths) == 11  # x, 6-9 digits, f(x)
-    assert all(math.ceil(hop.GAMMA * len(p.problem.split())) >= len(p.meta["noise_positions"]) for p in problems)
-    assert hop.GAMMA == 0.01
-    assert max(lengths) + 48 <= hop.TASK.format.model_config().max_position_embeddings
-    assert hop.RECIPE.stage1_noise_prob == hop.RECIPE.stage2_noise_prob == 0.35
-    assert hop.RECIPE.stage1_steps == successor.RECIPE.stage1_steps and hop.RECIPE.init == "ledger"
+def test_offset_draws_anchor_s_problems_from_its_own_streams() -> None:
+    assert [p.problem for p in offset.generate(50, seed=4, noise_prob=0.5)] == [
+        p.problem for p in anchor.generate(50, seed=4, noise_prob=0.5)
+    ]
+    assert [p.problem for p in offset.eval_sets(20)["noisy"]] != [p.problem for p in anchor.eval_sets(20)["noisy"]]
+    assert offset.RECIPE.stage1_noise_prob == offset.WARM_NOISE_PROB == 0.425 and offset.REFERENCE_SEED == 3

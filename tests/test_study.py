@@ -419,7 +419,9 @@ def test_the_committed_tables_recompute_from_their_per_seed_data(path):
     if not all("per_seed" in e for t in saved["tasks"].values() for e in t["arms"].values()):
         assert path.parent.name == "study", f"{path}: a new study's JSON must hold its per-seed data"
         return
-    plan = {"study_decomposed": "study_plan_decomposed.yaml"}[path.parent.name]
+    plan = {"study_decomposed": "study_plan_decomposed.yaml", "study_anchor": "study_plan_anchor.yaml"}[
+        path.parent.name
+    ]
     assert saved["plan_sha256"] == hashlib.sha256((REPO / "bench" / plan).read_bytes()).hexdigest()
     primary = {t: _recompute(task, t) for t, task in saved["tasks"].items()}
     pooled = [t for t, task in saved["tasks"].items() if task["role"][0] == "primary"]
@@ -478,3 +480,46 @@ def test_the_first_study_s_table_is_rendered_again_from_its_study_json():
     assert text == (out / "successor.md").read_text()
     assert "| dapo − grpo | 20 | 0.139 ± 0.026 | 1.9e-06 | 1.1e-05 | yes |" in text
     assert "0.0000" not in text and "What the rewrite did" not in text and "per_seed" not in text
+
+
+def test_a_plan_that_asks_for_the_replicated_g3_keeps_a_task_failing_it_apart(tmp_path, monkeypatch):
+    # Single-seed tables: a, b and c pass G1-G4. Replicated: a passes, b fails, c has none. Without `replicated_g3`
+    # the role reads the single-seed table alone, as the earlier plans registered it.
+    tasks = {t: {"preset": "configs/cpu_smoke.yaml"} for t in ("a", "b", "c")}
+    monkeypatch.setattr(study, "GATES", tmp_path / "gates")
+    (tmp_path / "gates" / "replicated").mkdir(parents=True)
+    for task in tasks:
+        verdicts = {g: "PASS" for g in ("G1", "G2", "G3", "G4")}
+        (tmp_path / "gates" / f"{task}.json").write_text(json.dumps({"verdicts": verdicts}))
+    for task, verdict, in_band in (("a", "PASS", "14 of 14"), ("b", "FAIL", "13 of 14")):
+        table = {"verdict": verdict, "in_band": in_band}
+        (tmp_path / "gates" / "replicated" / f"{task}_g3.json").write_text(json.dumps(table))
+    strict = study.load_plan(_plan(tmp_path, tasks=tasks, replicated_g3=True))
+    assert study.task_role(strict, "a") == ("primary", "passes G1-G4 and the replicated G3")
+    assert study.task_role(strict, "b") == (
+        "apart",
+        "passes G1-G4, fails the replicated G3 (13 of 14 rows in the band)",
+    )
+    assert study.task_role(strict, "c")[0] == "apart" and "no replicated G3 table" in study.task_role(strict, "c")[1]
+    plain = study.load_plan(_plan(tmp_path, tasks=tasks))
+    assert [study.task_role(plain, t) for t in tasks] == [("primary", "passes G1-G4")] * 3
+
+
+def test_the_committed_anchor_tables_make_anchor_a_task_apart_under_a_plan_that_asks_for_the_replicated_g3(
+    tmp_path,
+):
+    plan = study.load_plan(_plan(tmp_path, tasks={"anchor": {"preset": "configs/cpu_anchor.yaml"}}, replicated_g3=True))
+    assert study.task_role(plan, "anchor") == (
+        "apart",
+        "passes G1-G4, fails the replicated G3 (13 of 14 rows in the band)",
+    )
+
+
+def test_the_table_says_how_its_p_values_were_computed():
+    row = {"pairs": 20}
+    assert study.test_text({"primary": [row], "secondary": []}) == "exact"
+    row = {"pairs": 40}
+    assert (
+        study.test_text({"primary": [row], "secondary": []})
+        == "p from 200,000 random sign patterns (more than 22 pairs)"
+    )

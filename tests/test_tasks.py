@@ -375,6 +375,9 @@ GATES = {
     # The control answers two steps without restating the window: 0.498 clean, 0.311 noisy (gate G1 fails; its
     # bar pins what it does show, a clean accuracy above the noisy one).
     "window_direct": Gate(problems=200, clean=0.4, noisy=0.4, deleted_seed=0, floor=0.4),
+    # The control answers the window after the anchor without restating it: 0.6525 clean, 0.2125 noisy.
+    "anchor_direct": Gate(problems=200, clean=0.6, noisy=0.3, deleted_seed=0, floor=0.6),
+    "offset_direct": Gate(problems=200, clean=0.6, noisy=0.3, deleted_seed=0, floor=0.6),  # 0.6575, 0.1875
 }
 # Every other task (stutter, successor and their controls...): gate G1 with the protocol of their committed figures.
 DEFAULT_GATE = Gate(problems=200, clean=0.8, noisy=0.3, deleted_seed=0, floor=0.75)

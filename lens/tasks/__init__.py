@@ -7,8 +7,9 @@ right after it, `stutter` for the fourth item of a list with repeated items, `ke
 whose code digit was inserted before it, `records` for the first value of an asked key's record whose code digit
 was inserted as its first value, `window` for the item two places after a digit x (restating the window) where x+1
 was inserted right after x, `hop` for the same question with no template token in the prompt (the query is its first
-digit). recall, successor, stutter, keymap, records, window and hop each have a `_direct` control (the same problems,
-direct answers; gate tables in bench/results/gates/).
+digit), `anchor` for the item two places after the anchor y = x + 5 where y+1 was inserted right after y, `offset`
+for anchor's problems with a warm start of its own. recall, successor, stutter, keymap, records, window, hop, anchor
+and offset each have a `_direct` control (the same problems, direct answers; gate tables in bench/results/gates/).
 
 How the registry works (and why). A task is a file `lens/tasks/<name>.py` that defines one module-level
 `TASK = Task(...)` (lens/tasks/base.py: generators, format, reference, recipe, gamma); a task whose `Task(...)`

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Callable
 
 from lens.problem import Problem
 from lens.tasks import ledger, successor, vartrack, window
@@ -61,15 +62,18 @@ TRAIN_NOISE_PROB = ledger.TRAIN_NOISE_PROB
 WARM_NOISE_PROB = 0.35
 
 
-def chain(rng: random.Random, length: int, query: int) -> list[int]:
-    """`length` distinct digits: the first a step out of the query's own row of `window.step_table`, every next
-    one a step out of the digit before it (among the steps to a digit not yet listed; restarting in the rare
-    dead end). The query itself is not listed until the chain reaches it."""
+StepTable = Callable[[int, int], dict[int, float]]
+
+
+def chain(rng: random.Random, length: int, query: int, table_of: StepTable = window.step_table) -> list[int]:
+    """`length` distinct digits: the first a step out of the query's own row of `table_of` (window's step table;
+    `anchor` passes its own), every next one a step out of the digit before it (among the steps to a digit not yet
+    listed; restarting in the rare dead end). The query itself is not listed until the chain reaches it."""
     while True:
         items: list[int] = []
         prev = query
         while len(items) < length:
-            table = window.step_table(query, prev)
+            table = table_of(query, prev)
             free = [s for s in table if (prev + s) % 10 not in items]
             if not free:
                 break
@@ -79,47 +83,58 @@ def chain(rng: random.Random, length: int, query: int) -> list[int]:
             return items
 
 
-def _clean_list(rng: random.Random, fresh: bool) -> tuple[list[int], int]:
-    """A uniform query x, then a `chain` of 6-9 digits and x's index in it, by rejection: x listed with two items
-    after it and, when `fresh` (the list of a noisy problem), f(x) absent, so the inserted f(x) keeps it distinct."""
+def _clean_list(rng: random.Random, fresh: bool, offset: int, table_of: StepTable) -> tuple[int, list[int], int]:
+    """A uniform query x, then a `chain` of 6-9 digits and the index in it of the anchor y = (x + offset) mod 10 (the
+    query itself for hop), by rejection: y listed with two items after it and, when `fresh` (the list of a noisy
+    problem), f(y) absent, so the inserted f(y) keeps the list distinct."""
     query = rng.randrange(10)
+    anchor = (query + offset) % 10
     while True:
-        items = chain(rng, rng.randint(*successor.LIST_LENGTH), query)
-        if query in items[: 1 - WINDOW] and not (fresh and successor.inserted(query) in items):
-            return items, items.index(query)
+        items = chain(rng, rng.randint(*successor.LIST_LENGTH), query, table_of)
+        if anchor in items[: 1 - WINDOW] and not (fresh and successor.inserted(anchor) in items):
+            return query, items, items.index(anchor)
 
 
-def _problems(
-    rng: random.Random, n: int, uid_prefix: str, noise_prob: float, trigger: bool, direct: bool
+def draw(
+    rng: random.Random,
+    n: int,
+    uid_prefix: str,
+    noise_prob: float,
+    trigger: bool,
+    direct: bool,
+    *,
+    offset: int = 0,
+    table_of: StepTable = window.step_table,
 ) -> list[Problem]:
-    """Draw `n` problems; with `trigger` a noisy one's training response is misled with probability RESTATE_PROB.
+    """Draw `n` problems whose window follows the anchor y = (x + offset) mod 10 (hop: offset 0, the query itself)
+    in a `table_of` chain; with `trigger` a noisy one's training response is misled with probability RESTATE_PROB.
 
-    `direct` drops the restated window from the responses (the `hop_direct` control); the problems and the random
+    `direct` drops the restated window from the responses (the `_direct` control); the problems and the random
     stream are the same either way.
     """
     vartrack.check_generate_args(n, noise_prob)
     problems = []
     for i in range(n):
-        # Drawn first: only a noisy problem's list must leave f(x) out.
+        # Drawn first: only a noisy problem's list must leave f(y) out.
         noisy = rng.random() < noise_prob
-        items, at = _clean_list(rng, noisy)
+        query, items, at = _clean_list(rng, noisy, offset, table_of)
         shown = items[at : at + WINDOW]
-        clean = [str(items[at]), *map(str, items)]
+        clean = [str(query), *map(str, items)]
         tokens, positions, misled = clean, [], False
         if noisy:
-            # f(x) goes right after x: position HEADER_TOKENS + at + 1 of the scorable span.
+            # f(y) goes right after y: position HEADER_TOKENS + at + 1 of the scorable span.
             positions = [HEADER_TOKENS + at + 1]
             tokens = [*clean[: positions[0]], str(successor.inserted(items[at])), *clean[positions[0] :]]
             # Drawn on every noisy problem, so `trigger` changes responses only, never the problems.
             misled = rng.random() < RESTATE_PROB and trigger
         if misled:
-            # a faithful copy of the noisy prompt's window: x, f(x), then x's true successor
+            # a faithful copy of the noisy prompt's window: y, f(y), then y's true successor
             shown = [int(t) for t in tokens[positions[0] - 1 : positions[0] - 1 + WINDOW]]
         restated = [] if direct else list(map(str, shown))
         meta = {
             "clean": " ".join(clean),
             "noise_positions": positions,
-            # The answer-bearing token: the list digit two after the query (three after it when noisy).
+            # The answer-bearing token: the list digit two after y (three after it when noisy).
             "answer_positions": [HEADER_TOKENS + at + WINDOW - 1 + len(positions)],
             "response": " ".join([*restated, vartrack.FINAL_MARKER, str(shown[-1])]),
         }
@@ -137,10 +152,10 @@ def generate(
     probability RESTATE_PROB. `meta["noise_positions"]` holds the inserted token's position ([] when clean),
     `meta["answer_positions"]` the answer digit's.
     """
-    return _problems(random.Random(seed), n, f"hop-{seed}", noise_prob, trigger, direct)
+    return draw(random.Random(seed), n, f"hop-{seed}", noise_prob, trigger, direct)
 
 
-eval_sets, train_set = sets("hop", _problems, TRAIN_NOISE_PROB)
+eval_sets, train_set = sets("hop", draw, TRAIN_NOISE_PROB)
 
 # successor's recipe (stage sizes, lr, ledger init) with WARM_NOISE_PROB noisy prompts in both stages; the
 # control's is the same.
