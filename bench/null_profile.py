@@ -15,7 +15,8 @@ Eq. 1, |log pi_null - log pi_ref|, in [0.4, 0.6]. When a null fails, this table 
 The random null is measured at each of `--seeds` (its AUC moves with the seed: the table gives the mean and
 range), the weight-decay and T = 1.05 nulls once (they have no seed). Seeds 100-109 by default, outside the
 replicated G3's 0-4, so a design read off this table is judged by the registered gate on seeds it never saw.
-Writes OUT/null_profile_<task>.{md,json}. A diagnostic: no verdict, nothing here is a gate.
+Writes OUT/null_profile/<task>.{md,json} (a folder of its own: OUT/*.json are the gate tables). A diagnostic: no
+verdict, nothing here is a gate.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     p.add_argument("--warm-start", action="append", required=True, help="a warm start's folder (repeatable)")
     p.add_argument("--seeds", type=seeds_arg, default=seeds_arg("100-109"), help="random-null seeds: 100-109")
     p.add_argument("--problems", type=int, default=200, help="noisy evaluation problems (gates: 200)")
-    p.add_argument("--out", default=None, help="write OUT/null_profile_<task>.{md,json}")
+    p.add_argument("--out", default=None, help="write OUT/null_profile/<task>.{md,json}")
     args = p.parse_args(argv)
     results = {
         gates.repo_relative(w): measure(args.task, args.config, w, args.seeds, args.problems) for w in args.warm_start
@@ -149,11 +150,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     command += f" --seeds {args.seeds[0]}-{args.seeds[-1]} --problems {args.problems}"
     text = markdown(args.task, results, command, args.seeds)
     if args.out:
-        out = Path(args.out)
+        out = Path(args.out) / "null_profile"
         out.mkdir(parents=True, exist_ok=True)
-        (out / f"null_profile_{args.task}.md").write_text(text)
+        (out / f"{args.task}.md").write_text(text)
         payload = {"command": command, "seeds": args.seeds, "warm_starts": results}
-        (out / f"null_profile_{args.task}.json").write_text(json.dumps(payload, indent=1) + "\n")
+        (out / f"{args.task}.json").write_text(json.dumps(payload, indent=1) + "\n")
     print(text, end="")
     return results
 

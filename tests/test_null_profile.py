@@ -41,9 +41,9 @@ def test_the_seed_ranges_parse():
 def test_the_tool_on_the_committed_window_warm_start(tmp_path, capsys):
     args = ["--task", "window", "--config", "configs/cpu_window.yaml", "--warm-start", "lens/tasks/assets/window"]
     null_profile.main([*args, "--seeds", "1-2", "--problems", "8", "--out", str(tmp_path)])
-    saved = json.loads((tmp_path / "null_profile_window.json").read_text())
+    saved = json.loads((tmp_path / "null_profile" / "window.json").read_text())
     rows = saved["warm_starts"]["lens/tasks/assets/window"]["nulls"]
     assert set(rows) == {"weight decay step", "random 1e-3", "T = 1.05"}
     assert len(rows["random 1e-3"]["pooled_auc"]) == 2 and len(rows["T = 1.05"]["pooled_auc"]) == 1
-    text = (tmp_path / "null_profile_window.md").read_text()
+    text = (tmp_path / "null_profile" / "window.md").read_text()
     assert text == capsys.readouterr().out and "| random 1e-3 |" in text

@@ -13,7 +13,7 @@ items after it, then answers its last item after `#`:
 Why an anchor at an offset from the query. In `window` and `hop` the distractor follows the query itself, and the
 prediction "after x, emit x + 1" is the one place where the previous token EQUALS the query. On `hop` the
 weight-decay null of gate G3 singles that token out even against tokens of the same surprisal (matched AUC 0.670,
-bench/results/gates/null_profile_hop.md). Here the list is a chain whose step table depends on each digit's offset
+bench/results/gates/null_profile/hop.md). Here the list is a chain whose step table depends on each digit's offset
 r = (prev - x) mod 10 from the query (successor's weights over the steps 3..9 rotated by r), the anchor's row is
 r = 5, and a step by 1 is ordinary in the rows 0, 2 and 8 (`STEP1_ROWS`, weight 0.4) and never in row 5. So the
 distractor is "a step by 1 in row 5": one more entry of the table every list digit is drawn from. The prompt is

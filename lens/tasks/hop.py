@@ -11,7 +11,7 @@ answers its last item after `#`:
 
 The question, the restatement and the distractor are `window`'s. What differs is the prompt around them, chosen
 from what the G3 nulls of `window` were found to react to (`python bench/null_profile.py`, table
-bench/results/gates/null_profile_window.md): at matched surprisal the random null singles out window's distractor
+bench/results/gates/null_profile/window.md): at matched surprisal the random null singles out window's distractor
 much less (matched AUC 0.500 and 0.537 at its two warm starts, pooled 0.630 and 0.685), and window's prompt holds
 three tokens that no null moves much,
 the `?` marker (p_ref 1), the query and the first list item (both uniform guesses, p_ref 0.1). They sit below the
