@@ -116,6 +116,19 @@ DEFAULTS = {"problems": 200, "samples": 4, "steps": 16, "seed": 0}
 # each per warm start; the random null one row per warm start and seed). One row outside the band fails it.
 G3_BAND = (0.4, 0.6)
 G3_REPLICATION_SEEDS = (0, 1, 2, 3, 4)
+# The replicated G3's second rule, committed before any task registered under it was computed; a task names its
+# rule (`Task.g3_rule`), and the tasks registered before it keep "every row". Under "mean" the gate PASSES only
+# when, at EVERY warm start given, each null's MEAN AUC over the perturbation seeds is in G3_BAND (the two
+# deterministic nulls: their one row). Why a second rule (bench/results/gates/replicated/README.md): one row of the
+# random null varies with the perturbation's direction (SD about 0.048 over seeds at a warm start, against a
+# sampling SE of about 0.02), so "every row in the band" judges the extreme of ten noisy draws, and a null whose
+# expected AUC is 0.55 fails it four times in five; the mean over five seeds estimates what G3 asks about, whether
+# the null finds the distractors on average, with an SE of about 0.021.
+G3_RULES = {
+    "every row": f"PASS when every row's AUC is in [{G3_BAND[0]}, {G3_BAND[1]}]",
+    "mean": f"PASS when, at every warm start, each null's mean AUC over the perturbation seeds is in "
+    f"[{G3_BAND[0]}, {G3_BAND[1]}]",
+}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -861,22 +874,46 @@ def g3_null_scores(ref: nn.Module, cfg: Config, ids: list[list[int]], seed: int,
 
 
 def g3_replicated(
-    scores: dict[tuple[str, str, int], list[torch.Tensor]], labels: dict[str, list[torch.Tensor]], seed: int
+    scores: dict[tuple[str, str, int], list[torch.Tensor]],
+    labels: dict[str, list[torch.Tensor]],
+    seed: int,
+    rule: str = "every row",
 ) -> tuple[list[Row], str]:
-    """Rows (one per warm start x null x perturbation seed, stage = the warm start's label) and the verdict of
-    the rule fixed above: PASS when every row's AUC is in G3_BAND. scores: (warm start, null, seed) -> per
-    prompt over the span; labels: warm start -> per prompt."""
+    """Rows (one per warm start x null x perturbation seed, stage = the warm start's label; under "mean" one more
+    per warm start x null measured at several seeds, its mean) and the verdict of `rule` (G3_RULES). scores:
+    (warm start, null, seed) -> per prompt over the span; labels: warm start -> per prompt."""
     rows = [
         _auc_row("G3", f"Eq. 1 AUC, {null}, perturbation seed {s}", warm, sc, labels[warm], G3_BAND, seed)
         for (warm, null, s), sc in scores.items()
     ]
-    return rows, "PASS" if rows and all(r.verdict == "PASS" for r in rows) else "FAIL"
+    if rule == "every row":
+        return rows, "PASS" if rows and all(r.verdict == "PASS" for r in rows) else "FAIL"
+    if rule != "mean":
+        raise ValueError(f"unknown replicated-G3 rule {rule!r} (one of {', '.join(G3_RULES)})")
+    groups: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for (warm, null, s), row in zip(scores, rows, strict=True):
+        groups.setdefault((warm, null), []).append((s, row.value))
+    judged = [r for (warm, null, _), r in zip(scores, rows, strict=True) if len(groups[(warm, null)]) == 1]
+    means = [
+        _row(
+            "G3",
+            f"Eq. 1 AUC, {null}, mean over perturbation seeds {','.join(str(s) for s, _ in seen)}"
+            f" (rows {_number(min(v for _, v in seen))}-{_number(max(v for _, v in seen))})",
+            warm,
+            statistics.fmean(v for _, v in seen),
+            (math.nan, math.nan),
+            G3_BAND,
+        )
+        for (warm, null), seen in groups.items()
+        if len(seen) > 1
+    ]
+    judged += means
+    return rows + means, "PASS" if judged and all(r.verdict == "PASS" for r in judged) else "FAIL"
 
 
 def run_g3(args: argparse.Namespace) -> dict[str, Any]:
     """Measure the replicated G3 at every --warm-start and seed; write DIR/replicated/TASK_g3.{md,json}."""
     start = time.monotonic()
-    task_module(args.task)
     cfg = load_config(args.config, args.overrides)  # only its optimizer is read (the weight-decay null)
     scores: dict[tuple[str, str, int], list[torch.Tensor]] = {}
     labels: dict[str, list[torch.Tensor]] = {}
@@ -895,7 +932,9 @@ def run_g3(args: argparse.Namespace) -> dict[str, Any]:
             for null, per in g3_null_scores(ref, cfg, ids, s, all_nulls=i == 0).items():
                 # the seed-free nulls are computed once per warm start, listed under the first seed
                 scores[(warm, null, s)] = _spans(noisy, per)
-    rows, verdict = g3_replicated(scores, labels, args.seed)
+    rule = task_module(args.task).g3_rule
+    rows, verdict = g3_replicated(scores, labels, args.seed, rule)
+    seeds = [r for r in rows if "perturbation seed " in r.quantity]
     command = " ".join(
         ["python -m lens.audit g3 --task", args.task, "--config", args.config]
         + [f"--warm-start {repo_relative(w)}" for w in args.warm_start]
@@ -904,10 +943,10 @@ def run_g3(args: argparse.Namespace) -> dict[str, Any]:
     report = {
         "task": args.task,
         "command": command,
-        "rule": f"PASS when every row's AUC is in [{G3_BAND[0]}, {G3_BAND[1]}] (lens.gates.G3_REPLICATION_SEEDS)",
+        "rule": f"{G3_RULES[rule]} (lens.gates.G3_RULES[{rule!r}])",
         "verdict": verdict,
         "warm_starts_sha256": weights,
-        "in_band": f"{sum(r.verdict == 'PASS' for r in rows)} of {len(rows)}",
+        "in_band": f"{sum(r.verdict == 'PASS' for r in seeds)} of {len(seeds)}",
         "wall_s": round(time.monotonic() - start, 1),
         "rows": [{k: v for k, v in asdict(r).items() if k != "bounds"} for r in rows],
     }
@@ -918,7 +957,7 @@ def run_g3(args: argparse.Namespace) -> dict[str, Any]:
         f"# Replicated G3 of task `{args.task}`",
         "",
         f"Computed by `{command}` ({args.problems} noisy evaluation problems; definitions and the rule, fixed before"
-        " this table was first computed: lens/gates.py, G3_REPLICATION_SEEDS). Rule: " + report["rule"] + ".",
+        " this table was first computed: lens/gates.py, G3_RULES). Rule: " + report["rule"] + ".",
         "",
         "| warm start | quantity | value | 95 % CI | threshold | verdict |",
         "|---|---|---|---|---|---|",
@@ -926,7 +965,7 @@ def run_g3(args: argparse.Namespace) -> dict[str, Any]:
     for r in rows:
         ci = "" if math.isnan(r.ci[0]) else f"[{_number(r.ci[0])}, {_number(r.ci[1])}]"
         lines.append(f"| {r.stage} | {r.quantity} | {_number(r.value)} | {ci} | {r.threshold} | {r.verdict} |")
-    lines += ["", f"**Replicated G3 {verdict}** ({report['in_band']} rows in the band)."]
+    lines += ["", f"**Replicated G3 {verdict}** ({report['in_band']} perturbation-seed rows in the band)."]
     (out / f"{args.task}_g3.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
     return report

@@ -11,7 +11,7 @@ import pytest
 import torch
 from tiny_models import save_perturbed_reference
 
-from lens import audit, checkpoint, gates, probes, purify
+from lens import audit, checkpoint, gates, probes, purify, tasks
 from lens.config import load_config
 from lens.tasks import vartrack
 
@@ -242,6 +242,39 @@ def test_replicated_g3_fails_on_one_row_outside_the_band() -> None:
     rows, verdict = gates.g3_replicated({**ok, ("w0", gates.NULLS[1], 3): found}, labels, seed=0)
     assert verdict == "FAIL" and [r.verdict for r in rows].count("FAIL") == 1
     assert gates.g3_replicated({}, labels, seed=0)[1] == "FAIL"  # nothing measured never passes
+
+
+def test_replicated_g3_mean_rule_judges_each_null_s_mean_over_seeds_at_each_warm_start() -> None:
+    labels = {w: [torch.tensor([True, False, False]) for _ in range(4)] for w in ("w0", "w1")}
+    flat = [torch.tensor([0.5, 0.5, 0.5]) for _ in range(4)]  # AUC 0.5
+    found = [torch.tensor([1.0, 0.0, 0.0]) for _ in range(4)]  # AUC 1
+    seeds = gates.G3_REPLICATION_SEEDS
+    ok = {(w, gates.NULLS[1], s): flat for w in labels for s in seeds}
+    ok |= {(w, null, seeds[0]): flat for w in labels for null in (gates.NULLS[0], gates.NULLS[2])}
+    # One random row at 1: the mean at w0 is (4 x 0.5 + 1) / 5 = 0.6, in the band; the old rule fails on the row.
+    one = {**ok, ("w0", gates.NULLS[1], 3): found}
+    rows, verdict = gates.g3_replicated(one, labels, seed=0, rule="mean")
+    means = [r for r in rows if "mean over perturbation seeds 0,1,2,3,4" in r.quantity]
+    assert verdict == "PASS" and len(rows) == 14 + 2 and len(means) == 2
+    assert [round(r.value, 9) for r in means] == [0.6, 0.5] and [r.stage for r in means] == ["w0", "w1"]
+    assert "(rows 0.500-1.000)" in means[0].quantity
+    assert gates.g3_replicated(one, labels, seed=0)[1] == "FAIL"
+    # Two random rows at 1 at one warm start: mean 0.7 there, FAIL though the other warm start is clean.
+    two = {**one, ("w0", gates.NULLS[1], 4): found}
+    assert gates.g3_replicated(two, labels, seed=0, rule="mean")[1] == "FAIL"
+    # A deterministic null is judged on its one row.
+    hot = {**ok, ("w1", gates.NULLS[2], seeds[0]): found}
+    assert gates.g3_replicated(hot, labels, seed=0, rule="mean")[1] == "FAIL"
+    assert gates.g3_replicated({}, labels, seed=0, rule="mean")[1] == "FAIL"
+    with pytest.raises(ValueError, match="unknown replicated-G3 rule 'median'"):
+        gates.g3_replicated(ok, labels, seed=0, rule="median")
+
+
+def test_every_task_names_a_registered_g3_rule() -> None:
+    rules = {name: tasks.get(name).g3_rule for name in tasks.NAMES}
+    assert set(rules.values()) <= set(gates.G3_RULES)
+    # Registered before their replicated G3 was computed: changing a task's rule afterwards would re-judge it.
+    assert {n for n, r in rules.items() if r == "mean"} == {"pivot", "pivot_direct"}
 
 
 def test_replicated_g3_command_writes_its_table(tmp_path) -> None:

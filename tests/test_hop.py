@@ -1,6 +1,6 @@
-"""Tests of the built-in tasks on hop's generator, `hop` (the window after the query) and `anchor` (the window
-after the anchor y = x + 5; `offset` draws anchor's problems): generator invariants, the distractor, the restated
-window, gamma, recipe.
+"""Tests of the built-in tasks on hop's generator, `hop` (the window after the query), `anchor` (the window
+after the anchor y = x + 5; `offset` draws anchor's problems) and `pivot` (the window after y = x + 3): generator
+invariants, the distractor, the restated window, gamma, recipe.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_hop.py -q
 
@@ -17,7 +17,7 @@ import math
 import pytest
 
 from lens import reward
-from lens.tasks import anchor, hop, offset, successor, window
+from lens.tasks import anchor, hop, offset, pivot, successor, window
 
 EXAMPLE_NOISY = "3 7 0 3 4 6 1 8"
 EXAMPLE_CLEAN = "3 7 0 3 6 1 8"
@@ -88,11 +88,16 @@ ANCHOR_NOISY = "1 4 2 6 7 1 8 5 0 9"
 ANCHOR_CLEAN = "1 4 2 6 1 8 5 0 9"
 
 
-def solve_anchor(problem: str) -> list[str]:
-    """Independent reading of a problem text -> the window: the anchor (query + 5) and the two list items after it,
-    skipping an anchor + 1 right after the anchor (never a step of a clean list out of the anchor)."""
+PIVOT_NOISY = "1 4 5 0 3 8 1 2"
+PIVOT_CLEAN = "1 4 0 3 8 1 2"
+ANCHORED = [anchor, pivot]  # tasks whose window follows an anchor at an offset from the query
+
+
+def solve_anchor(problem: str, offset: int = 5) -> list[str]:
+    """Independent reading of a problem text -> the window: the anchor (query + offset) and the two list items after
+    it, skipping an anchor + 1 right after the anchor (never a step of a clean list out of the anchor)."""
     query, *items = problem.split()
-    asked = str((int(query) + 5) % 10)
+    asked = str((int(query) + offset) % 10)
     after = items[items.index(asked) + 1 :]
     return [asked, *(after[1:] if after[0] == str((int(asked) + 1) % 10) else after)[:2]]
 
@@ -103,46 +108,57 @@ def test_anchor_s_documented_example_reads_as_described() -> None:
     assert anchor.anchor_of(1) == 6 and anchor.anchor_of(7) == 2
 
 
-def test_anchor_s_list_items_are_steps_of_its_chain_from_the_query_on() -> None:
+def test_pivot_s_documented_example_reads_as_described() -> None:
+    assert solve_anchor(PIVOT_NOISY, 3) == ["4", "0", "3"] == solve_anchor(PIVOT_CLEAN, 3)
+    assert pivot.TASK.format.delete_positions(PIVOT_NOISY, [2]) == PIVOT_CLEAN
+    assert pivot.OFFSET == 3 and pivot.STEP1_ROWS == (0, 6, 8) and pivot.TASK.g3_rule == "mean"
+
+
+@pytest.mark.parametrize("module", ANCHORED, ids=["anchor", "pivot"])
+def test_anchored_list_items_are_steps_of_the_chain_from_the_query_on(module) -> None:
     lengths = set()
-    for p in anchor.generate(500, seed=7):
+    for p in module.generate(500, seed=7):
         query, *items = p.problem.split()
-        asked = str(anchor.anchor_of(int(query)))
+        asked = str((int(query) + module.OFFSET) % 10)
         assert len(set(items)) == len(items) and asked in items[:-2]
         assert all(
-            (int(b) - int(a)) % 10 in anchor.step_table(int(query), int(a))
+            (int(b) - int(a)) % 10 in module.step_table(int(query), int(a))
             for a, b in itertools.pairwise([query, *items])
         )
         assert p.meta["noise_positions"] == [] and p.problem == p.meta["clean"]
-        assert p.answer == solve_anchor(p.problem)[-1] and p.meta["answer_positions"] == [1 + items.index(asked) + 2]
+        assert p.answer == solve_anchor(p.problem, module.OFFSET)[-1]
+        assert p.meta["answer_positions"] == [1 + items.index(asked) + 2]
         lengths.add(len(items))
     assert lengths == set(range(successor.LIST_LENGTH[0], successor.LIST_LENGTH[1] + 1))
 
 
-def test_a_step_by_one_is_ordinary_in_the_step1_rows_and_never_in_the_anchor_s_row() -> None:
+@pytest.mark.parametrize("module", ANCHORED, ids=["anchor", "pivot"])
+def test_a_step_by_one_is_ordinary_in_the_step1_rows_and_never_in_the_anchor_s_row(module) -> None:
     for query, row in itertools.product(range(10), range(10)):
-        table = anchor.step_table(query, (query + row) % 10)
-        assert (table.get(1) == anchor.STEP1_WEIGHT) == (row in anchor.STEP1_ROWS) and not {0, 2} & set(table)
-    assert anchor.OFFSET not in anchor.STEP1_ROWS
+        table = module.step_table(query, (query + row) % 10)
+        assert (table.get(1) == anchor.STEP1_WEIGHT) == (row in module.STEP1_ROWS) and not {0, 2} & set(table)
+    assert module.OFFSET not in module.STEP1_ROWS
     rows = collections.Counter()
-    for p in anchor.generate(1000, seed=11):
+    for p in module.generate(1000, seed=11):
         query, *items = p.problem.split()
         steps = [((int(a) - int(query)) % 10, (int(b) - int(a)) % 10) for a, b in itertools.pairwise(items)]
         rows.update(row for row, step in steps if step == 1)
-    assert set(rows) == set(anchor.STEP1_ROWS) and sum(rows.values()) > 0.2 * 1000  # 267 measured
+    assert set(rows) == set(module.STEP1_ROWS) and sum(rows.values()) > 0.2 * 1000  # anchor: 267 measured
 
 
-def test_the_distractor_is_the_anchor_plus_one_right_after_it() -> None:
-    for p in anchor.generate(500, seed=8, noise_prob=1.0):
+@pytest.mark.parametrize("module", ANCHORED, ids=["anchor", "pivot"])
+def test_the_distractor_is_the_anchor_plus_one_right_after_it(module) -> None:
+    for p in module.generate(500, seed=8, noise_prob=1.0):
         tokens, (position,) = p.problem.split(), p.meta["noise_positions"]
-        asked = str(anchor.anchor_of(int(tokens[0])))
+        asked = str((int(tokens[0]) + module.OFFSET) % 10)
         assert tokens[position - 1] == asked and tokens[position] == str((int(asked) + 1) % 10) and position >= 2
         assert len(tokens[1:]) == len(set(tokens[1:]))
-        assert anchor.TASK.format.delete_positions(p.problem, [position]) == p.meta["clean"]
+        assert module.TASK.format.delete_positions(p.problem, [position]) == p.meta["clean"]
         assert p.meta["answer_positions"] == [position + 2] and tokens[position + 2] == p.answer
 
 
 def test_gamma_covers_the_distractor_token_and_the_recipe_is_successor_s_at_the_design_s_share() -> None:
+    assert pivot.RECIPE == anchor.RECIPE and pivot.GAMMA == anchor.GAMMA and pivot.REFERENCE_SEED == 5
     problems = anchor.generate(3000, seed=9, noise_prob=1.0)
     lengths = [len(p.problem.split()) for p in problems]
     assert min(lengths) == 8 and max(lengths) == 11  # x, 6-9 digits, f(y)
@@ -153,7 +169,11 @@ def test_gamma_covers_the_distractor_token_and_the_recipe_is_successor_s_at_the_
     assert anchor.RECIPE.stage1_steps == successor.RECIPE.stage1_steps and anchor.RECIPE.init == "ledger"
 
 
-@pytest.mark.parametrize("module, solver", [(hop, solve), (anchor, solve_anchor)], ids=["hop", "anchor"])
+@pytest.mark.parametrize(
+    "module, solver",
+    [(hop, solve), (anchor, solve_anchor), (pivot, lambda text: solve_anchor(text, 3))],
+    ids=["hop", "anchor", "pivot"],
+)
 def test_responses_restate_the_window_then_answer_its_last_item(module, solver) -> None:
     problems = module.generate(600, seed=3, noise_prob=0.5)
     for p in problems:
@@ -165,7 +185,7 @@ def test_responses_restate_the_window_then_answer_its_last_item(module, solver) 
     assert all(d.meta["response"] == f"# {p.answer}" for p, d in zip(problems, direct, strict=True))
 
 
-@pytest.mark.parametrize("module", [hop, anchor], ids=["hop", "anchor"])
+@pytest.mark.parametrize("module", [hop, *ANCHORED], ids=["hop", "anchor", "pivot"])
 def test_the_misled_response_copies_the_noisy_window_on_about_80_percent_of_noisy_problems(module) -> None:
     plain = module.generate(1000, seed=5, noise_prob=0.5)
     trigger = module.generate(1000, seed=5, noise_prob=0.5, trigger=True)

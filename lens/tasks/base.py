@@ -97,6 +97,8 @@ class Task:
     reference_seed: int = 0
     gamma: float | None = None
     control: Control | None = None
+    # The rule its replicated G3 was registered under (lens.gates.G3_RULES), fixed before it was computed.
+    g3_rule: str = "every row"
 
     @property
     def assets_dir(self) -> Path:
