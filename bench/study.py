@@ -482,9 +482,11 @@ def task_role(plan: Plan, task: str) -> tuple[str, str]:
         shown = replicated.relative_to(REPO) if replicated.is_relative_to(REPO) else replicated
         return "apart", f"passes G1-G4; no replicated G3 table {shown}"
     table = json.loads(replicated.read_text())
+    # Tables written before the second rule carry no `g3_rule`: they were judged by the first, and say nothing more.
+    rule = f"rule {table['g3_rule']!r}; " if "g3_rule" in table else ""
     if table["verdict"] != "PASS":
-        return "apart", f"passes G1-G4, fails the replicated G3 ({table['in_band']} rows in the band)"
-    return "primary", "passes G1-G4 and the replicated G3"
+        return "apart", f"passes G1-G4, fails the replicated G3 ({rule}{table['in_band']} rows in the band)"
+    return "primary", f"passes G1-G4 and the replicated G3 ({rule}{table['in_band']} rows in the band)"
 
 
 # ----------------------------------------------------------------------------------------------------

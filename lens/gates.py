@@ -943,6 +943,7 @@ def run_g3(args: argparse.Namespace) -> dict[str, Any]:
     report = {
         "task": args.task,
         "command": command,
+        "g3_rule": rule,
         "rule": f"{G3_RULES[rule]} (lens.gates.G3_RULES[{rule!r}])",
         "verdict": verdict,
         "warm_starts_sha256": weights,

@@ -495,11 +495,19 @@ def test_a_plan_that_asks_for_the_replicated_g3_keeps_a_task_failing_it_apart(tm
         table = {"verdict": verdict, "in_band": in_band}
         (tmp_path / "gates" / "replicated" / f"{task}_g3.json").write_text(json.dumps(table))
     strict = study.load_plan(_plan(tmp_path, tasks=tasks, replicated_g3=True))
-    assert study.task_role(strict, "a") == ("primary", "passes G1-G4 and the replicated G3")
+    assert study.task_role(strict, "a") == ("primary", "passes G1-G4 and the replicated G3 (14 of 14 rows in the band)")
     assert study.task_role(strict, "b") == (
         "apart",
         "passes G1-G4, fails the replicated G3 (13 of 14 rows in the band)",
     )
+    # A table judged by the second rule says so; its verdict, not its row count, decides.
+    table = {"verdict": "PASS", "in_band": "19 of 21", "g3_rule": "mean"}
+    (tmp_path / "gates" / "replicated" / "c_g3.json").write_text(json.dumps(table))
+    assert study.task_role(strict, "c") == (
+        "primary",
+        "passes G1-G4 and the replicated G3 (rule 'mean'; 19 of 21 rows in the band)",
+    )
+    (tmp_path / "gates" / "replicated" / "c_g3.json").unlink()
     assert study.task_role(strict, "c")[0] == "apart" and "no replicated G3 table" in study.task_role(strict, "c")[1]
     plain = study.load_plan(_plan(tmp_path, tasks=tasks))
     assert [study.task_role(plain, t) for t in tasks] == [("primary", "passes G1-G4")] * 3
