@@ -17,7 +17,8 @@ row 3, and a step by 1 is ordinary in the rows 0, 6 and 8 (`STEP1_ROWS`) instead
 one of them). The warm start's share of noisy prompts is anchor's, 0.40. Its evaluation and RL streams are its own
 (`pivot`), and its warm starts come from warm-start seeds no earlier family used (5 committed; 6 and 7 for the
 replicated G3). It was registered, with the rule of its replicated G3 (`lens.gates.G3_RULES["mean"]`), before its
-first gate run.
+first gate run. It FAILS G3 at the gates' seed (weight-decay null 0.349; bench/results/gates/pivot.md; G1, G2 and G4
+pass), so its replicated G3 was not computed and it is not a testbed that passes its gates.
 
 `pivot_direct` (built by `lens.tasks.base.direct`) is the control: the same problems answered directly (`# 3`,
 misled `# 0`), with no restated window. The vocabulary, tokenizer, model size, chat-free template and answer rule
