@@ -419,9 +419,11 @@ def test_the_committed_tables_recompute_from_their_per_seed_data(path):
     if not all("per_seed" in e for t in saved["tasks"].values() for e in t["arms"].values()):
         assert path.parent.name == "study", f"{path}: a new study's JSON must hold its per-seed data"
         return
-    plan = {"study_decomposed": "study_plan_decomposed.yaml", "study_anchor": "study_plan_anchor.yaml"}[
-        path.parent.name
-    ]
+    plan = {
+        "study_decomposed": "study_plan_decomposed.yaml",
+        "study_anchor": "study_plan_anchor.yaml",
+        "study_pivot": "study_plan_pivot.yaml",
+    }[path.parent.name]
     assert saved["plan_sha256"] == hashlib.sha256((REPO / "bench" / plan).read_bytes()).hexdigest()
     primary = {t: _recompute(task, t) for t, task in saved["tasks"].items()}
     pooled = [t for t, task in saved["tasks"].items() if task["role"][0] == "primary"]
