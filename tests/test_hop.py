@@ -1,6 +1,6 @@
 """Tests of the built-in tasks on hop's generator, `hop` (the window after the query), `anchor` (the window
-after the anchor y = x + 5; `offset` draws anchor's problems) and `pivot` (the window after y = x + 3): generator
-invariants, the distractor, the restated window, gamma, recipe.
+after the anchor y = x + 5; `offset` and `replica` draw anchor's problems) and `pivot` (the window after y = x + 3):
+generator invariants, the distractor, the restated window, gamma, recipe.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_hop.py -q
 
@@ -17,7 +17,7 @@ import math
 import pytest
 
 from lens import reward
-from lens.tasks import anchor, hop, offset, pivot, successor, window
+from lens.tasks import anchor, hop, offset, pivot, replica, successor, window
 
 EXAMPLE_NOISY = "3 7 0 3 4 6 1 8"
 EXAMPLE_CLEAN = "3 7 0 3 6 1 8"
@@ -200,6 +200,15 @@ def test_the_misled_response_copies_the_noisy_window_on_about_80_percent_of_nois
             assert reward.verify_vartrack(t.meta["response"], t.answer)[0] == 0.0
     noisy = sum(bool(p.meta["noise_positions"]) for p in plain)
     assert abs(misled / noisy - module.RESTATE_PROB) < 0.06  # binomial sd ~0.018
+
+
+def test_replica_draws_anchor_s_problems_from_its_own_streams_with_anchor_s_recipe() -> None:
+    assert [p.problem for p in replica.generate(50, seed=4, noise_prob=0.5)] == [
+        p.problem for p in anchor.generate(50, seed=4, noise_prob=0.5)
+    ]
+    noisy = {name: [p.problem for p in m.eval_sets(20)["noisy"]] for name, m in (("a", anchor), ("r", replica))}
+    assert noisy["a"] != noisy["r"] and [p.problem for p in offset.eval_sets(20)["noisy"]] != noisy["r"]
+    assert replica.RECIPE == anchor.RECIPE and replica.REFERENCE_SEED == 8 and replica.TASK.g3_rule == "mean"
 
 
 def test_offset_draws_anchor_s_problems_from_its_own_streams() -> None:

@@ -8,9 +8,10 @@ whose code digit was inserted before it, `records` for the first value of an ask
 was inserted as its first value, `window` for the item two places after a digit x (restating the window) where x+1
 was inserted right after x, `hop` for the same question with no template token in the prompt (the query is its first
 digit), `anchor` for the item two places after the anchor y = x + 5 where y+1 was inserted right after y, `offset`
-for anchor's problems with a warm start of its own, `pivot` for the item two places after the pivot y = x + 3.
-recall, successor, stutter, keymap, records, window, hop, anchor, offset and pivot each have a `_direct` control (the
-same problems, direct answers; gate tables in bench/results/gates/).
+for anchor's problems with a warm start of its own, `pivot` for the item two places after the pivot y = x + 3,
+`replica` for anchor's problems at fresh warm starts. recall, successor, stutter, keymap, records, window, hop,
+anchor, offset, pivot and replica each have a `_direct` control (the same problems, direct answers; gate tables in
+bench/results/gates/).
 
 How the registry works (and why). A task is a file `lens/tasks/<name>.py` that defines one module-level
 `TASK = Task(...)` (lens/tasks/base.py: generators, format, reference, recipe, gamma); a task whose `Task(...)`
