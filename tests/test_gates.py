@@ -293,6 +293,24 @@ def test_replicated_g3_command_writes_its_table(tmp_path) -> None:
     assert json.loads((tmp_path / "replicated" / "successor_g3.json").read_text())["rule"].startswith("PASS when")
 
 
+def test_replicated_g3_command_judges_a_task_by_the_rule_it_was_registered_under(tmp_path) -> None:
+    # pivot names the second rule: the table adds the random null's mean over the seeds and the JSON names the rule.
+    from lens import audit as audit_cli
+
+    warm = "lens/tasks/assets/pivot"
+    args = ["g3", "--task", "pivot", "--warm-start", warm, "--seeds", "0,1", "--problems", "8"]
+    report = audit_cli.main([*args, "--out", str(tmp_path), "--config", "configs/cpu_pivot.yaml"])
+    rows = {r["quantity"]: r for r in report["rows"]}
+    (mean,) = [q for q in rows if q.startswith("Eq. 1 AUC, random 1e-3, mean over perturbation seeds 0,1 (rows ")]
+    seeds = [rows[f"Eq. 1 AUC, random 1e-3, perturbation seed {s}"]["value"] for s in (0, 1)]
+    assert rows[mean]["value"] == pytest.approx(sum(seeds) / 2) and len(rows) == 5
+    judged = [rows[mean], *(rows[f"Eq. 1 AUC, {n}, perturbation seed 0"] for n in (gates.NULLS[0], gates.NULLS[2]))]
+    assert report["verdict"] == ("PASS" if all(r["verdict"] == "PASS" for r in judged) else "FAIL")
+    assert report["g3_rule"] == "mean" and report["in_band"].endswith("of 4")
+    md = (tmp_path / "replicated" / "pivot_g3.md").read_text()
+    assert "each null's mean AUC over the perturbation seeds" in md and "perturbation-seed rows in the band" in md
+
+
 def successor_sha256() -> str:
     from lens.tasks import successor
 
