@@ -12,7 +12,9 @@ its mean over perturbation seeds (bench/results/gates/replicated/README.md, "`re
 first replicated-G3 rule on single random-null rows. `pivot`, the same design at another offset, failed G3's
 weight-decay null at its first warm start. This family asks whether anchor's design passes the second rule
 (`lens.gates.G3_RULES["mean"]`) at three warm starts it has never seen; it was registered, with that rule and
-before the confirmatory study's plan, before its first gate run.
+before the confirmatory study's plan, before its first gate run. It passes G1-G4 at the gates' seed
+(bench/results/gates/replica.md) and FAILS the replicated G3 on one of nine judged values: the random null's mean over
+perturbation seeds at the committed warm start, 0.601 (bench/results/gates/replicated/replica_g3.md).
 
 `replica_direct` (built by `lens.tasks.base.direct`) is the control: the same problems answered directly. Run the
 tests with `python -m pytest tests/test_hop.py -q` (they cover the generator this task shares).
