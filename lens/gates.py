@@ -914,6 +914,7 @@ def g3_replicated(
 def run_g3(args: argparse.Namespace) -> dict[str, Any]:
     """Measure the replicated G3 at every --warm-start and seed; write DIR/replicated/TASK_g3.{md,json}."""
     start = time.monotonic()
+    rule = task_module(args.task).g3_rule  # the rule the task was registered under
     cfg = load_config(args.config, args.overrides)  # only its optimizer is read (the weight-decay null)
     scores: dict[tuple[str, str, int], list[torch.Tensor]] = {}
     labels: dict[str, list[torch.Tensor]] = {}
@@ -932,7 +933,6 @@ def run_g3(args: argparse.Namespace) -> dict[str, Any]:
             for null, per in g3_null_scores(ref, cfg, ids, s, all_nulls=i == 0).items():
                 # the seed-free nulls are computed once per warm start, listed under the first seed
                 scores[(warm, null, s)] = _spans(noisy, per)
-    rule = task_module(args.task).g3_rule
     rows, verdict = g3_replicated(scores, labels, args.seed, rule)
     seeds = [r for r in rows if "perturbation seed " in r.quantity]
     command = " ".join(
