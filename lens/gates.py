@@ -934,7 +934,7 @@ def run_g3(args: argparse.Namespace) -> dict[str, Any]:
                 # the seed-free nulls are computed once per warm start, listed under the first seed
                 scores[(warm, null, s)] = _spans(noisy, per)
     rows, verdict = g3_replicated(scores, labels, args.seed, rule)
-    seeds = [r for r in rows if "perturbation seed " in r.quantity]
+    seeds = rows[: len(scores)]  # one per (warm start, null, seed); the "mean" rule's mean rows follow them
     command = " ".join(
         ["python -m lens.audit g3 --task", args.task, "--config", args.config]
         + [f"--warm-start {repo_relative(w)}" for w in args.warm_start]
