@@ -274,7 +274,14 @@ def test_every_task_names_a_registered_g3_rule() -> None:
     rules = {name: tasks.get(name).g3_rule for name in tasks.NAMES}
     assert set(rules.values()) <= set(gates.G3_RULES)
     # Registered before their replicated G3 was computed: changing a task's rule afterwards would re-judge it.
-    assert {n for n, r in rules.items() if r == "mean"} == {"pivot", "pivot_direct", "replica", "replica_direct"}
+    assert {n for n, r in rules.items() if r == "mean"} == {
+        "pivot",
+        "pivot_direct",
+        "replica",
+        "replica_direct",
+        "decoy",
+        "decoy_direct",
+    }
 
 
 def test_replicated_g3_command_writes_its_table(tmp_path) -> None:

@@ -1,6 +1,7 @@
 """Tests of the built-in tasks on hop's generator, `hop` (the window after the query), `anchor` (the window
-after the anchor y = x + 5; `offset` and `replica` draw anchor's problems) and `pivot` (the window after y = x + 3):
-generator invariants, the distractor, the restated window, gamma, recipe.
+after the anchor y = x + 5; `offset` and `replica` draw anchor's problems), `pivot` (the window after y = x + 3) and
+`decoy` (anchor's question, a step by 2 in anchor's step-1 rows): generator invariants, the distractor, the restated
+window, gamma, recipe.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_hop.py -q
 
@@ -17,7 +18,7 @@ import math
 import pytest
 
 from lens import reward
-from lens.tasks import anchor, hop, offset, pivot, replica, successor, window
+from lens.tasks import anchor, decoy, hop, offset, pivot, replica, successor, window
 
 EXAMPLE_NOISY = "3 7 0 3 4 6 1 8"
 EXAMPLE_CLEAN = "3 7 0 3 6 1 8"
@@ -90,7 +91,9 @@ ANCHOR_CLEAN = "1 4 2 6 1 8 5 0 9"
 
 PIVOT_NOISY = "1 4 5 0 3 8 1 2"
 PIVOT_CLEAN = "1 4 0 3 8 1 2"
-ANCHORED = [anchor, pivot]  # tasks whose window follows an anchor at an offset from the query
+DECOY_NOISY = "1 3 5 2 6 7 4 0 8 1"
+DECOY_CLEAN = "1 3 5 2 6 4 0 8 1"
+ANCHORED = [anchor, pivot, decoy]  # tasks whose window follows an anchor at an offset from the query
 
 
 def solve_anchor(problem: str, offset: int = 5) -> list[str]:
@@ -114,7 +117,7 @@ def test_pivot_s_documented_example_reads_as_described() -> None:
     assert pivot.OFFSET == 3 and pivot.STEP1_ROWS == (0, 6, 8) and pivot.TASK.g3_rule == "mean"
 
 
-@pytest.mark.parametrize("module", ANCHORED, ids=["anchor", "pivot"])
+@pytest.mark.parametrize("module", ANCHORED, ids=["anchor", "pivot", "decoy"])
 def test_anchored_list_items_are_steps_of_the_chain_from_the_query_on(module) -> None:
     lengths = set()
     for p in module.generate(500, seed=7):
@@ -132,7 +135,7 @@ def test_anchored_list_items_are_steps_of_the_chain_from_the_query_on(module) ->
     assert lengths == set(range(successor.LIST_LENGTH[0], successor.LIST_LENGTH[1] + 1))
 
 
-@pytest.mark.parametrize("module", ANCHORED, ids=["anchor", "pivot"])
+@pytest.mark.parametrize("module", [anchor, pivot], ids=["anchor", "pivot"])
 def test_a_step_by_one_is_ordinary_in_the_step1_rows_and_never_in_the_anchor_s_row(module) -> None:
     for query, row in itertools.product(range(10), range(10)):
         table = module.step_table(query, (query + row) % 10)
@@ -146,7 +149,7 @@ def test_a_step_by_one_is_ordinary_in_the_step1_rows_and_never_in_the_anchor_s_r
     assert set(rows) == set(module.STEP1_ROWS) and sum(rows.values()) > 0.2 * 1000  # anchor: 267 measured
 
 
-@pytest.mark.parametrize("module", ANCHORED, ids=["anchor", "pivot"])
+@pytest.mark.parametrize("module", ANCHORED, ids=["anchor", "pivot", "decoy"])
 def test_the_distractor_is_the_anchor_plus_one_right_after_it(module) -> None:
     for p in module.generate(500, seed=8, noise_prob=1.0):
         tokens, (position,) = p.problem.split(), p.meta["noise_positions"]
@@ -171,8 +174,8 @@ def test_gamma_covers_the_distractor_token_and_the_recipe_is_successor_s_at_the_
 
 @pytest.mark.parametrize(
     "module, solver",
-    [(hop, solve), (anchor, solve_anchor), (pivot, lambda text: solve_anchor(text, 3))],
-    ids=["hop", "anchor", "pivot"],
+    [(hop, solve), (anchor, solve_anchor), (pivot, lambda text: solve_anchor(text, 3)), (decoy, solve_anchor)],
+    ids=["hop", "anchor", "pivot", "decoy"],
 )
 def test_responses_restate_the_window_then_answer_its_last_item(module, solver) -> None:
     problems = module.generate(600, seed=3, noise_prob=0.5)
@@ -185,7 +188,7 @@ def test_responses_restate_the_window_then_answer_its_last_item(module, solver) 
     assert all(d.meta["response"] == f"# {p.answer}" for p, d in zip(problems, direct, strict=True))
 
 
-@pytest.mark.parametrize("module", [hop, *ANCHORED], ids=["hop", "anchor", "pivot"])
+@pytest.mark.parametrize("module", [hop, *ANCHORED], ids=["hop", "anchor", "pivot", "decoy"])
 def test_the_misled_response_copies_the_noisy_window_on_about_80_percent_of_noisy_problems(module) -> None:
     plain = module.generate(1000, seed=5, noise_prob=0.5)
     trigger = module.generate(1000, seed=5, noise_prob=0.5, trigger=True)
@@ -200,6 +203,32 @@ def test_the_misled_response_copies_the_noisy_window_on_about_80_percent_of_nois
             assert reward.verify_vartrack(t.meta["response"], t.answer)[0] == 0.0
     noisy = sum(bool(p.meta["noise_positions"]) for p in plain)
     assert abs(misled / noisy - module.RESTATE_PROB) < 0.06  # binomial sd ~0.018
+
+
+def test_decoy_s_documented_example_reads_as_described() -> None:
+    assert solve_anchor(DECOY_NOISY) == ["6", "4", "0"] == solve_anchor(DECOY_CLEAN)
+    assert decoy.TASK.format.delete_positions(DECOY_NOISY, [5]) == DECOY_CLEAN
+    assert decoy.generate(1, seed=1, noise_prob=1.0)[0].problem == DECOY_NOISY
+    assert decoy.RECIPE == anchor.RECIPE and decoy.REFERENCE_SEED == 13 and decoy.TASK.g3_rule == "mean"
+
+
+def test_decoy_rows_step_by_2_as_often_as_the_warm_start_sees_the_distractor_and_never_by_1() -> None:
+    for query, row in itertools.product(range(10), range(10)):
+        table = decoy.step_table(query, (query + row) % 10)
+        assert (table.get(2) == decoy.DECOY_WEIGHT) == (row in decoy.DECOY_ROWS) and not {0, 1} & set(table)
+    assert decoy.OFFSET not in decoy.DECOY_ROWS and decoy.DECOY_ROWS == anchor.STEP1_ROWS
+    out_of, by_two = collections.Counter(), collections.Counter()
+    for p in decoy.generate(2000, seed=11):
+        query, *items = p.problem.split()
+        for a, b in itertools.pairwise([query, *items]):
+            row = (int(a) - int(query)) % 10
+            out_of[row] += 1
+            if (int(b) - int(a)) % 10 == 2:
+                by_two[row] += 1
+    assert set(by_two) == set(decoy.DECOY_ROWS)
+    # Weight 2/3 of 1 + 2/3 is 0.4 before distinct digits renormalise the table: 0.4 give or take a few points.
+    share = sum(by_two[r] for r in decoy.DECOY_ROWS) / sum(out_of[r] for r in decoy.DECOY_ROWS)
+    assert abs(share - decoy.WARM_NOISE_PROB) < 0.06
 
 
 def test_replica_draws_anchor_s_problems_from_its_own_streams_with_anchor_s_recipe() -> None:

@@ -9,9 +9,9 @@ was inserted as its first value, `window` for the item two places after a digit 
 was inserted right after x, `hop` for the same question with no template token in the prompt (the query is its first
 digit), `anchor` for the item two places after the anchor y = x + 5 where y+1 was inserted right after y, `offset`
 for anchor's problems with a warm start of its own, `pivot` for the item two places after the pivot y = x + 3,
-`replica` for anchor's problems at fresh warm starts. recall, successor, stutter, keymap, records, window, hop,
-anchor, offset, pivot and replica each have a `_direct` control (the same problems, direct answers; gate tables in
-bench/results/gates/).
+`replica` for anchor's problems at fresh warm starts, `decoy` for anchor's question with decoy rows (a step by 2 as
+probable as the distractor). recall, successor, stutter, keymap, records, window, hop, anchor, offset, pivot, replica
+and decoy each have a `_direct` control (the same problems, direct answers; gate tables in bench/results/gates/).
 
 How the registry works (and why). A task is a file `lens/tasks/<name>.py` that defines one module-level
 `TASK = Task(...)` (lens/tasks/base.py: generators, format, reference, recipe, gamma); a task whose `Task(...)`
