@@ -23,7 +23,9 @@ The design was chosen on scratch warm starts of seed 11 (and 12) with random-nul
 candidates, by rules written before each round was measured (bench/results/gates/replicated/README.md, "`decoy`").
 The gates and the replicated G3 use the warm starts of seeds 13 (committed), 14 and 15 and the perturbation seeds
 0-4, which that choice never saw. It is judged by the replicated G3's second rule, `lens.gates.G3_RULES["mean"]`,
-registered with it before its first gate run.
+registered with it before its first gate run. It passes G1, G2 and G4 at the gates' seed and FAILS G3: the
+weight-decay null is 0.649 (bench/results/gates/decoy.md), so its replicated G3 was not computed and it is not a
+testbed that passes its gates; the study on it (bench/study_plan_decoy.yaml) is exploratory.
 
 `decoy_direct` (built by `lens.tasks.base.direct`) is the control: the same problems answered directly. Run the tests
 with `python -m pytest tests/test_hop.py -q` (they cover the generator this task shares).
