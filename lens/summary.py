@@ -89,8 +89,8 @@ SUMMED = (
 def stage_times(steps: list[dict[str, float]]) -> dict[str, float]:
     """Seconds each stage of the training steps took, summed over the run (`time/<stage>` of every step row;
     a stage a step did not enter counts 0 there), in the order a step runs them, then `step`, the whole step.
-    Evaluation is not a stage of a step and is not timed here."""
-    seen = {k[len("time/") :] for r in steps for k in r if k.startswith("time/")} - {"warmup", "step"}
+    Evaluation (`time/eval`, logged in the rows of the steps it followed) is not a stage of a step: not here."""
+    seen = {k[len("time/") :] for r in steps for k in r if k.startswith("time/")} - {"warmup", "step", "eval"}
     order = [s for s in STAGES if s in seen] + sorted(seen - set(STAGES))
     if any("time/step" in r for r in steps):
         order.append("step")

@@ -491,14 +491,14 @@ def step_metrics(run: Run, sg: groups.StepGroups, stats: dict[str, float], upd: 
 
 def run_eval(run: Run, eval_sets: dict[str, preflight.RenderedSet], verifiers: dict[str, Verifier]) -> dict[str, float]:
     """avg@n accuracy on every held-out set: the code and seed rule of `python -m lens.eval --seed <run seed>`
-    (sampling seed = seed + 12345, fixed, so evaluations are comparable)."""
+    (sampling seed = seed + 12345, fixed, so evaluations are comparable); and `time/eval`, its seconds."""
     c, r = run.cfg, run.cfg.rollout
     params = eval_sampling(temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens, seed=c.seed)
     # In batches of lens.eval's default size, so that rank 0's bar moves while a large set is scored (the
     # samples do not depend on the batch size: each draws from the seed of its row).
     opts = {"n": c.data.eval_n, "sampling": params, "batch_size": BATCH_PROMPTS}
     with run.timer("eval"):
-        return {
+        accuracy = {
             f"eval/{name}": evaluate_set(
                 run.sampler,
                 run.tokenizer,
@@ -510,6 +510,9 @@ def run_eval(run: Run, eval_sets: dict[str, preflight.RenderedSet], verifiers: d
             ).accuracy
             for name, es in eval_sets.items()
         }
+    # Taken out of the timer and logged in the row of the step it evaluated: the step's own metrics were read
+    # before it ran, and the next step resets the timer.
+    return {**accuracy, "time/eval": run.timer.totals.pop("eval")}
 
 
 def save(run: Run, step: int) -> None:

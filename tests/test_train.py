@@ -63,10 +63,12 @@ def test_every_algorithm_runs_two_steps(tiny_model, tmp_path, algorithm):
     last = train.main(_args(tiny_model, tmp_path, f"algorithm.name={algorithm}", "optim.steps=2", *extra))
     rows = _rows(tmp_path, before_training=True)
     assert [r["step"] for r in rows] == [0, 1, 2]  # step 0: the evaluation before training, alone
-    assert set(rows[0]) == {"step", "eval/clean", "eval/noisy"}
+    assert set(rows[0]) == {"step", "eval/clean", "eval/noisy", "time/eval"} and rows[0]["time/eval"] > 0
     rows = rows[1:]
     assert all(torch.isfinite(torch.tensor(r["loss/total"])) for r in rows)
-    assert {"eval/clean", "eval/noisy", "bins/failure", "time/generate", "grad_norm"} <= set(last)
+    assert {"eval/clean", "eval/noisy", "time/eval", "bins/failure", "time/generate", "grad_norm"} <= set(last)
+    # Evaluated after step 2 only (data.eval_every=2): its seconds are logged there, not carried into a later row.
+    assert ["time/eval" in r for r in rows] == [False, True] and rows[1]["time/eval"] > 0
     assert (tmp_path / "checkpoints").is_dir()
     _same_as_before_mini_batches(algorithm, tmp_path)
 
