@@ -33,7 +33,7 @@ import numpy as np
 import yaml
 
 from lens import checkpoint, console, errors, variants
-from lens.config import STAGES as TRAIN_STAGES
+from lens.config import STAGES
 from lens.reward import BINS
 
 METRICS_FILE = "metrics.jsonl"  # lens.metrics.METRICS_FILE (not imported: that module pulls in torch)
@@ -67,7 +67,6 @@ REWRITE_COLUMNS = (
 # optimizer step per batch the own-prompt clip fractions stay 0; with mini-batches they show the clip acting.
 POLICY_KEYS = ("ppo/clipfrac_low_own", "ppo/clipfrac_high_own", "ppo/approx_kl")
 POLICY_LABELS = ("share of own-prompt tokens", "share of own-prompt tokens", "KL(pi_old || pi_theta) per token")
-STAGES = (*TRAIN_STAGES, "eval")  # the order of the stage plots; stages not listed follow alphabetically
 DPI = 150
 RC = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fontsize": 9, "axes.grid": True}
 
@@ -503,8 +502,10 @@ def stage_times(run: Run) -> dict[str, float]:
     """Mean seconds per stage over the steady-state training steps (`steady_rows`; a stage missing from
     a step took 0 s there)."""
     rows = steady_rows(run)
-    # time/step is the whole step and time/warmup a flag, not stages: they would double-count in the stack
-    stages = {k[5:] for row in rows for k in row if k.startswith("time/") and k not in ("time/step", "time/warmup")}
+    # time/step is the whole step and time/warmup a flag, not stages: they would double-count in the stack; an
+    # evaluation (time/eval) runs between steps, outside the time/step the stack is drawn against
+    outside = ("time/step", "time/warmup", "time/eval")
+    stages = {k[5:] for row in rows for k in row if k.startswith("time/") and k not in outside}
     # the trainer's order first (the order a step runs them), then stages of newer logs alphabetically
     order = [s for s in STAGES if s in stages] + sorted(stages - set(STAGES))
     return {s: float(np.mean([row.get(f"time/{s}", 0.0) for row in rows])) for s in order}

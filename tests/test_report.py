@@ -268,6 +268,7 @@ def test_time_figures_leave_out_the_warmup_steps(tmp_path):
     rows = [{"step": s, "reward/mean": s, "time/step": 1.0, "time/score": 0.1, "time/update": 0.9} for s in range(1, 7)]
     rows[0].update({"time/step": 30.0, "time/score": 20.0, "time/warmup": 30.0})
     rows[3].update({"time/step": 10.0, "time/score": 9.0, "time/warmup": 10.0})
+    rows[2]["time/eval"] = 5.0  # an evaluation after step 3: outside the step, not a stage of it
     run = rp.load_run(write_run(tmp_path / "a", rows))
     assert [r["reward/mean"] for r in rp.steady_rows(run)] == [2, 3, 5, 6]
     assert rp.stage_times(run) == pytest.approx({"score": 0.1, "update": 0.9})

@@ -17,9 +17,10 @@ def test_the_closing_summary_prints_the_time_of_every_stage(tmp_path, capsys):
     cfg = load_config(None, [f"run_dir={tmp_path / 'run'}", "optim.steps=2"], cuda_available=False)
     step = {"rollouts": 64.0, "time/generate": 3.0, "time/reward": 0.5, "time/update": 1.5}
     rows = [
-        {"step": 0, "eval/noisy": 0.25},
+        {"step": 0, "eval/noisy": 0.25, "time/eval": 2.0},
         {"step": 1, **step, "time/score": 1.0, "time/step": 6.0, "time/warmup": 6.0},
-        {"step": 2, **step, "time/step": 5.0},
+        # An evaluation after step 2: it runs outside the step, so it is no row of the table below.
+        {"step": 2, **step, "time/step": 5.0, "eval/noisy": 0.5, "time/eval": 2.0},
     ]
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
