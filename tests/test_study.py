@@ -424,6 +424,7 @@ def test_the_committed_tables_recompute_from_their_per_seed_data(path):
         "study_anchor": "study_plan_anchor.yaml",
         "study_pivot": "study_plan_pivot.yaml",
         "study_replica": "study_plan_replica.yaml",
+        "study_decoy": "study_plan_decoy.yaml",
     }[path.parent.name]
     assert saved["plan_sha256"] == hashlib.sha256((REPO / "bench" / plan).read_bytes()).hexdigest()
     primary = {t: _recompute(task, t) for t, task in saved["tasks"].items()}
