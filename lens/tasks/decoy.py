@@ -14,10 +14,10 @@ The change: in the decoy rows r = 0, 2 and 8 (`DECOY_ROWS`, anchor's step-1 rows
 `DECOY_WEIGHT` = 2/3 takes the place of anchor's step by 1 of weight 0.4. Its share of the table there, 2/3 / (1 +
 2/3) = 0.4 (about 0.37 in drawn lists, where distinct digits renormalise the table), is the warm start's share of
 noisy prompts, i.e. about the probability the reference learns for the distractor after the anchor, so a decoy row's
-distribution has the shape of the anchor row's. A step by 1 is then never ordinary: it
-is only ever the distractor. Why a step by 2 and not by 1: with a step by 1 of weight 2/3 in those rows (a scratch
-design, `zza` in bench/results/gates/replicated/README.md) GRPO moved the decoys with the distractor and G4 failed
-(0.759; matched 0.725).
+distribution has the shape of the anchor row's. A step by 1 is then never ordinary: it is only ever the distractor.
+Why a step by 2 and not by 1: with a step by 1 of weight 2/3 in those rows (a scratch design, `zza` in
+bench/results/gates/replicated/README.md) GRPO moved the decoys with the distractor and G4 failed (0.759; matched
+0.725).
 
 The design was chosen on scratch warm starts of seed 11 (and 12) with random-null seeds 100-104, among four
 candidates, by rules written before each round was measured (bench/results/gates/replicated/README.md, "`decoy`").
