@@ -438,10 +438,9 @@ def test_evaluation_progress_off_a_terminal_is_plain_lines(vartrack_engine, caps
 @pytest.mark.parametrize("rank", [0, 1])
 def test_the_trainers_evaluation_shows_its_progress_on_rank_0(monkeypatch, rank: int) -> None:
     # Was: no progress at all while the trainer scored its held-out sets (one generate call, no bar).
-    import contextlib
     from types import SimpleNamespace
 
-    from lens import train
+    from lens import metrics, train
     from lens.config import Config
 
     calls = []
@@ -451,9 +450,10 @@ def test_the_trainers_evaluation_shows_its_progress_on_rank_0(monkeypatch, rank:
         return SimpleNamespace(accuracy=0.5)
 
     monkeypatch.setattr(train, "evaluate_set", fake_evaluate_set)
-    timer = lambda _: contextlib.nullcontext()  # noqa: E731
-    run = SimpleNamespace(cfg=Config(), rank=rank, sampler=None, tokenizer=None, timer=timer)
+    run = SimpleNamespace(cfg=Config(), rank=rank, sampler=None, tokenizer=None, timer=metrics.Timer())
     sets = {"clean": SimpleNamespace(kind="vartrack", ids=[[1]], answers=["1"])}
-    assert train.run_eval(run, sets, {"vartrack": None}) == {"eval/clean": 0.5}
+    out = train.run_eval(run, sets, {"vartrack": None})
+    assert out == {"eval/clean": 0.5, "time/eval": out["time/eval"]} and out["time/eval"] >= 0
+    assert run.timer.totals == {}  # taken out of the timer: the next step's metrics do not count it again
     assert calls[0]["progress"] == ("eval clean" if rank == 0 else None)
     assert calls[0]["batch_size"] == ev.BATCH_PROMPTS  # the bar moves per batch
