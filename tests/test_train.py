@@ -362,7 +362,8 @@ def test_dapo_clip_higher_acts_only_with_several_optimizer_steps(tmp_path):
     # steps leave 1 and the high side of the clip cuts.
     base = ("--config", "cpu_dapo", "data.eval_every=0", "data.eval=[]", "logging.tensorboard=false")
     runs = {}
-    for mini, steps in (("null", 2), ("4", 3)):
+    # One step shows the null case (every step starts from ratio 1 again); two show the mini-batches' clip acting.
+    for mini, steps in (("null", 1), ("4", 2)):
         for high in ("0.2", "0.28"):
             run_dir = tmp_path / f"{mini}_{high}"
             knobs = (f"optim.mini_batch_size={mini}", f"algorithm.clip_high={high}", f"optim.steps={steps}")
@@ -374,7 +375,7 @@ def test_dapo_clip_higher_acts_only_with_several_optimizer_steps(tmp_path):
 
     assert same(runs["null", "0.2"][0], runs["null", "0.28"][0])
     assert not same(runs["4", "0.2"][0], runs["4", "0.28"][0])
-    assert [r["optimizer_steps"] for r in runs["4", "0.28"][1]] == [4.0, 4.0, 4.0]
+    assert [r["optimizer_steps"] for r in runs["4", "0.28"][1]] == [4.0, 4.0]
     assert all(r["ppo/clipfrac_high_own"] == 0 for r in runs["null", "0.28"][1])
     assert max(r["ppo/clipfrac_high_own"] for r in runs["4", "0.28"][1]) > 0
 
