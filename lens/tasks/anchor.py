@@ -67,14 +67,14 @@ def anchor_of(query: int) -> int:
 
 
 def step_table(
-    query: int, prev: int, step1_rows: tuple[int, ...] = STEP1_ROWS, step: int = 1, weight: float = STEP1_WEIGHT
+    query: int, prev: int, rows: tuple[int, ...] = STEP1_ROWS, step: int = 1, weight: float = STEP1_WEIGHT
 ) -> dict[int, float]:
     """The step weights out of list digit `prev` for query x: successor's STEP_WEIGHTS over the steps 3..9 rotated
-    by the offset r = (prev - x) mod 10, plus `step` (1) of weight `weight` (STEP1_WEIGHT) in the rows `step1_rows`
+    by the offset r = (prev - x) mod 10, plus `step` (1) of weight `weight` (STEP1_WEIGHT) in the rows `rows`
     (`pivot` passes its own rows, `decoy` its own rows, step and weight)."""
     offset = (prev - query) % 10
     table = {3 + (s - 3 + offset) % 7: w for s, w in successor.STEP_WEIGHTS.items()}
-    if offset in step1_rows:
+    if offset in rows:
         table[step] = weight
     return table
 
