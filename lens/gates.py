@@ -29,8 +29,9 @@ The gates (a gate passes when every one of its rows with a threshold passes at t
   (k = the prompt's number of distractor tokens, mean over prompts) <= 1.5x random (random = mean of k / n).
 - G3 (warm start) null perturbations cannot find them: the pooled AUC of LENS Eq. 1,
   |log pi_null - log pi_ref|, in [0.4, 0.6] for three nulls: one AdamW step of the config's optimizer
-  (lr at step 0, betas, weight decay) with zero gradient, so only weight decay moves the weights; every
-  parameter plus N(0, 1e-3^2) noise (absolute, seeded); the reference itself at temperature 1.05.
+  (lr at step 0, betas, weight decay) with zero gradient, so only weight decay moves the weights (made and
+  scored in float64: `weight_decay_scores`); every parameter plus N(0, 1e-3^2) noise (absolute, seeded); the
+  reference itself at temperature 1.05.
 - G4 (GRPO) training changes them: Eq. 1 of the GRPO policy against the reference, pooled AUC >= 0.8, and
   the surprisal-matched AUC >= 0.75. Matching: scorable tokens are put in bins of reference surprisal
   `MATCH_BIN` (0.5) nats wide (bin = floor(surprisal / 0.5)); the matched AUC is P(S(d) > S(o)) + P(=)/2 over
@@ -78,6 +79,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -556,8 +558,9 @@ def task_prompts(task: str, tokenizer: Any, limit: int) -> tuple[list[probes.Aud
 def null_policies(ref: nn.Module, cfg: Config, seed: int) -> dict[str, nn.Module]:
     """The first two nulls of G3 (the third, T = 1.05, needs no model): a zero-gradient AdamW step, whose
     only effect is the config's weight decay, and a random perturbation of every weight."""
-    # Copies: the reference itself must stay untouched, it is the baseline of every Eq. 1 score.
-    decayed = copy.deepcopy(ref)
+    # Copies: the reference itself must stay untouched, it is the baseline of every Eq. 1 score. The decayed copy
+    # is float64: a shrink by lr x wd (~1e-6) is below float32's spacing of most weights' relative rounding.
+    decayed = copy.deepcopy(ref).double()
     params = list(decayed.parameters())
     o = cfg.optim
     optimizer = torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
@@ -578,6 +581,53 @@ def null_policies(ref: nn.Module, cfg: Config, seed: int) -> dict[str, nn.Module
     return {NULLS[0]: decayed, NULLS[1]: noisy}
 
 
+def weight_decay_scores(decayed: nn.Module, ref: nn.Module, ids: list[list[int]]) -> list[torch.Tensor]:
+    """LENS Eq. 1 of the weight-decay null, [P_i] float64 per prompt (position 0 scores 0): the float64 `decayed`
+    (from `null_policies`) against the reference run in float64, one prompt at a time (no padding).
+
+    Why not `scoring.token_scores`: a weight-decay step moves prompt log-probs by ~1e-6 nats, the size of
+    float32's rounding of logits near 10 and of how a padded micro-batch orders its sums. In float32 the null's
+    pooled AUC was off by up to 0.10 (successor's committed warm start: 0.457 against 0.550 in float64; every
+    committed table's value in bench/results/gates/weight_decay_float64.md). Both models run as `float64_exact`
+    copies.
+    """
+    models = [float64_exact(m) for m in (decayed, ref)]
+    device = model.model_device(ref)
+    out = []
+    with torch.no_grad():
+        for seq in ids:
+            x = torch.tensor([seq], device=device)
+            logps = [torch.log_softmax(m(input_ids=x).logits[0, :-1], dim=-1) for m in models]
+            token = [lp.gather(-1, x[0, 1:, None])[:, 0] for lp in logps]
+            zero = torch.zeros(1, dtype=torch.float64, device=device)
+            out.append(torch.cat([zero, (token[0] - token[1]).abs()]).cpu())  # LENS Eq. (1)
+    return out
+
+
+def _rms_norm_float64(self: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """An RMSNorm's formula in its input's dtype (transformers' computes in float32 whatever the model's)."""
+    variance = hidden.pow(2).mean(-1, keepdim=True)
+    return self.weight * (hidden * torch.rsqrt(variance + self.variance_epsilon))
+
+
+def float64_exact(m: nn.Module) -> nn.Module:
+    """A float64 copy of `m` whose RMSNorms compute in float64 too: transformers' norms round to float32, which
+    alone left the weight-decay null's scores about 2 % off (tests/test_gates.py)."""
+    exact = copy.deepcopy(m).double()
+    for module in exact.modules():
+        if type(module).__name__.endswith("RMSNorm") and hasattr(module, "variance_epsilon"):
+            module.forward = types.MethodType(_rms_norm_float64, module)
+    return exact
+
+
+def null_scores(name: str, policy: nn.Module, ref: nn.Module, ids: list[list[int]]) -> list[torch.Tensor]:
+    """Eq. 1 of one model null of G3 against the reference, [P_i] per prompt: float64 for the weight-decay null
+    (`weight_decay_scores`), the trainer's scorer for the random one (its scores, ~1e-2, are far above rounding)."""
+    if name == NULLS[0]:
+        return weight_decay_scores(policy, ref, ids)
+    return scoring.token_scores("interference", policy, ref, ids)[0]  # LENS Eq. (1)
+
+
 def _spans(prompts: list[probes.AuditPrompt], per_prompt: list[torch.Tensor]) -> list[torch.Tensor]:
     """Each prompt's values [P_i] cut to its scorable span [n_i]."""
     return [v[p.prompt.span[0] : p.prompt.span[1]].float().cpu() for p, v in zip(prompts, per_prompt, strict=True)]
@@ -595,8 +645,9 @@ def detection(
     # Surprisal of the reference only: G2 asks whether the warm start alone could spot distractors.
     surprisal, _ = scoring.token_scores("surprisal", ref, ref, ids)
     scores = {}
-    for name, policy in (*null_policies(ref, cfg, seed).items(), (GRPO, grpo)):
-        scores[name] = _spans(prompts, scoring.token_scores("interference", policy, ref, ids)[0])  # LENS Eq. (1)
+    for name, policy in null_policies(ref, cfg, seed).items():
+        scores[name] = _spans(prompts, null_scores(name, policy, ref, ids))
+    scores[GRPO] = _spans(prompts, scoring.token_scores("interference", grpo, ref, ids)[0])  # LENS Eq. (1)
     # The temperature null needs no model copy: the reference's logits rescaled serve as the policy.
     hot = scoring.prompt_token_logprobs(ref, ids, temperature=NULL_TEMPERATURE)
     scores[NULLS[2]] = _spans(prompts, scoring.token_scores("interference", ref, ref, ids, policy_logprobs=hot)[0])
@@ -866,7 +917,7 @@ def g3_null_scores(ref: nn.Module, cfg: Config, ids: list[list[int]], seed: int,
     {null name: [P_i] per prompt} (full prompts; `_spans` cuts them)."""
     policies = null_policies(ref, cfg, seed)
     names = NULLS[:2] if all_nulls else NULLS[1:2]
-    out = {name: scoring.token_scores("interference", policies[name], ref, ids)[0] for name in names}
+    out = {name: null_scores(name, policies[name], ref, ids) for name in names}
     if all_nulls:
         hot = scoring.prompt_token_logprobs(ref, ids, temperature=NULL_TEMPERATURE)
         out[NULLS[2]] = scoring.token_scores("interference", ref, ref, ids, policy_logprobs=hot)[0]
