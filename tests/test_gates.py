@@ -303,6 +303,8 @@ def test_every_task_names_a_registered_g3_rule() -> None:
         "replica_direct",
         "decoy",
         "decoy_direct",
+        "wide",
+        "wide_direct",
     }
 
 

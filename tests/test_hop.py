@@ -12,13 +12,16 @@ references, one LENS step on each preset) is tested once for all of them in test
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import math
 
 import pytest
+from transformers import Qwen2ForCausalLM
 
 from lens import reward
-from lens.tasks import anchor, decoy, hop, offset, pivot, replica, successor, window
+from lens.config import load_config
+from lens.tasks import anchor, decoy, hop, ledger, ledger_wide, offset, pivot, replica, successor, wide, window
 
 EXAMPLE_NOISY = "3 7 0 3 4 6 1 8"
 EXAMPLE_CLEAN = "3 7 0 3 6 1 8"
@@ -238,6 +241,33 @@ def test_replica_draws_anchor_s_problems_from_its_own_streams_with_anchor_s_reci
     noisy = {name: [p.problem for p in m.eval_sets(20)["noisy"]] for name, m in (("a", anchor), ("r", replica))}
     assert noisy["a"] != noisy["r"] and [p.problem for p in offset.eval_sets(20)["noisy"]] != noisy["r"]
     assert replica.RECIPE == anchor.RECIPE and replica.REFERENCE_SEED == 8 and replica.TASK.g3_rule == "mean"
+
+
+def test_wide_draws_anchor_s_problems_from_its_own_streams_on_the_wide_model() -> None:
+    assert [p.problem for p in wide.generate(50, seed=4, noise_prob=0.5)] == [
+        p.problem for p in anchor.generate(50, seed=4, noise_prob=0.5)
+    ]
+    noisy = {name: [p.problem for p in m.eval_sets(20)["noisy"]] for name, m in (("a", anchor), ("w", wide))}
+    assert noisy["a"] != noisy["w"] and [p.problem for p in replica.eval_sets(20)["noisy"]] != noisy["w"]
+    assert dataclasses.replace(anchor.RECIPE, init="ledger_wide") == wide.RECIPE and wide.REFERENCE_SEED == 18
+    assert wide.TASK.g3_rule == "mean" and wide.TASK.format is ledger_wide.FORMAT
+    # GRPO's rate is the default's divided by the width ratio (lens/tasks/wide.py says why).
+    ratio = ledger_wide.HIDDEN_SIZE / ledger.model_config().hidden_size
+    assert load_config("cpu_wide").optim.lr == pytest.approx(load_config("cpu_default").optim.lr / ratio)
+    assert load_config("cpu_wide_direct").optim.lr == load_config("cpu_wide").optim.lr
+
+
+def test_ledger_wide_is_ledger_on_a_model_four_times_as_large() -> None:
+    config = ledger_wide.model_config()
+    assert (config.hidden_size, config.intermediate_size) == (256, 768)
+    assert config.to_dict() == {**ledger.model_config().to_dict(), "hidden_size": 256, "intermediate_size": 768}
+    assert sum(p.numel() for p in Qwen2ForCausalLM(config).parameters()) == 3_423_232
+    task = ledger_wide.TASK
+    assert (task.generate, task.recipe, task.format.build_tokenizer) == (
+        ledger.generate,
+        ledger.RECIPE,
+        ledger.build_tokenizer,
+    )
 
 
 def test_offset_draws_anchor_s_problems_from_its_own_streams() -> None:

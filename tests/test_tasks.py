@@ -28,14 +28,19 @@ from transformers import Qwen2ForCausalLM
 
 from lens import config, tasks
 from lens.problem import Problem
-from lens.tasks import base, ledger, vartrack, warmstart
+from lens.tasks import base, ledger, ledger_wide, vartrack, warmstart
 from lens.tasks.vartrack import NOISE
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_PROBLEM = "g = 7 ; a = g - 7 ; c = a + 4 ; e = c + 4 ; ? e"
 EXAMPLE_RESPONSE = "g = 7 ; a = 7 - 7 = 0 ; c = 0 + 4 = 4 ; e = 4 + 4 = 8 ; # 8"
-# The tasks built on ledger's format and reference (recall, stutter, successor...) and their `_direct` controls.
-ON_LEDGER = tuple(n for n in tasks.NAMES if tasks.get(n).format is ledger.FORMAT and n != "ledger")
+# The tasks built on ledger's format and reference (recall, stutter, successor...), those built on ledger_wide's
+# (wide: ledger's vocabulary on a wider model), and their `_direct` controls.
+ON_LEDGER = tuple(
+    n
+    for n in tasks.NAMES
+    if tasks.get(n).format in (ledger.FORMAT, ledger_wide.FORMAT) and n not in ("ledger", "ledger_wide")
+)
 CONTROLS = tuple(name for name in tasks.NAMES if name.endswith(base.SUFFIX))
 
 
@@ -211,7 +216,8 @@ def test_the_tasks_are_registered_with_the_vartrack_verifier_and_presets(name: s
     module = tasks.get(name)
     assert name in tasks.NAMES and name in config.BUILTIN_TASKS and tasks.verifier(name) == "vartrack"
     assert tasks.problem_sets(name, role="eval", limit=5, seed=0)["noisy"] == module.eval_sets(5, seed=0)["noisy"]
-    assert warmstart.RECIPES[name].init == "ledger" and warmstart.RECIPES[name] == module.recipe
+    start = "ledger_wide" if module.format is ledger_wide.FORMAT else "ledger"
+    assert warmstart.RECIPES[name].init == start and warmstart.RECIPES[name] == module.recipe
     # A preset is optional (a variant task runs with `data.train=<name>`); one that exists matches the task.
     if (REPO / "configs" / f"cpu_{name}.yaml").exists():
         cfg = config.load_config(f"cpu_{name}")
@@ -342,7 +348,10 @@ def test_the_committed_reference_is_tiny_and_loads(name: str) -> None:
     assert hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest() == module.reference_sha256
     assert module.reference_sha256 in (path / "README.md").read_text()
     model, tokenizer = module.load_reference()
-    assert sum(p.numel() for p in model.parameters()) < 1_000_000
+    # Tiny: 0.86M parameters, or 3.42M for ledger_wide's family (lens/tasks/ledger_wide.py).
+    assert sum(p.numel() for p in model.parameters()) < (
+        3_500_000 if module.format is ledger_wide.FORMAT else 1_000_000
+    )
     built = module.format.build_tokenizer()
     assert model.config.vocab_size == len(tokenizer) == len(built)
     assert tokenizer.get_vocab() == built.get_vocab()
@@ -368,6 +377,9 @@ GATES = {
     # Measured: clean 0.97, noisy 0.005. 400 samples give sd <= 0.025 per estimate, ~0.035 for a difference.
     "vartrack": Gate(problems=100, clean=0.30, noisy=0.15, deleted_seed=1, within=0.08),
     "ledger": Gate(problems=100, clean=0.6, noisy=0.3, deleted_seed=1, within=0.08),  # noisy 0.18 measured
+    # wide's starting point, not a testbed: clean 0.275, noisy 0.185, deleted 0.283 measured
+    # (assets/ledger_wide/README.md); the bar pins that the distractor still costs it accuracy.
+    "ledger_wide": Gate(problems=100, clean=0.25, noisy=0.21, deleted_seed=1, within=0.05),
     # Gate G1 (assets/<name>/README.md), 200 problems: recall's noisy accuracy, 0.281, is near the 0.3 bar.
     "recall": Gate(problems=200, clean=0.8, noisy=0.3, deleted_seed=0, floor=0.75),
     # The control's warm start reaches only 0.63 clean: its bar pins what it does show, the distractors' effect.
@@ -378,6 +390,7 @@ GATES = {
     # The control answers the window after the anchor without restating it: 0.6525 clean, 0.2125 noisy.
     "anchor_direct": Gate(problems=200, clean=0.6, noisy=0.3, deleted_seed=0, floor=0.6),
     "offset_direct": Gate(problems=200, clean=0.6, noisy=0.3, deleted_seed=0, floor=0.6),  # 0.6575, 0.1875
+    "wide_direct": Gate(problems=200, clean=0.55, noisy=0.3, deleted_seed=0, floor=0.55),  # 0.604, 0.279
 }
 # Every other task (stutter, successor and their controls...): gate G1 with the protocol of their committed figures.
 DEFAULT_GATE = Gate(problems=200, clean=0.8, noisy=0.3, deleted_seed=0, floor=0.75)

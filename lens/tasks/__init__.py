@@ -10,8 +10,10 @@ was inserted right after x, `hop` for the same question with no template token i
 digit), `anchor` for the item two places after the anchor y = x + 5 where y+1 was inserted right after y, `offset`
 for anchor's problems with a warm start of its own, `pivot` for the item two places after the pivot y = x + 3,
 `replica` for anchor's problems at fresh warm starts, `decoy` for anchor's question with decoy rows (a step by 2 as
-probable as the distractor). recall, successor, stutter, keymap, records, window, hop, anchor, offset, pivot, replica
-and decoy each have a `_direct` control (the same problems, direct answers; gate tables in bench/results/gates/).
+probable as the distractor), `wide` for anchor's problems on a model four times as large, warm-started from
+`ledger_wide` (ledger on that model; a starting point, not a testbed). recall, successor, stutter, keymap, records,
+window, hop, anchor, offset, pivot, replica, decoy and wide each have a `_direct` control (the same problems, direct
+answers; gate tables in bench/results/gates/).
 
 How the registry works (and why). A task is a file `lens/tasks/<name>.py` that defines one module-level
 `TASK = Task(...)` (lens/tasks/base.py: generators, format, reference, recipe, gamma); a task whose `Task(...)`
