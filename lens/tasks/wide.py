@@ -14,7 +14,9 @@ trained this design at this width on scratch warm starts of seeds 16, 17 and 21-
 rule written before it ran; round four, the first with the gates' weight-decay null in float64, passed G1-G4 at
 both of its warm starts, and its rule registered this family: warm starts of seeds 18 (committed), 19 and 20, which
 no round used, judged by the replicated G3's second rule (`lens.gates.G3_RULES["mean"]`), with the confirmatory
-study's plan (bench/study_plan_wide.yaml) committed before this file.
+study's plan (bench/study_plan_wide.yaml) committed before this file. It passes G1-G4 at the gates' seed
+(bench/results/gates/wide.md) and the replicated G3, all 21 rows in the band
+(bench/results/gates/replicated/wide_g3.md).
 
 `wide_direct` (built by `lens.tasks.base.direct`) is the control: the same problems answered directly. Run the
 tests with `python -m pytest tests/test_hop.py -q` (they cover the generator this task shares).
