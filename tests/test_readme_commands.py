@@ -68,6 +68,7 @@ NOT_RUN = {
     ".venv/bin/python bench/study.py --plan bench/study_plan_pivot.yaml": "the study on pivot (25 minutes)",
     ".venv/bin/python bench/study.py --plan bench/study_plan_replica.yaml": "the study on replica (25 minutes)",
     ".venv/bin/python bench/study.py --plan bench/study_plan_decoy.yaml": "the study on decoy (25 minutes)",
+    ".venv/bin/python bench/study.py --plan bench/study_plan_wide.yaml": "the confirmatory study on wide (an hour)",
     ".venv/bin/python bench/study.py --tasks successor --pilot": "four LENS runs (minutes)",
     ".venv/bin/python bench/study.py --tasks successor --table-only": "reads the study's run directories",
     "LENS_BENCH_FULL=1 .venv/bin/python -m pytest bench/": "the microbenchmarks at full size (minutes)",

@@ -409,6 +409,14 @@ def _recompute(task: dict, name: str) -> list[float]:
 
 
 COMMITTED = sorted((REPO / "bench" / "results").glob("study*/study.json"))
+PLANS = {
+    "study_decomposed": "study_plan_decomposed.yaml",
+    "study_anchor": "study_plan_anchor.yaml",
+    "study_pivot": "study_plan_pivot.yaml",
+    "study_replica": "study_plan_replica.yaml",
+    "study_decoy": "study_plan_decoy.yaml",
+    "study_wide": "study_plan_wide.yaml",
+}
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.parent.name)
@@ -419,13 +427,7 @@ def test_the_committed_tables_recompute_from_their_per_seed_data(path):
     if not all("per_seed" in e for t in saved["tasks"].values() for e in t["arms"].values()):
         assert path.parent.name == "study", f"{path}: a new study's JSON must hold its per-seed data"
         return
-    plan = {
-        "study_decomposed": "study_plan_decomposed.yaml",
-        "study_anchor": "study_plan_anchor.yaml",
-        "study_pivot": "study_plan_pivot.yaml",
-        "study_replica": "study_plan_replica.yaml",
-        "study_decoy": "study_plan_decoy.yaml",
-    }[path.parent.name]
+    plan = PLANS[path.parent.name]
     assert saved["plan_sha256"] == hashlib.sha256((REPO / "bench" / plan).read_bytes()).hexdigest()
     primary = {t: _recompute(task, t) for t, task in saved["tasks"].items()}
     pooled = [t for t, task in saved["tasks"].items() if task["role"][0] == "primary"]
@@ -438,6 +440,17 @@ def test_the_committed_tables_recompute_from_their_per_seed_data(path):
             assert [r["p_holm"] for r in task["primary"]] == pytest.approx(
                 study.holm(primary[t]), abs=1e-12, nan_ok=True
             )
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_each_committed_study_names_its_tasks_roles_as_the_committed_gate_tables_give_them(name):
+    # A study is confirmatory only where its task is primary: the role in study.json must be the one its plan's
+    # rule gives from the gate tables committed today, so a table cannot call a task primary that its gates fail.
+    saved = json.loads((REPO / "bench" / "results" / name / "study.json").read_text())
+    plan = study.load_plan(REPO / "bench" / PLANS[name])
+    assert {t: tuple(task["role"]) for t, task in saved["tasks"].items()} == {
+        t: study.task_role(plan, t) for t in saved["tasks"]
+    }
 
 
 def test_a_small_p_value_is_printed_with_its_digits():
