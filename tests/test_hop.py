@@ -163,6 +163,18 @@ def test_the_distractor_is_the_anchor_plus_one_right_after_it(module) -> None:
         assert p.meta["answer_positions"] == [position + 2] and tokens[position + 2] == p.answer
 
 
+@pytest.mark.parametrize("module", [offset, replica, wide], ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_a_family_on_anchor_s_design_draws_anchor_s_problems_under_its_own_uids(module) -> None:
+    name = module.__name__.rsplit(".", 1)[-1]
+    ours = module.generate(40, seed=7, noise_prob=0.5, trigger=True)
+    theirs = anchor.generate(40, seed=7, noise_prob=0.5, trigger=True)
+    assert [(p.problem, p.answer, p.meta) for p in ours] == [(p.problem, p.answer, p.meta) for p in theirs]
+    assert all(p.uid.startswith(f"{name}-7") and not p.uid.startswith("anchor") for p in ours)
+    assert len({p.uid for p in ours}) == 40
+    direct = module.generate(5, seed=7, direct=True)
+    assert [p.meta["response"] for p in direct] == [p.meta["response"] for p in anchor.generate(5, seed=7, direct=True)]
+
+
 def test_gamma_covers_the_distractor_token_and_the_recipe_is_successor_s_at_the_design_s_share() -> None:
     assert pivot.RECIPE == anchor.RECIPE and pivot.GAMMA == anchor.GAMMA and pivot.REFERENCE_SEED == 5
     problems = anchor.generate(3000, seed=9, noise_prob=1.0)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import random
+from collections.abc import Callable
 
 from lens.problem import Problem
 from lens.tasks import hop, ledger, successor, window
@@ -95,6 +96,18 @@ def generate(
     `meta["answer_positions"]` the answer digit's.
     """
     return _problems(random.Random(seed), n, f"anchor-{seed}", noise_prob, trigger, direct)
+
+
+def generator(name: str) -> Callable[..., list[Problem]]:
+    """`generate` for a family that reuses anchor's design on its own streams: the same draws as `generate`, only
+    the uids are `<name>-<seed>-...`."""
+
+    def generate(
+        n: int, *, seed: int, noise_prob: float = 0.0, trigger: bool = False, direct: bool = False
+    ) -> list[Problem]:
+        return _problems(random.Random(seed), n, f"{name}-{seed}", noise_prob, trigger, direct)
+
+    return generate
 
 
 eval_sets, train_set = sets("anchor", _problems, TRAIN_NOISE_PROB)

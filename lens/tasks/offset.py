@@ -19,9 +19,7 @@ tests with `python -m pytest tests/test_hop.py -q` (they cover the generator thi
 from __future__ import annotations
 
 import dataclasses
-import random
 
-from lens.problem import Problem
 from lens.tasks import anchor
 from lens.tasks.base import Control, Task, sets
 
@@ -40,11 +38,7 @@ TRAIN_NOISE_PROB = anchor.TRAIN_NOISE_PROB
 WARM_NOISE_PROB = 0.425
 
 
-def generate(
-    n: int, *, seed: int, noise_prob: float = 0.0, trigger: bool = False, direct: bool = False
-) -> list[Problem]:
-    """`n` problems from `seed`, exactly as `anchor.generate` draws them (only the uids differ)."""
-    return anchor._problems(random.Random(seed), n, f"offset-{seed}", noise_prob, trigger, direct)
+generate = anchor.generator("offset")
 
 
 eval_sets, train_set = sets("offset", anchor._problems, TRAIN_NOISE_PROB)

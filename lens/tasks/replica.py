@@ -22,9 +22,6 @@ tests with `python -m pytest tests/test_hop.py -q` (they cover the generator thi
 
 from __future__ import annotations
 
-import random
-
-from lens.problem import Problem
 from lens.tasks import anchor
 from lens.tasks.base import Control, Task, sets
 
@@ -42,11 +39,7 @@ WARM_NOISE_PROB = anchor.WARM_NOISE_PROB
 RESTATE_PROB = anchor.RESTATE_PROB
 
 
-def generate(
-    n: int, *, seed: int, noise_prob: float = 0.0, trigger: bool = False, direct: bool = False
-) -> list[Problem]:
-    """`n` problems from `seed`, exactly as `anchor.generate` draws them (only the uids differ)."""
-    return anchor._problems(random.Random(seed), n, f"replica-{seed}", noise_prob, trigger, direct)
+generate = anchor.generator("replica")
 
 
 eval_sets, train_set = sets("replica", anchor._problems, TRAIN_NOISE_PROB)
