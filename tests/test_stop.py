@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -198,8 +199,12 @@ def test_a_stop_at_any_moment_after_the_launch_stops_after_the_first_step(tmp_pa
             log = (tmp_path / f"{name}.log").open("w")
             proc = subprocess.Popen(cmd, env=trainer_env(), cwd=REPO, stdout=log, stderr=log)
             runs[name] = (moment, proc, time.monotonic())
-    for name, (moment, proc, launched) in runs.items():
-        _stop_at(moment, tmp_path / name, proc, launched)
+    # Each run gets its request at its own moment: sent one after another, the 2-rank launch's request waited for
+    # the 1-rank run's setup, and on a loaded machine its run was past step 1 by then.
+    with ThreadPoolExecutor(len(runs)) as pool:
+        sent = [pool.submit(_stop_at, moment, tmp_path / n, proc, t) for n, (moment, proc, t) in runs.items()]
+    for future in sent:
+        future.result()
     for name, (_, proc, _) in runs.items():
         run_dir, text = tmp_path / name, (lambda n=name: (tmp_path / f"{n}.log").read_text()[-3000:])
         assert proc.wait(timeout=300) == 0, text()
